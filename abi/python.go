@@ -1,0 +1,227 @@
+package abi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/linkchain"
+	"github.com/infera/infera-exec/lookup"
+)
+
+// Python is the interpreter the worker will run and its CPython version.
+type Python struct {
+	Interpreter string   `json:"interpreter"` // as configured (INFERA_PYTHON or python3)
+	Path        string   `json:"path"`        // resolved on PATH
+	Chain       []string `json:"chain,omitempty"`
+	Major       int      `json:"major"`
+	Minor       int      `json:"minor"`
+	DecidedBy   string   `json:"decided_by"`
+	Asked       bool     `json:"asked"` // the interpreter was run
+	AskTime     string   `json:"ask_time,omitempty"`
+}
+
+// Tree is the payload's pure-Python tree name for this version, e.g. py312.
+func (p Python) Tree() string { return fmt.Sprintf("py%d%d", p.Major, p.Minor) }
+
+// Version is "3.12".
+func (p Python) Version() string { return fmt.Sprintf("%d.%d", p.Major, p.Minor) }
+
+var (
+	pyNameRE    = regexp.MustCompile(`^python(\d+)\.(\d+)$`)
+	pyVersionRE = regexp.MustCompile(`^(\d+)\.(\d+)(?:\.\d+)?`)
+	askOutputRE = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`)
+)
+
+// PythonProbe says how to find and, if needed, ask the interpreter.
+type PythonProbe struct {
+	Interpreter string        // INFERA_PYTHON, default python3
+	Env         *environ.Env  // environment the interpreter is run with
+	Dir         string        // working directory (pyenv reads .python-version there)
+	Timeout     time.Duration // for asking the interpreter
+}
+
+type claim struct {
+	major, minor int
+	source       string
+}
+
+// DetectPython decides the CPython major.minor without starting Python when
+// the interpreter's name, its symlink chain or its venv's pyvenv.cfg say it
+// and agree; otherwise it runs the interpreter once, with a timeout.
+func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
+	p := Python{Interpreter: pr.Interpreter}
+	if p.Interpreter == "" {
+		p.Interpreter = "python3"
+	}
+	path, err := lookup.Command(p.Interpreter, pathOf(pr.Env), pr.Dir)
+	if err != nil {
+		return p, fmt.Errorf("python interpreter %s (INFERA_PYTHON): %w; install it or set INFERA_PYTHON to its path", p.Interpreter, err)
+	}
+	p.Path = path
+
+	var claims []claim
+	add := func(major, minor int, source string) {
+		claims = append(claims, claim{major, minor, source})
+	}
+	if m := pyNameRE.FindStringSubmatch(filepath.Base(path)); m != nil {
+		add(atoi(m[1]), atoi(m[2]), "interpreter name "+path)
+	}
+	if cfg, major, minor, ok := venvVersion(path); ok {
+		add(major, minor, "pyvenv.cfg "+cfg)
+	}
+	chain, err := linkchain.Follow(path)
+	p.Chain = chain
+	if err != nil {
+		return p, fmt.Errorf("python interpreter %s: %w", path, err)
+	}
+	for _, hop := range chain[1:] {
+		if m := pyNameRE.FindStringSubmatch(filepath.Base(hop)); m != nil {
+			add(atoi(m[1]), atoi(m[2]), "symlink chain "+strings.Join(chain, " -> "))
+			break
+		}
+	}
+
+	if len(claims) > 0 {
+		agree := true
+		for _, c := range claims[1:] {
+			if c.major != claims[0].major || c.minor != claims[0].minor {
+				agree = false
+			}
+		}
+		if agree {
+			p.Major, p.Minor, p.DecidedBy = claims[0].major, claims[0].minor, claims[0].source
+			return p, checkMajor(p)
+		}
+	}
+
+	start := time.Now()
+	major, minor, err := ask(ctx, path, pr)
+	p.Asked = true
+	p.AskTime = time.Since(start).Round(time.Millisecond).String()
+	if err != nil {
+		return p, err
+	}
+	p.Major, p.Minor = major, minor
+	p.DecidedBy = fmt.Sprintf("the interpreter's own answer (%s)", p.AskTime)
+	if len(claims) > 0 {
+		var s []string
+		for _, c := range claims {
+			s = append(s, fmt.Sprintf("%s says %d.%d", c.source, c.major, c.minor))
+		}
+		p.DecidedBy += "; asked because " + strings.Join(s, ", ") + ", which disagree"
+	}
+	return p, checkMajor(p)
+}
+
+func checkMajor(p Python) error {
+	if p.Major != 3 {
+		return fmt.Errorf("python interpreter %s is Python %d.%d (%s); payload trees are built for CPython 3 only", p.Path, p.Major, p.Minor, p.DecidedBy)
+	}
+	return nil
+}
+
+func pathOf(env *environ.Env) string {
+	if env == nil {
+		return os.Getenv("PATH")
+	}
+	if v, ok := env.Get("PATH"); ok {
+		return v
+	}
+	return lookup.DefaultPath
+}
+
+// venvVersion reads the version a venv was created with (PEP 405: the
+// pyvenv.cfg next to the executable or one directory up). The stdlib venv
+// writes "version = 3.12.3"; virtualenv and uv write "version_info".
+func venvVersion(exe string) (cfg string, major, minor int, ok bool) {
+	for _, dir := range []string{filepath.Dir(exe), filepath.Dir(filepath.Dir(exe))} {
+		cfg = filepath.Join(dir, "pyvenv.cfg")
+		f, err := os.Open(cfg)
+		if err != nil {
+			continue
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			k, v, found := strings.Cut(sc.Text(), "=")
+			if !found {
+				continue
+			}
+			switch strings.TrimSpace(k) {
+			case "version", "version_info":
+				if m := pyVersionRE.FindStringSubmatch(strings.TrimSpace(v)); m != nil {
+					return cfg, atoi(m[1]), atoi(m[2]), true
+				}
+			}
+		}
+		return "", 0, 0, false
+	}
+	return "", 0, 0, false
+}
+
+// askScript prints major.minor.micro and nothing else; -I -S keeps user
+// site-packages, PYTHON* variables and site.py out of it, which also makes
+// it start in a few milliseconds.
+const askScript = "import sys; sys.stdout.write('%d.%d.%d' % sys.version_info[:3])"
+
+func ask(ctx context.Context, path string, pr PythonProbe) (int, int, error) {
+	timeout := pr.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "-I", "-S", "-c", askScript)
+	if pr.Env != nil {
+		cmd.Env = pr.Env.Slice()
+	}
+	cmd.Dir = pr.Dir
+	// Its own process group, so a wrapper script and whatever it started
+	// die together on timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() == context.DeadlineExceeded {
+		return 0, 0, fmt.Errorf("python interpreter %s did not answer its version within %s (INFERA_PYTHON_TIMEOUT); set INFERA_PYTHON to a python3.X path so no run is needed", path, timeout)
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return 0, 0, fmt.Errorf("python interpreter %s failed to report its version (%v): %s", path, err, excerpt(errb.String()))
+		}
+		return 0, 0, fmt.Errorf("python interpreter %s: %w", path, err)
+	}
+	m := askOutputRE.FindStringSubmatch(strings.TrimSpace(out.String()))
+	if m == nil {
+		return 0, 0, fmt.Errorf("python interpreter %s answered %s when asked its version, not MAJOR.MINOR.MICRO", path, excerpt(out.String()))
+	}
+	return atoi(m[1]), atoi(m[2]), nil
+}
+
+func excerpt(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 120 {
+		s = s[:120] + "..."
+	}
+	return strconv.Quote(s)
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}

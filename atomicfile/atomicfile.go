@@ -1,0 +1,104 @@
+// Package atomicfile replaces files so that every reader, and every process
+// that survives a crash, sees either the old content or the new, never a
+// torn mix, and so that processes that have the old file mapped keep their
+// pages (writing into a mapped inode gives them SIGBUS).
+package atomicfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Options say what the new file looks like.
+type Options struct {
+	// Mode of the new file. When zero, an existing file's mode is kept, and
+	// a new file gets 0644.
+	Mode os.FileMode
+	// KeepOwner copies the uid/gid of the file being replaced. Failing to
+	// do so as a non-root user is not an error: the file then belongs to
+	// the writer, as any file it creates would.
+	KeepOwner bool
+}
+
+// Write replaces path with the bytes read from r: a temporary file in the
+// same directory, fsync, chmod/chown, rename(2), fsync of the directory.
+// On any error the temporary file is removed and path is untouched.
+func Write(path string, r io.Reader, opt Options) (err error) {
+	dir := filepath.Dir(path)
+	mode := opt.Mode
+	var uid, gid = -1, -1
+	if fi, statErr := os.Lstat(path); statErr == nil {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("replace %s: not a regular file (%s)", path, fi.Mode().Type())
+		}
+		if mode == 0 {
+			mode = fi.Mode().Perm() | (fi.Mode() & (os.ModeSetuid | os.ModeSetgid | os.ModeSticky))
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && opt.KeepOwner {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	} else if !errors.Is(statErr, os.ErrNotExist) {
+		return fmt.Errorf("replace %s: %w", path, statErr)
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("replace %s: create temporary file: %w", path, err)
+	}
+	tmpName := tmp.Name()
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmpName)
+		}
+	}()
+	if _, err = io.Copy(tmp, r); err != nil {
+		return fmt.Errorf("replace %s: write %s: %w", path, tmpName, err)
+	}
+	if uid >= 0 {
+		if chErr := tmp.Chown(uid, gid); chErr != nil && !errors.Is(chErr, os.ErrPermission) {
+			return fmt.Errorf("replace %s: chown %s to %d:%d: %w", path, tmpName, uid, gid, chErr)
+		}
+	}
+	// chmod after chown: chown clears the set-id bits.
+	if err = tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("replace %s: chmod %s: %w", path, tmpName, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("replace %s: close %s: %w", path, tmpName, err)
+	}
+	if err = os.Rename(tmpName, path); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// WriteBytes is Write for content already in memory.
+func WriteBytes(path string, data []byte, opt Options) error {
+	return Write(path, bytes.NewReader(data), opt)
+}
+
+// SyncDir fsyncs a directory so that a rename in it survives a crash.
+// Filesystems that cannot fsync a directory (EINVAL) are not an error.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package main
+
+const helpText = `Usage: infera-exec [OPTIONS] [--] COMMAND [ARG...]
+
+Prepare a stock vLLM or SGLang ROCm container from the overlay payload
+mounted beside it, then replace this process with COMMAND (execve), so the
+worker keeps infera-exec's PID and nothing stays resident.
+
+  infera-exec python3 -m infera.engine.vllm --model /models/X
+  infera-exec --explain python3 -m infera.engine.sglang --model-path /m
+
+In one pass, before exec:
+  1. detect the ABI family: ROCm major from the SONAME of
+     $ROCM_PATH or /opt/rocm lib/libamdhip64.so*, CPython minor of the
+     interpreter (from its name, symlink chain or pyvenv.cfg; else asked once)
+  2. pick the payload trees: py3XX/ and native/rocmN-py3XX/; refuse when a
+     capability the deployment requires is missing
+  3. compose the worker's environment (PYTHONPATH, LD_LIBRARY_PATH, PATH,
+     INFERA_ENGINE_READY_TIMEOUT)
+  4. swap in the host's RDMA provider and apply engine patches
+  5. chdir, raise the open-file soft limit to the hard limit, write a report
+
+Options (before COMMAND; the first word that is not an option starts it):
+  --explain    run every detection and check, change nothing, print the
+               plan and the exact argv, env and cwd; exit 0 if the worker
+               would start, else the code it would refuse with
+  --json       with --explain: print the plan as JSON
+  --verbose    also log debug lines
+  --version    print version, commit and Go version
+  -h, --help   print this help
+  --           end of options; use it when COMMAND starts with '-'
+
+Environment:
+  PAYLOAD_ROOT                 payload directory (default: the parent of the
+                               directory holding this binary)
+  INFERA_PYTHON                interpreter to detect and probe (default python3)
+  INFERA_PYTHON_TIMEOUT        how long it may take to answer (default 10s)
+  INFERA_REQUIRE_NATIVE        capabilities the deployment needs: a list such
+                               as "mooncake,hipfile"; 1/true/all = the native
+                               tree and all it declares; 0/false/none/empty = none
+  INFERA_ENGINE_READY_TIMEOUT  seconds the worker waits for engine /health:
+                               "2400", "90.5", "90m" or "2h" (default 1800);
+                               passed to the worker as whole seconds
+  INFERA_EXEC_CHDIR            working directory of the worker (default /)
+  INFERA_ABI_FAMILY            force the family, e.g. rocm7-py312 (debugging)
+  INFERA_HOST_LIBIONIC         host RDMA provider (default /host-libionic/libionic.so)
+  INFERA_SKIP_ENGINE_PATCHES   non-empty: apply no engine patches
+  INFERA_EXEC_LOG              text (default) or json log lines on stderr
+  INFERA_EXEC_REPORT           report file (default /run/infera-exec/report.json,
+                               else /tmp/infera-exec/report.json); off = none
+  ROCM_PATH                    ROCm root searched before /opt/rocm
+
+Exit codes (the worker's own once it runs):
+  64   usage: unknown option, no command
+  69   a required capability is unavailable
+  70   internal error in infera-exec
+  78   payload, interpreter or configuration unusable
+  126  the command was found but cannot be executed
+  127  the command was not found on the composed PATH
+`

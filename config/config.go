@@ -1,0 +1,189 @@
+// Package config reads everything the pass takes from the environment into
+// one value, so the rest of the pass never reads os.Getenv and --explain can
+// show every input with where it came from.
+package config
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/environ"
+)
+
+// Defaults.
+const (
+	DefaultReadyTimeout  = 1800 // seconds
+	DefaultPythonTimeout = 10 * time.Second
+	DefaultChdir         = "/"
+	DefaultHostLibionic  = "/host-libionic/libionic.so"
+	DefaultPython        = "python3"
+)
+
+// Config is the run's configuration.
+type Config struct {
+	PayloadRoot       string                 `json:"payload_root"`
+	PayloadRootFrom   string                 `json:"payload_root_from"`
+	Python            string                 `json:"python"`
+	PythonTimeout     string                 `json:"python_timeout"`
+	RequireNative     capability.Requirement `json:"require_native"`
+	ReadyTimeout      int                    `json:"ready_timeout_seconds"`
+	ReadyTimeoutFrom  string                 `json:"ready_timeout_from"`
+	Chdir             string                 `json:"chdir"`
+	HostLibionic      string                 `json:"host_libionic"`
+	SkipEnginePatches bool                   `json:"skip_engine_patches"`
+	ReportPath        string                 `json:"report_path,omitempty"` // empty: default location
+	ReportOff         bool                   `json:"report_off,omitempty"`
+	ROCmRoots         []string               `json:"rocm_roots"`
+	ABIFamily         *abi.Family            `json:"-"` // INFERA_ABI_FAMILY, when set
+	LogJSON           bool                   `json:"log_json"`
+
+	pythonTimeout time.Duration
+}
+
+// PythonTimeoutDuration is how long the interpreter may take to answer.
+func (c Config) PythonTimeoutDuration() time.Duration { return c.pythonTimeout }
+
+// Error is a configuration value that cannot be used.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+// Load reads the configuration from env. exe is the resolved path of the
+// running binary and cwd the directory it was started in. Malformed values
+// with a safe default produce a warning; values without one are an error.
+func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
+	var warns []string
+	c := Config{}
+
+	// First, so that a refusal below still reaches the report.
+	switch v := env.Value("INFERA_EXEC_REPORT"); strings.ToLower(v) {
+	case "":
+	case "off", "none", "0", "false":
+		c.ReportOff = true
+	default:
+		c.ReportPath = abs(v, cwd)
+	}
+
+	if v := env.Value("PAYLOAD_ROOT"); v != "" {
+		c.PayloadRoot, c.PayloadRootFrom = abs(v, cwd), "PAYLOAD_ROOT"
+	} else {
+		c.PayloadRoot = filepath.Dir(filepath.Dir(exe))
+		c.PayloadRootFrom = "parent of the directory holding " + exe
+	}
+
+	c.Python = env.Value("INFERA_PYTHON")
+	if c.Python == "" {
+		c.Python = DefaultPython
+	}
+
+	c.pythonTimeout = DefaultPythonTimeout
+	if v := env.Value("INFERA_PYTHON_TIMEOUT"); v != "" {
+		d, err := ParseSeconds(v)
+		if err != nil || d <= 0 {
+			warns = append(warns, fmt.Sprintf("INFERA_PYTHON_TIMEOUT=%q is not a positive duration; using %s", v, DefaultPythonTimeout))
+		} else {
+			c.pythonTimeout = d
+		}
+	}
+	c.PythonTimeout = c.pythonTimeout.String()
+
+	req, err := capability.ParseRequirement(env.Value("INFERA_REQUIRE_NATIVE"))
+	if err != nil {
+		return c, warns, &Error{err.Error()}
+	}
+	c.RequireNative = req
+
+	c.ReadyTimeout, c.ReadyTimeoutFrom = DefaultReadyTimeout, "default"
+	if v, ok := env.Get("INFERA_ENGINE_READY_TIMEOUT"); ok && v != "" {
+		secs, err := readySeconds(v)
+		if err != nil {
+			warns = append(warns, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%q %v; using %d", v, err, DefaultReadyTimeout))
+			c.ReadyTimeoutFrom = fmt.Sprintf("default (INFERA_ENGINE_READY_TIMEOUT=%q rejected)", v)
+		} else {
+			c.ReadyTimeout, c.ReadyTimeoutFrom = secs, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%s", v)
+		}
+	}
+
+	c.Chdir = DefaultChdir
+	if v := env.Value("INFERA_EXEC_CHDIR"); v != "" {
+		c.Chdir = abs(v, cwd)
+	}
+
+	c.HostLibionic = DefaultHostLibionic
+	if v := env.Value("INFERA_HOST_LIBIONIC"); v != "" {
+		c.HostLibionic = abs(v, cwd)
+	}
+
+	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
+
+	if v := env.Value("ROCM_PATH"); v != "" {
+		c.ROCmRoots = append(c.ROCmRoots, abs(v, cwd))
+	}
+	if len(c.ROCmRoots) == 0 || c.ROCmRoots[0] != abi.DefaultROCmRoot {
+		c.ROCmRoots = append(c.ROCmRoots, abi.DefaultROCmRoot)
+	}
+
+	if v := env.Value("INFERA_ABI_FAMILY"); v != "" {
+		f, err := abi.ParseFamily(v)
+		if err != nil {
+			return c, warns, &Error{err.Error()}
+		}
+		c.ABIFamily = &f
+	}
+
+	switch v := strings.ToLower(env.Value("INFERA_EXEC_LOG")); v {
+	case "", "text":
+	case "json":
+		c.LogJSON = true
+	default:
+		warns = append(warns, fmt.Sprintf("INFERA_EXEC_LOG=%q is not text or json; logging text", v))
+	}
+	return c, warns, nil
+}
+
+func abs(p, cwd string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(cwd, p)
+}
+
+// ParseSeconds reads a duration given as seconds ("90", "90.5") or as a Go
+// duration ("90m", "2h", "1h30m").
+func ParseSeconds(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if math.IsNaN(f) || math.IsInf(f, 0) || f > float64(math.MaxInt64)/float64(time.Second) || f < -float64(math.MaxInt64)/float64(time.Second) {
+			return 0, fmt.Errorf("is out of range")
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("is neither seconds nor a duration such as 90m or 2h")
+	}
+	return d, nil
+}
+
+// readySeconds is the readiness timeout as the whole seconds the worker
+// takes, rounded up so 0.5 never becomes 0.
+func readySeconds(v string) (int, error) {
+	d, err := ParseSeconds(v)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("is not positive")
+	}
+	secs := int64(math.Ceil(d.Seconds()))
+	if secs > math.MaxInt32 {
+		return 0, fmt.Errorf("is out of range")
+	}
+	return int(secs), nil
+}

@@ -1,0 +1,9 @@
+module github.com/infera/infera-exec
+
+go 1.26.8
+
+require (
+	github.com/rogpeppe/go-internal v1.16.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

@@ -1,0 +1,70 @@
+// Package linkchain follows a symlink chain one hop at a time, so callers
+// can both resolve a library or interpreter and say how they got there.
+package linkchain
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// maxHops matches the kernel's limit for nested symlinks (ELOOP).
+const maxHops = 40
+
+// Error says why a chain could not be followed; Chain holds the hops seen.
+type Error struct {
+	Chain []string
+	Err   error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrLoop is wrapped by Follow when the chain does not end.
+var ErrLoop = errors.New("symlink loop")
+
+// ErrDangling is wrapped by Follow when a link points at nothing.
+var ErrDangling = errors.New("dangling symlink")
+
+// Follow returns every path from path to the file it finally names, path
+// first. Each hop is read with readlink(2); a relative target is resolved
+// against the real directory of the link, as the kernel does.
+func Follow(path string) ([]string, error) {
+	chain := []string{path}
+	cur := path
+	for hop := 0; ; hop++ {
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			if hop > 0 && errors.Is(err, fs.ErrNotExist) {
+				return chain, &Error{chain, fmt.Errorf("%s: %w: %s does not exist", path, ErrDangling, cur)}
+			}
+			return chain, &Error{chain, err}
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return chain, nil
+		}
+		if hop == maxHops {
+			return chain, &Error{chain, fmt.Errorf("%s: %w (more than %d links)", path, ErrLoop, maxHops)}
+		}
+		target, err := os.Readlink(cur)
+		if err != nil {
+			return chain, &Error{chain, err}
+		}
+		if !filepath.IsAbs(target) {
+			dir, err := filepath.EvalSymlinks(filepath.Dir(cur))
+			if err != nil {
+				return chain, &Error{chain, fmt.Errorf("%s: resolve directory of %s: %w", path, cur, err)}
+			}
+			target = filepath.Join(dir, target)
+		}
+		for _, seen := range chain {
+			if seen == target {
+				return append(chain, target), &Error{append(chain, target), fmt.Errorf("%s: %w via %s", path, ErrLoop, target)}
+			}
+		}
+		chain = append(chain, target)
+		cur = target
+	}
+}

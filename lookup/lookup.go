@@ -1,0 +1,105 @@
+// Package lookup resolves a command name the way execvp(3) and a POSIX
+// shell do, and tells "not found" (exit 127) from "found but not
+// executable" (exit 126).
+package lookup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit codes a shell uses for a command it cannot run.
+const (
+	CodeNotExecutable = 126
+	CodeNotFound      = 127
+)
+
+// Error is a command that cannot be run, with the shell's exit code.
+type Error struct {
+	Name   string
+	Code   int
+	Reason string
+}
+
+func (e *Error) Error() string { return e.Name + ": " + e.Reason }
+
+// DefaultPath is used when PATH is unset, as glibc's execvp does.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Command resolves name. A name with a slash is used as it is; otherwise
+// each element of pathList is tried in order. Relative paths are taken
+// relative to cwd, the directory the command will run in.
+func Command(name, pathList, cwd string) (string, error) {
+	if name == "" {
+		return "", &Error{Name: `""`, Code: CodeNotFound, Reason: "empty command name"}
+	}
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(cwd, p)
+		}
+		if err := executable(p); err != nil {
+			return "", &Error{Name: name, Code: codeOf(err), Reason: err.Error()}
+		}
+		return p, nil
+	}
+	var denied error
+	for _, dir := range strings.Split(pathList, ":") {
+		if dir == "" {
+			dir = "." // POSIX: an empty element is the current directory
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(cwd, dir)
+		}
+		p := filepath.Join(dir, name)
+		err := executable(p)
+		if err == nil {
+			return p, nil
+		}
+		if denied == nil && codeOf(err) == CodeNotExecutable {
+			denied = err
+		}
+	}
+	if denied != nil {
+		return "", &Error{Name: name, Code: CodeNotExecutable, Reason: denied.Error()}
+	}
+	return "", &Error{Name: name, Code: CodeNotFound, Reason: "not found in PATH=" + pathList}
+}
+
+var errNotExist = errors.New("no such file")
+
+// executable checks p the way execve(2) will: it must exist, be a regular
+// file, and be executable by this process (access(2) with X_OK honours the
+// real uid, ACLs and noexec mounts).
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s: %w", p, errNotExist)
+		}
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory", p)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s)", p, fi.Mode().Type())
+	}
+	if err := unix.Access(p, unix.X_OK); err != nil {
+		return fmt.Errorf("%s is not executable (mode %s): %w", p, fi.Mode().Perm(), err)
+	}
+	return nil
+}
+
+func codeOf(err error) int {
+	if errors.Is(err, errNotExist) {
+		return CodeNotFound
+	}
+	return CodeNotExecutable
+}

@@ -1,0 +1,274 @@
+// Package overlay reads the payload mounted next to the stock engine image
+// and picks the trees made for the container's ABI family.
+//
+// Layout (v0.2.2, unchanged):
+//
+//	<root>/bin/                         prepended to PATH
+//	<root>/py3XX/                       pure-Python tree, prepended to PYTHONPATH
+//	<root>/native/rocmN-py3XX/          native tree, prepended to PYTHONPATH
+//	<root>/native/rocmN-py3XX/lib/      prepended to LD_LIBRARY_PATH
+//	<root>/native/rocmN-py3XX/bin/      prepended to PATH
+//	<root>/native/rocmN-py3XX/CAPABILITIES
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/capability"
+)
+
+var (
+	pyTreeRE     = regexp.MustCompile(`^py3\d+$`)
+	nativeTreeRE = regexp.MustCompile(`^rocm\d+-py3\d+$`)
+)
+
+// Payload is an opened payload root.
+type Payload struct {
+	Root        string       `json:"root"`
+	PyTrees     []string     `json:"python_trees"`
+	NativeTrees []NativeTree `json:"native_trees"`
+	Bin         string       `json:"bin,omitempty"`
+}
+
+// NativeTree is one native/rocmN-py3XX directory.
+type NativeTree struct {
+	capability.Tree
+	CapFile  string   `json:"capabilities_file,omitempty"` // empty: no CAPABILITIES file
+	CapNotes []string `json:"capabilities_notes,omitempty"`
+}
+
+// Error is a payload that cannot be used. Every one names the path.
+type Error struct {
+	Path string
+	Err  error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("payload %s: %v", e.Path, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Open reads the payload layout under root. It reads directory listings and
+// the small CAPABILITIES files, nothing else.
+func Open(root string) (*Payload, error) {
+	fi, err := os.Stat(root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &Error{root, errors.New("does not exist; mount the payload there or set PAYLOAD_ROOT")}
+	case err != nil:
+		return nil, &Error{root, err}
+	case !fi.IsDir():
+		return nil, &Error{root, fmt.Errorf("is not a directory (%s); PAYLOAD_ROOT must name the payload directory", kind(fi))}
+	}
+	p := &Payload{Root: root}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, &Error{root, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
+	}
+	for _, e := range entries {
+		if pyTreeRE.MatchString(e.Name()) && isDir(filepath.Join(root, e.Name())) {
+			p.PyTrees = append(p.PyTrees, e.Name())
+		}
+	}
+	sortTrees(p.PyTrees)
+	if isDir(filepath.Join(root, "bin")) {
+		p.Bin = filepath.Join(root, "bin")
+	}
+
+	nativeDir := filepath.Join(root, "native")
+	entries, err = os.ReadDir(nativeDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, &Error{nativeDir, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
+	}
+	for _, e := range entries {
+		dir := filepath.Join(nativeDir, e.Name())
+		if !nativeTreeRE.MatchString(e.Name()) || !isDir(dir) {
+			continue
+		}
+		t := NativeTree{Tree: capability.Tree{Name: e.Name(), Dir: dir}}
+		capFile := filepath.Join(dir, "CAPABILITIES")
+		caps, notes, exists, err := capability.ReadFile(capFile)
+		if err != nil {
+			return nil, &Error{capFile, unwrapPath(err)}
+		}
+		t.Caps, t.CapNotes = caps, notes
+		if exists {
+			t.CapFile = capFile
+		}
+		p.NativeTrees = append(p.NativeTrees, t)
+	}
+	sort.Slice(p.NativeTrees, func(i, j int) bool { return treeLess(p.NativeTrees[i].Name, p.NativeTrees[j].Name) })
+	return p, nil
+}
+
+// Selection is what the payload gives this container.
+type Selection struct {
+	Family      string            `json:"family"`
+	PyTree      string            `json:"python_tree"`           // directory
+	Native      *NativeTree       `json:"native_tree,omitempty"` // nil: none for this family
+	NoNativeWhy string            `json:"no_native_tree_why,omitempty"`
+	Bin         string            `json:"bin,omitempty"`
+	PythonPath  []string          `json:"pythonpath"`      // to prepend, in order
+	LibraryPath []string          `json:"ld_library_path"` // to prepend
+	Path        []string          `json:"path"`            // to prepend
+	Warnings    []string          `json:"warnings,omitempty"`
+	AllNative   []capability.Tree `json:"-"`
+}
+
+// Select picks the trees for f. A missing Python tree is an error listing
+// the trees present; a missing native tree is a warning, since aggregated
+// serving needs none.
+func (p *Payload) Select(f abi.Family) (*Selection, error) {
+	s := &Selection{Family: f.Name(), Bin: p.Bin}
+	for _, t := range p.NativeTrees {
+		s.AllNative = append(s.AllNative, t.Tree)
+	}
+	want := f.Python.Tree()
+	if !contains(p.PyTrees, want) {
+		return nil, &Error{p.Root, fmt.Errorf("no Python tree %s for CPython %s (%s); trees present: %s",
+			want, f.Python.Version(), f.Python.DecidedBy, listOrNone(p.PyTrees))}
+	}
+	s.PyTree = filepath.Join(p.Root, want)
+
+	switch {
+	case !f.ROCm.Found:
+		s.NoNativeWhy = "the container has no ROCm (no libamdhip64 in " + strings.Join(f.ROCm.Searched, ", ") + ")"
+		if f.Override != "" {
+			s.NoNativeWhy = "INFERA_ABI_FAMILY=" + f.Override + " names no ROCm major"
+		}
+	default:
+		for i := range p.NativeTrees {
+			if p.NativeTrees[i].Name == f.Name() {
+				s.Native = &p.NativeTrees[i]
+			}
+		}
+		if s.Native == nil {
+			s.NoNativeWhy = fmt.Sprintf("the payload has no native tree %s", f.Name())
+			s.Warnings = append(s.Warnings, fmt.Sprintf("no native tree %s in %s (native trees present: %s); starting without native extensions",
+				f.Name(), filepath.Join(p.Root, "native"), listOrNone(p.nativeNames())))
+		}
+	}
+
+	if s.Native != nil {
+		s.PythonPath = append(s.PythonPath, s.Native.Dir)
+		if d := filepath.Join(s.Native.Dir, "lib"); isDir(d) {
+			s.LibraryPath = append(s.LibraryPath, d)
+		}
+		if d := filepath.Join(s.Native.Dir, "bin"); isDir(d) {
+			s.Path = append(s.Path, d)
+		}
+		for _, n := range s.Native.CapNotes {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s %s", s.Native.CapFile, n))
+		}
+	}
+	s.PythonPath = append(s.PythonPath, s.PyTree)
+	if s.Bin != "" {
+		s.Path = append(s.Path, s.Bin)
+	}
+	// A directory the worker cannot read is skipped in silence by Python
+	// and the loader; say so now instead of failing at import time.
+	for _, list := range [][]string{s.PythonPath, s.LibraryPath, s.Path} {
+		for _, d := range list {
+			if err := readableDir(d); err != nil {
+				return nil, &Error{d, err}
+			}
+		}
+	}
+	return s, nil
+}
+
+func readableDir(d string) error {
+	if err := unix.Access(d, unix.R_OK|unix.X_OK); err != nil {
+		detail := ""
+		if fi, serr := os.Stat(d); serr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				detail = fmt.Sprintf(" (mode %s, owner %d:%d)", fi.Mode().Perm(), st.Uid, st.Gid)
+			}
+		}
+		return fmt.Errorf("not readable by uid %d%s: %w; make the payload world-readable (chmod -R a+rX)", os.Getuid(), detail, err)
+	}
+	return nil
+}
+
+// NativeCapTree is the selected native tree for capability checks, or nil.
+func (s *Selection) NativeCapTree() *capability.Tree {
+	if s.Native == nil {
+		return nil
+	}
+	return &s.Native.Tree
+}
+
+func (p *Payload) nativeNames() []string {
+	var out []string
+	for _, t := range p.NativeTrees {
+		out = append(out, t.Name)
+	}
+	return out
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, " ")
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func kind(fi fs.FileInfo) string {
+	if fi.Mode().IsRegular() {
+		return "a regular file"
+	}
+	return fi.Mode().Type().String()
+}
+
+// unwrapPath drops the *PathError wrapper when the message already names
+// the path, so errors read "payload /x: cannot list it: permission denied".
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+var treeNumRE = regexp.MustCompile(`\d+`)
+
+// sortTrees orders py39 < py310 < py312 numerically.
+func sortTrees(names []string) {
+	sort.Slice(names, func(i, j int) bool { return treeLess(names[i], names[j]) })
+}
+
+func treeLess(a, b string) bool {
+	na, nb := treeNumRE.FindAllString(a, -1), treeNumRE.FindAllString(b, -1)
+	for i := 0; i < len(na) && i < len(nb); i++ {
+		if len(na[i]) != len(nb[i]) {
+			return len(na[i]) < len(nb[i])
+		}
+		if na[i] != nb[i] {
+			return na[i] < nb[i]
+		}
+	}
+	return a < b
+}

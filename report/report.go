@@ -1,0 +1,161 @@
+// Package report holds the record of one run: every decision of the pass,
+// what it changed, how long each step took and how it ended. The same value
+// is written as JSON for operators (INFERA_EXEC_REPORT), printed by
+// --explain, and printed as JSON by --explain --json.
+package report
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/overlay"
+)
+
+// Schema is bumped when a field changes meaning or disappears.
+const Schema = 1
+
+// Default report locations, tried in order: /run is tmpfs on most hosts and
+// in most pods; /tmp is writable for a non-root user.
+var DefaultPaths = []string{"/run/infera-exec/report.json", "/tmp/infera-exec/report.json"}
+
+// Report is one run of infera-exec.
+type Report struct {
+	Schema       int                `json:"schema"`
+	Tool         Tool               `json:"tool"`
+	Mode         string             `json:"mode"` // exec or explain
+	Started      time.Time          `json:"started"`
+	PID          int                `json:"pid"`
+	UID          int                `json:"uid"`
+	GID          int                `json:"gid"`
+	Args         []string           `json:"args"`
+	Config       *config.Config     `json:"config,omitempty"`
+	Family       string             `json:"family,omitempty"`
+	ABI          *abi.Family        `json:"abi,omitempty"`
+	Payload      *overlay.Payload   `json:"payload,omitempty"`
+	Trees        *overlay.Selection `json:"trees,omitempty"`
+	Capabilities *Capabilities      `json:"capabilities,omitempty"`
+	EnvChanges   []environ.Change   `json:"env_changes,omitempty"`
+	Stages       []Stage            `json:"stages,omitempty"`
+	Exec         *Exec              `json:"exec,omitempty"`
+	Log          []logging.Entry    `json:"log"`
+	Timings      []Timing           `json:"timings"`
+	Outcome      Outcome            `json:"outcome"`
+}
+
+// Tool identifies the binary.
+type Tool struct {
+	Version string `json:"version"`
+	Commit  string `json:"commit"`
+	Go      string `json:"go"`
+}
+
+// Capabilities is the capability check.
+type Capabilities struct {
+	Tree        string                 `json:"tree,omitempty"`
+	Provided    capability.Set         `json:"provided"`
+	Requirement capability.Requirement `json:"requirement"`
+	Required    capability.Set         `json:"required"`
+}
+
+// Stage is a pluggable step of the pass (host libionic swap, engine
+// patches): its name, what it decided, and the details it wants reported.
+type Stage struct {
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Summary string `json:"summary"`
+	Detail  any    `json:"detail,omitempty"`
+}
+
+// Exec is what is (or would be) executed.
+type Exec struct {
+	Command []string      `json:"command"` // as given
+	Path    string        `json:"path,omitempty"`
+	Argv    []string      `json:"argv,omitempty"`
+	Cwd     string        `json:"cwd"`
+	Env     []string      `json:"env,omitempty"` // full environment; --explain only, never in the report file
+	Nofile  launch.Nofile `json:"nofile"`
+}
+
+// Timing is how long one step took.
+type Timing struct {
+	Step   string `json:"step"`
+	Micros int64  `json:"us"`
+}
+
+// Outcome is how the run ended (or, for explain, would end).
+type Outcome struct {
+	Result string `json:"result"` // exec, would-start, refused, exec-failed
+	Code   int    `json:"code"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Marshal renders r as indented JSON.
+func Marshal(r *Report) ([]byte, error) {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Write stores r for operators. path empty means the default locations in
+// order. The full environment is left out: it may hold tokens, and the env
+// changes already say what infera-exec did to it. It returns where the
+// report went.
+func Write(r *Report, path string) (string, error) {
+	cp := *r
+	if cp.Exec != nil {
+		e := *cp.Exec
+		e.Env = nil
+		cp.Exec = &e
+	}
+	data, err := Marshal(&cp)
+	if err != nil {
+		return "", fmt.Errorf("encode report: %w", err)
+	}
+	paths := DefaultPaths
+	if path != "" {
+		paths = []string{path}
+	}
+	var errs []error
+	for _, p := range paths {
+		if err := writeOne(p, data); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return p, nil
+	}
+	return "", errors.Join(errs...)
+}
+
+func writeOne(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report %s: %w", path, err)
+	}
+	// A shared /tmp may hold a link planted by someone else; a report is
+	// not worth following it.
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("report %s: %w", path, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 && filepath.Dir(dir) == "/tmp" {
+		return fmt.Errorf("report %s: %s is a symlink in /tmp; not following it", path, dir)
+	}
+	if err := atomicfile.WriteBytes(path, data, atomicfile.Options{Mode: 0o644}); err != nil {
+		return fmt.Errorf("report %w", err)
+	}
+	return nil
+}
