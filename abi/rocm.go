@@ -28,10 +28,10 @@ var hipSonameRE = regexp.MustCompile(`^libamdhip64\.so\.(\d+)(?:\.|$)`)
 type ROCm struct {
 	Found     bool     `json:"found"`
 	Major     int      `json:"major,omitempty"`
-	Searched  []string `json:"searched"`            // library directories looked in
-	Library   string   `json:"library,omitempty"`   // the name the search started from
-	Chain     []string `json:"chain,omitempty"`     // symlink hops, Library first
-	Soname    string   `json:"soname,omitempty"`    // DT_SONAME of the final file
+	Searched  []string `json:"searched"`             // library directories looked in
+	Library   string   `json:"library,omitempty"`    // the name the search started from
+	Chain     []string `json:"chain,omitempty"`      // symlink hops, Library first
+	Soname    string   `json:"soname,omitempty"`     // DT_SONAME of the final file
 	DecidedBy string   `json:"decided_by,omitempty"` // how Major was decided
 	Notes     []string `json:"notes,omitempty"`
 }

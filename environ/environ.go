@@ -95,25 +95,27 @@ func SplitList(v string) []string {
 	return out
 }
 
-// PrependPaths puts dirs in front of the search path held in name, keeping
-// the existing elements after them. Empty elements are dropped and each
-// directory appears once, at its first position, so running the shim inside
-// a shim does not grow the path.
+// PrependPaths puts dirs in front of the search path held in name and
+// keeps the existing elements after them, in their order. Empty elements
+// are dropped (to the loader and to Python they mean the current
+// directory), and an existing element equal to one of dirs is dropped so
+// that running the shim inside a shim does not grow the path.
 func (e *Env) PrependPaths(name string, dirs ...string) {
-	old, _ := e.Get(name)
+	old, set := e.Get(name)
 	merged := make([]string, 0, len(dirs)+8)
-	seen := make(map[string]bool)
-	for _, d := range append(append([]string(nil), dirs...), SplitList(old)...) {
-		if d == "" || seen[d] {
-			continue
+	ours := make(map[string]bool)
+	for _, d := range dirs {
+		if d != "" && !ours[d] {
+			ours[d] = true
+			merged = append(merged, d)
 		}
-		seen[d] = true
-		merged = append(merged, d)
 	}
-	if len(merged) == 0 {
-		if _, ok := e.Get(name); ok {
-			e.Set(name, "")
+	for _, d := range SplitList(old) {
+		if !ours[d] {
+			merged = append(merged, d)
 		}
+	}
+	if len(merged) == 0 && !set {
 		return
 	}
 	e.Set(name, strings.Join(merged, ":"))

@@ -78,8 +78,9 @@ func WriteText(w io.Writer, r *Report) {
 			if c.After != nil {
 				after = *c.After
 			}
-			p("  %s=%s", c.Name, after)
-			p("  %s   was %s", strings.Repeat(" ", len(c.Name)), before)
+			p("  %s", c.Name)
+			p("    now %s", after)
+			p("    was %s", before)
 		}
 	}
 

@@ -1,0 +1,47 @@
+# infera-exec build, demo and tests. Everything is built into bin/ and build/.
+GO        ?= go
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+BIN       := bin/infera-exec
+SANDBOX   := build/sandbox
+DEMO      := build/demo
+
+.PHONY: all build demo test unit bench fuzz vet clean
+
+all: build
+
+# Static, reproducible, version-stamped.
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/infera-exec
+
+$(SANDBOX): FORCE
+	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/sandbox/cmd/sandbox
+
+# The binary as the entrypoint of a container-like sandbox: private mounts,
+# PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, the
+# machine's python3. First the plan (--explain), then the real start.
+demo: build $(SANDBOX)
+	$(GO) run ./internal/demo -out $(DEMO) -bin $(BIN)
+	@echo; echo '== infera-exec --explain (changes nothing) =='
+	$(SANDBOX) -bind $(CURDIR)/$(DEMO)/payload:/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro -nofile 1024 -- \
+	  env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m \
+	  /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /models/demo
+	@echo; echo '== infera-exec as PID 1, exec-ing the worker =='
+	$(SANDBOX) -bind $(CURDIR)/$(DEMO)/payload:/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro -nofile 1024 -- \
+	  env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m \
+	  /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo
+
+test: build
+	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin build
+
+FORCE:

@@ -1,0 +1,1 @@
+"""Demo package shipped in the demo payload's pure-Python trees."""
