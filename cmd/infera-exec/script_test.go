@@ -1,0 +1,274 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/infera/infera-exec/internal/fixture"
+	"github.com/infera/infera-exec/internal/sandbox"
+)
+
+// The test binary doubles as two programs the stories run: the sandbox
+// (a container built from namespaces) and show-worker (a worker that
+// prints what it received).
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"sandbox":     func() { os.Exit(sandbox.Main()) },
+		"show-worker": showWorker,
+	})
+}
+
+// showWorker prints, one key=value per line, what a worker started by
+// infera-exec sees.
+func showWorker() {
+	var lim syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	cwd, _ := os.Getwd()
+	argv, _ := json.Marshal(os.Args[1:])
+	fmt.Printf("argv=%s\n", argv)
+	fmt.Printf("pid=%d\n", os.Getpid())
+	fmt.Printf("ppid=%d\n", os.Getppid())
+	fmt.Printf("uid=%d\n", os.Getuid())
+	fmt.Printf("cwd=%s\n", cwd)
+	fmt.Printf("nofile.soft=%d\nnofile.hard=%d\nnofile.raised=%t\n", lim.Cur, lim.Max, lim.Cur == lim.Max)
+	for _, k := range []string{"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "INFERA_ENGINE_READY_TIMEOUT", "RDMAV_DRIVERS"} {
+		v, ok := os.LookupEnv(k)
+		if !ok {
+			v = "(unset)"
+		}
+		fmt.Printf("env.%s=%s\n", k, v)
+	}
+	// Every process in the PID namespace of a sandbox: the shim must not be
+	// among them.
+	if entries, err := os.ReadDir("/proc"); err == nil && os.Getpid() == 1 {
+		var pids []string
+		for _, e := range entries {
+			if _, err := strconv.Atoi(e.Name()); err == nil {
+				comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+				pids = append(pids, e.Name()+":"+strings.TrimSpace(string(comm)))
+			}
+		}
+		fmt.Printf("procs=%s\n", strings.Join(pids, ","))
+	}
+	os.Exit(0)
+}
+
+var (
+	buildOnce sync.Once
+	shimPath  string
+	buildErr  error
+)
+
+// shim is the real static binary under test: the one `make build` made
+// (INFERA_EXEC_BIN), or one built here the same way.
+func shim(t *testing.T) string {
+	buildOnce.Do(func() {
+		if p := os.Getenv("INFERA_EXEC_BIN"); p != "" {
+			shimPath = p
+			return
+		}
+		dir, err := os.MkdirTemp("", "infera-exec-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		shimPath = filepath.Join(dir, "infera-exec")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", shimPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return shimPath
+}
+
+var (
+	sandboxOnce sync.Once
+	sandboxOK   bool
+	sandboxWhy  string
+)
+
+// canSandbox reports whether namespaces can be made here. CI runs as root,
+// where they always can; INFERA_REQUIRE_SANDBOX=1 turns "cannot" into a
+// failure there instead of a skip.
+func canSandbox() (bool, error) {
+	sandboxOnce.Do(func() {
+		out, err := exec.Command("unshare", "--mount", "--pid", "--fork", "--map-root-user", "true").CombinedOutput()
+		if os.Geteuid() == 0 {
+			out, err = exec.Command("unshare", "--mount", "--pid", "--fork", "true").CombinedOutput()
+		}
+		sandboxOK = err == nil
+		sandboxWhy = strings.TrimSpace(string(out))
+	})
+	if !sandboxOK && os.Getenv("INFERA_REQUIRE_SANDBOX") == "1" {
+		return false, fmt.Errorf("INFERA_REQUIRE_SANDBOX=1 but namespaces are unavailable: %s", sandboxWhy)
+	}
+	return sandboxOK, nil
+}
+
+func TestScripts(t *testing.T) {
+	bin := shim(t)
+	// Work directories another user can traverse: stories run the shim as
+	// uid 1000 inside a sandbox.
+	root := t.TempDir()
+	helpers, err := exec.LookPath("show-worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{root, filepath.Dir(helpers), filepath.Dir(bin)} {
+		if !strings.HasPrefix(dir, os.TempDir()+"/") {
+			continue // only the test's own temporary directories
+		}
+		for d := dir; d != os.TempDir(); d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		WorkdirRoot:         root,
+		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("INFERA_EXEC", bin)
+			env.Setenv("PATH", filepath.Dir(bin)+":"+env.Getenv("PATH"))
+			// Stories state their own configuration; nothing leaks in
+			// from the machine running the tests.
+			for _, k := range []string{"PAYLOAD_ROOT", "INFERA_PYTHON", "INFERA_REQUIRE_NATIVE", "INFERA_ENGINE_READY_TIMEOUT",
+				"INFERA_EXEC_CHDIR", "INFERA_ABI_FAMILY", "ROCM_PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "INFERA_EXEC_LOG"} {
+				env.Setenv(k, "")
+			}
+			env.Setenv("INFERA_EXEC_REPORT", "off")
+			env.Setenv("GOARCH", runtime.GOARCH)
+			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "sandbox":
+				return canSandbox()
+			case "root":
+				return os.Geteuid() == 0, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"mkrocm":   cmdMkrocm,
+			"mkelf":    cmdMkelf,
+			"mkpython": cmdMkpython,
+			"jsonpath": cmdJSONPath,
+			"treehash": cmdTreehash,
+		},
+	})
+}
+
+// mkrocm DIR MAJOR FULL: a ROCm lib directory with the real symlink chain
+// and an ELF libamdhip64 whose SONAME is libamdhip64.so.MAJOR.
+func cmdMkrocm(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: mkrocm DIR MAJOR FULL")
+	}
+	major, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	ts.Check(fixture.ROCm(ts.MkAbs(args[0]), major, args[2]))
+}
+
+// mkelf PATH SONAME: an ELF shared object.
+func cmdMkelf(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: mkelf PATH SONAME")
+	}
+	ts.Check(fixture.SharedObject(ts.MkAbs(args[0]), args[1]))
+}
+
+// mkpython PATH VERSION: an interpreter stand-in that answers VERSION
+// (e.g. 3.12.4) to infera-exec's version question and runs nothing else.
+func cmdMkpython(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: mkpython PATH VERSION")
+	}
+	p := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(filepath.Dir(p), 0o755))
+	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s' %q\n", args[1])
+	ts.Check(os.WriteFile(p, []byte(script), 0o755))
+}
+
+// jsonpath FILE KEY.KEY... WANT: the JSON value at the path, compared as
+// its compact JSON text (strings without quotes).
+func cmdJSONPath(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: jsonpath FILE PATH WANT")
+	}
+	data, err := os.ReadFile(ts.MkAbs(args[0]))
+	ts.Check(err)
+	var v any
+	ts.Check(json.Unmarshal(data, &v))
+	for _, k := range strings.Split(args[1], ".") {
+		switch node := v.(type) {
+		case map[string]any:
+			v = node[k]
+		case []any:
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(node) {
+				ts.Fatalf("%s: no element %s", args[1], k)
+			}
+			v = node[i]
+		default:
+			ts.Fatalf("%s: %s is not an object or array", args[1], k)
+		}
+	}
+	got := ""
+	if s, ok := v.(string); ok {
+		got = s
+	} else {
+		b, _ := json.Marshal(v)
+		got = string(b)
+	}
+	if (got == args[2]) == neg {
+		ts.Fatalf("%s %s: got %s, want %s%s", args[0], args[1], got, map[bool]string{true: "not ", false: ""}[neg], args[2])
+	}
+}
+
+// treehash DIR FILE: a listing of DIR (path, mode, size, mtime, content
+// hash of each entry below it) written to FILE, to show that a run changed
+// nothing. Listings themselves (*.treehash) are left out.
+func cmdTreehash(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: treehash DIR FILE")
+	}
+	var b strings.Builder
+	root := ts.MkAbs(args[0])
+	ts.Check(filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." || strings.HasSuffix(p, ".treehash") {
+			return nil
+		}
+		fmt.Fprintf(&b, "%s %s %d %d", rel, fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		if fi.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", hash(data))
+		}
+		b.WriteByte('\n')
+		return nil
+	}))
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(b.String()), 0o644))
+}
