@@ -4,10 +4,11 @@ go 1.26.8
 
 require (
 	github.com/rogpeppe/go-internal v1.16.0
+	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.50.0
 )
 
 require (
-	github.com/stretchr/testify v1.12.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/tools v0.26.0 // indirect
 )

@@ -72,7 +72,7 @@ var (
 
 // shim is the real static binary under test: the one `make build` made
 // (INFERA_EXEC_BIN), or one built here the same way.
-func shim(t *testing.T) string {
+func shim(tb testing.TB) string {
 	buildOnce.Do(func() {
 		if p := os.Getenv("INFERA_EXEC_BIN"); p != "" {
 			shimPath = p
@@ -91,7 +91,7 @@ func shim(t *testing.T) string {
 		}
 	})
 	if buildErr != nil {
-		t.Fatal(buildErr)
+		tb.Fatal(buildErr)
 	}
 	return shimPath
 }
