@@ -69,6 +69,12 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 	if err != nil {
 		return p, fmt.Errorf("python interpreter %s (INFERA_PYTHON): %w; install it or set INFERA_PYTHON to its path", p.Interpreter, err)
 	}
+	// With an empty or relative Dir the lookup answers relative to this
+	// process's cwd. Run that very file: exec would search PATH again for a
+	// bare "python3", and take a relative path relative to Dir once more.
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
 	p.Path = path
 
 	var claims []claim
