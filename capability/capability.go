@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"unicode"
 )
 
 // Known names the capabilities infera-exec knows the meaning of. A payload
@@ -67,6 +68,9 @@ func Parse(content string) (Set, []string) {
 	var notes []string
 	if strings.Contains(content, "\r") {
 		notes = append(notes, "has CRLF line endings")
+	}
+	if strings.ContainsFunc(content, func(r rune) bool { return unicode.IsSpace(r) && r != ' ' && r != '\n' && r != '\r' }) {
+		notes = append(notes, "separates names with tabs or other whitespace (expected spaces)")
 	}
 	lines := 0
 	for _, l := range strings.Split(strings.ReplaceAll(content, "\r", ""), "\n") {

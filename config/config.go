@@ -137,7 +137,7 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		c.ABIFamily = &f
 	}
 
-	switch v := strings.ToLower(env.Value("INFERA_EXEC_LOG")); v {
+	switch v := env.Value("INFERA_EXEC_LOG"); strings.ToLower(v) {
 	case "", "text":
 	case "json":
 		c.LogJSON = true
@@ -158,11 +158,22 @@ func abs(p, cwd string) string {
 // duration ("90m", "2h", "1h30m").
 func ParseSeconds(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f > float64(math.MaxInt64)/float64(time.Second) || f < -float64(math.MaxInt64)/float64(time.Second) {
+	// Whole seconds exactly: through float64, n*1e9 loses the last
+	// nanoseconds once it needs more than 53 bits.
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if n > math.MaxInt64/int64(time.Second) || n < math.MinInt64/int64(time.Second) {
 			return 0, fmt.Errorf("is out of range")
 		}
-		return time.Duration(f * float64(time.Second)), nil
+		return time.Duration(n) * time.Second, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		// float64(math.MaxInt64) is 2^63: a product that rounds to it or
+		// beyond does not fit a Duration (converting it wraps negative).
+		ns := f * float64(time.Second)
+		if math.IsNaN(f) || math.IsInf(f, 0) || ns >= float64(math.MaxInt64) || ns < float64(math.MinInt64) {
+			return 0, fmt.Errorf("is out of range")
+		}
+		return time.Duration(ns), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {

@@ -62,7 +62,9 @@ func Command(name, pathList, cwd string) (string, error) {
 		if err == nil {
 			return p, nil
 		}
-		if denied == nil && codeOf(err) == CodeNotExecutable {
+		// A PATH element that is not a directory holds no commands:
+		// execvp(3) and shells go on (ENOTDIR), as for a missing one.
+		if denied == nil && codeOf(err) == CodeNotExecutable && !errors.Is(err, unix.ENOTDIR) {
 			denied = err
 		}
 	}

@@ -1,0 +1,151 @@
+package capability
+
+import (
+	"sort"
+	"strings"
+	"testing"
+)
+
+func checkSet(t *testing.T, what string, s []string) {
+	t.Helper()
+	for i, n := range s {
+		if !nameRE.MatchString(n) {
+			t.Fatalf("%s: %q is not a valid capability name", what, n)
+		}
+		if i > 0 && s[i-1] >= n {
+			t.Fatalf("%s: not sorted and unique: %q", what, s)
+		}
+	}
+	if !sort.StringsAreSorted(s) {
+		t.Fatalf("%s: not sorted: %q", what, s)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"mooncake hipfile\n", "mooncake\thipfile", "mooncake hipfile\r\n", "mooncake\nhipfile\n",
+		"", "\n", "Moon$cake", "mooncake ais", "mooncake mooncake", "a.b-c_d 0x",
+		"mooncaké", "\u00a0mooncake\u2003hipfile", "\xff\xfe",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, content string) {
+		set, notes := Parse(content)
+		if set == nil {
+			t.Fatalf("Parse(%q) returned a nil Set", content)
+		}
+		checkSet(t, "Parse("+strings.ReplaceAll(content, "\n", `\n`)+")", set)
+
+		words := strings.Fields(content)
+		inContent := make(map[string]bool, len(words))
+		for _, w := range words {
+			inContent[w] = true
+		}
+		valid := 0
+		for _, w := range words {
+			if nameRE.MatchString(w) {
+				valid++
+				if !set.Has(w) {
+					t.Fatalf("Parse(%q): valid word %q missing from %q", content, w, set)
+				}
+			}
+		}
+		for _, n := range set {
+			if !inContent[n] {
+				t.Fatalf("Parse(%q): %q is not a word of the content", content, n)
+			}
+		}
+		// Every dropped word and every unknown name gets a note.
+		dropped := len(words) - valid
+		unknown := 0
+		for _, w := range words {
+			if nameRE.MatchString(w) && Known[w] == "" {
+				unknown++
+			}
+		}
+		if len(notes) < dropped+unknown {
+			t.Fatalf("Parse(%q): %d notes for %d dropped and %d unknown words: %q", content, len(notes), dropped, unknown, notes)
+		}
+		if strings.Contains(content, "\r") && !containsNote(notes, "CRLF") {
+			t.Fatalf("Parse(%q): no CRLF note: %q", content, notes)
+		}
+		if strings.Contains(content, "\t") && !containsNote(notes, "tabs") {
+			t.Fatalf("Parse(%q): no tab note: %q", content, notes)
+		}
+		for _, n := range notes {
+			if n == "" {
+				t.Fatalf("Parse(%q): empty note", content)
+			}
+		}
+		// Parsing the canonical rendering gives the same set, without notes
+		// about the format.
+		if len(set) > 0 {
+			again, notes2 := Parse(strings.Join(set, " ") + "\n")
+			if strings.Join(again, " ") != strings.Join(set, " ") {
+				t.Fatalf("Parse(%q) = %q, canonical re-parse = %q", content, set, again)
+			}
+			for _, n := range notes2 {
+				if !strings.HasPrefix(n, "unknown capability") {
+					t.Fatalf("canonical re-parse of %q has note %q", set, n)
+				}
+			}
+		}
+	})
+}
+
+func containsNote(notes []string, sub string) bool {
+	for _, n := range notes {
+		if strings.Contains(n, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func FuzzParseRequirement(f *testing.F) {
+	for _, s := range []string{
+		"1", "true", "all", "TRUE", "", "0", "false", "none", "mooncake,hipfile", "mooncake hipfile",
+		" mooncake , hipfile ", "mooncake;rm -rf", ",", "MoonCake", "mooncake\thipfile", "\u212aais",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		r, err := ParseRequirement(raw)
+		if err != nil {
+			if !strings.Contains(err.Error(), "INFERA_REQUIRE_NATIVE=") {
+				t.Fatalf("ParseRequirement(%q): error does not name the variable: %v", raw, err)
+			}
+			if r.All || len(r.Names) > 0 || r.Raw != "" {
+				t.Fatalf("ParseRequirement(%q): error with a non-zero requirement %+v", raw, r)
+			}
+			return
+		}
+		if r.Raw != raw {
+			t.Fatalf("ParseRequirement(%q).Raw = %q", raw, r.Raw)
+		}
+		if r.All && len(r.Names) > 0 {
+			t.Fatalf("ParseRequirement(%q): both All and names %q", raw, r.Names)
+		}
+		checkSet(t, "ParseRequirement("+raw+")", r.Names)
+		if r.None() != (!r.All && len(r.Names) == 0) {
+			t.Fatalf("ParseRequirement(%q): None() = %v for %+v", raw, r.None(), r)
+		}
+		// A list of names re-parses to the same names. (A single name that
+		// is also a keyword, as in "0," or "all,", reads as the keyword
+		// when written alone.)
+		if len(r.Names) > 0 {
+			joined := strings.Join(r.Names, ",")
+			again, err := ParseRequirement(joined)
+			if err != nil {
+				t.Fatalf("re-parse of %q: %v", r.Names, err)
+			}
+			switch joined {
+			case "1", "true", "all", "0", "false", "none":
+			default:
+				if again.All || strings.Join(again.Names, ",") != joined {
+					t.Fatalf("re-parse of %q gave %+v", r.Names, again)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,390 @@
+package capability
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		want    Set
+		notes   []string // substrings, one per expected note, in order
+	}{
+		{name: "canonical", content: "mooncake hipfile\n", want: Set{"hipfile", "mooncake"}},
+		{name: "no trailing newline", content: "mooncake hipfile", want: Set{"hipfile", "mooncake"}},
+		{name: "single", content: "mooncake\n", want: Set{"mooncake"}},
+		{name: "sorted and deduplicated", content: "mooncake hipfile mooncake\n", want: Set{"hipfile", "mooncake"}},
+		{name: "extra spaces", content: "  mooncake   hipfile  \n", want: Set{"hipfile", "mooncake"}},
+		{name: "empty", content: "", want: Set{}},
+		{name: "only newline", content: "\n", want: Set{}},
+		{name: "only spaces", content: "   ", want: Set{}},
+		{
+			name: "tabs", content: "mooncake\thipfile\n", want: Set{"hipfile", "mooncake"},
+			notes: []string{"tabs"},
+		},
+		{
+			name: "CRLF", content: "mooncake hipfile\r\n", want: Set{"hipfile", "mooncake"},
+			notes: []string{"CRLF line endings"},
+		},
+		{
+			name: "multiple lines", content: "mooncake\nhipfile\n", want: Set{"hipfile", "mooncake"},
+			notes: []string{"spans 2 lines (expected one line)"},
+		},
+		{
+			name: "blank lines do not count", content: "\n\nmooncake hipfile\n\n", want: Set{"hipfile", "mooncake"},
+		},
+		{
+			name: "three lines", content: "mooncake\n\nhipfile\nmooncake\n", want: Set{"hipfile", "mooncake"},
+			notes: []string{"spans 3 lines"},
+		},
+		{
+			name: "tab, CRLF and lines together", content: "mooncake\t\r\nhipfile\r\n", want: Set{"hipfile", "mooncake"},
+			notes: []string{"CRLF line endings", "tabs", "spans 2 lines"},
+		},
+		{
+			name: "unknown kept", content: "mooncake ais\n", want: Set{"ais", "mooncake"},
+			notes: []string{`unknown capability "ais" kept (known: hipfile, mooncake)`},
+		},
+		{
+			name: "unknown with allowed punctuation kept", content: "rdma_v2.1-beta\n", want: Set{"rdma_v2.1-beta"},
+			notes: []string{`unknown capability "rdma_v2.1-beta" kept`},
+		},
+		{
+			name: "invalid dropped", content: "mooncake Moon$cake\n", want: Set{"mooncake"},
+			notes: []string{`ignored "Moon$cake": not a capability name`},
+		},
+		{
+			name: "upper case is not a name", content: "MOONCAKE\n", want: Set{},
+			notes: []string{`ignored "MOONCAKE": not a capability name`},
+		},
+		{
+			name: "leading punctuation is not a name", content: "-mooncake .hidden _x\n", want: Set{},
+			notes: []string{`ignored "-mooncake"`, `ignored ".hidden"`, `ignored "_x"`},
+		},
+		{
+			name: "comma list is not a name", content: "mooncake,hipfile\n", want: Set{},
+			notes: []string{`ignored "mooncake,hipfile"`},
+		},
+		{
+			name: "non-ASCII is not a name", content: "mooncaké\n", want: Set{},
+			notes: []string{`ignored "mooncaké"`},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, notes := Parse(tt.content)
+			assert.Equal(t, tt.want, got)
+			require.Len(t, notes, len(tt.notes), "notes: %q", notes)
+			for i, want := range tt.notes {
+				assert.Contains(t, notes[i], want)
+			}
+		})
+	}
+}
+
+func TestParseInvalidNoteExplainsNames(t *testing.T) {
+	_, notes := Parse("Moon$cake")
+	require.Len(t, notes, 1)
+	assert.Equal(t, `ignored "Moon$cake": not a capability name (lower-case letters, digits, '_', '.', '-')`, notes[0])
+}
+
+func TestSetHasString(t *testing.T) {
+	s := newSet([]string{"mooncake", "ais", "hipfile", "ais"})
+	assert.Equal(t, Set{"ais", "hipfile", "mooncake"}, s)
+	assert.True(t, s.Has("ais"))
+	assert.True(t, s.Has("hipfile"))
+	assert.True(t, s.Has("mooncake"))
+	assert.False(t, s.Has("moon"))
+	assert.False(t, s.Has("zzz"))
+	assert.False(t, s.Has(""))
+	assert.Equal(t, "ais hipfile mooncake", s.String())
+
+	assert.Equal(t, "none", Set{}.String())
+	assert.Equal(t, "none", Set(nil).String())
+	assert.False(t, Set(nil).Has("mooncake"))
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "CAPABILITIES")
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	return p
+}
+
+func TestReadFile(t *testing.T) {
+	t.Run("present", func(t *testing.T) {
+		set, notes, exists, err := ReadFile(writeFile(t, "mooncake hipfile\n"))
+		require.NoError(t, err)
+		assert.True(t, exists)
+		assert.Equal(t, Set{"hipfile", "mooncake"}, set)
+		assert.Empty(t, notes)
+	})
+	t.Run("missing", func(t *testing.T) {
+		set, notes, exists, err := ReadFile(filepath.Join(t.TempDir(), "CAPABILITIES"))
+		require.NoError(t, err)
+		assert.False(t, exists)
+		assert.Equal(t, Set{}, set)
+		assert.Empty(t, notes)
+	})
+	t.Run("missing directory", func(t *testing.T) {
+		_, _, exists, err := ReadFile(filepath.Join(t.TempDir(), "no", "such", "CAPABILITIES"))
+		require.NoError(t, err)
+		assert.False(t, exists)
+	})
+	t.Run("empty", func(t *testing.T) {
+		set, notes, exists, err := ReadFile(writeFile(t, ""))
+		require.NoError(t, err)
+		assert.True(t, exists)
+		assert.Equal(t, Set{}, set)
+		assert.Equal(t, []string{"is empty: the tree declares no capabilities"}, notes)
+	})
+	t.Run("blank", func(t *testing.T) {
+		set, notes, exists, err := ReadFile(writeFile(t, " \n"))
+		require.NoError(t, err)
+		assert.True(t, exists)
+		assert.Equal(t, Set{}, set)
+		assert.Equal(t, []string{"is empty: the tree declares no capabilities"}, notes)
+	})
+	t.Run("only invalid words: no empty note on top", func(t *testing.T) {
+		set, notes, exists, err := ReadFile(writeFile(t, "Moon$cake\n"))
+		require.NoError(t, err)
+		assert.True(t, exists)
+		assert.Equal(t, Set{}, set)
+		require.Len(t, notes, 1)
+		assert.Contains(t, notes[0], `ignored "Moon$cake"`)
+	})
+	t.Run("notes of the content", func(t *testing.T) {
+		set, notes, _, err := ReadFile(writeFile(t, "mooncake\r\nhipfile\r\n"))
+		require.NoError(t, err)
+		assert.Equal(t, Set{"hipfile", "mooncake"}, set)
+		require.Len(t, notes, 2)
+		assert.Contains(t, notes[0], "CRLF")
+		assert.Contains(t, notes[1], "spans 2 lines")
+	})
+	t.Run("directory", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "CAPABILITIES")
+		require.NoError(t, os.Mkdir(dir, 0o755))
+		set, _, exists, err := ReadFile(dir)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "read capabilities")
+		assert.False(t, exists)
+		assert.Nil(t, set)
+	})
+	t.Run("unreadable", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root can read a mode 000 file")
+		}
+		p := writeFile(t, "mooncake\n")
+		require.NoError(t, os.Chmod(p, 0))
+		set, _, exists, err := ReadFile(p)
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, os.ErrPermission), "%v", err)
+		assert.Contains(t, err.Error(), "read capabilities")
+		assert.False(t, exists)
+		assert.Nil(t, set)
+	})
+}
+
+func TestParseRequirement(t *testing.T) {
+	tests := []struct {
+		raw   string
+		all   bool
+		names []string
+	}{
+		{raw: "1", all: true},
+		{raw: "true", all: true},
+		{raw: "TRUE", all: true},
+		{raw: "True", all: true},
+		{raw: "all", all: true},
+		{raw: "ALL", all: true},
+		{raw: " all ", all: true},
+		{raw: ""},
+		{raw: "  "},
+		{raw: "0"},
+		{raw: "false"},
+		{raw: "FALSE"},
+		{raw: "none"},
+		{raw: "None"},
+		{raw: ","},
+		{raw: "mooncake", names: []string{"mooncake"}},
+		{raw: "mooncake,hipfile", names: []string{"hipfile", "mooncake"}},
+		{raw: "mooncake hipfile", names: []string{"hipfile", "mooncake"}},
+		{raw: " mooncake , hipfile ", names: []string{"hipfile", "mooncake"}},
+		{raw: "mooncake,,hipfile,", names: []string{"hipfile", "mooncake"}},
+		{raw: "mooncake\thipfile", names: []string{"hipfile", "mooncake"}},
+		{raw: "MoonCake,HIPFILE", names: []string{"hipfile", "mooncake"}},
+		{raw: "mooncake,mooncake", names: []string{"mooncake"}},
+		{raw: "ais", names: []string{"ais"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			r, err := ParseRequirement(tt.raw)
+			require.NoError(t, err)
+			assert.Equal(t, tt.raw, r.Raw)
+			assert.Equal(t, tt.all, r.All)
+			if tt.names == nil {
+				assert.Empty(t, r.Names)
+			} else {
+				assert.Equal(t, tt.names, r.Names)
+			}
+			assert.Equal(t, !tt.all && len(tt.names) == 0, r.None())
+		})
+	}
+}
+
+func TestParseRequirementErrors(t *testing.T) {
+	tests := []struct {
+		raw, bad string
+	}{
+		{"mooncake;rm -rf", "mooncake;rm"},
+		{"mooncake,$(reboot)", "$(reboot)"},
+		{"-rf", "-rf"},
+		{"yes", ""},
+		{"mooncake/hipfile", "mooncake/hipfile"},
+		{"mooncake\nhipfile", "mooncake\nhipfile"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			r, err := ParseRequirement(tt.raw)
+			if tt.bad == "" {
+				// "yes" is a well-formed name: it is required as such.
+				require.NoError(t, err)
+				assert.Equal(t, []string{"yes"}, r.Names)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "INFERA_REQUIRE_NATIVE="+quote(tt.raw), "names the value")
+			assert.Contains(t, err.Error(), quote(tt.bad)+" is not a capability name", "names the bad word")
+			assert.Contains(t, err.Error(), `"mooncake,hipfile"`, "shows an example")
+			assert.Equal(t, Requirement{}, r)
+		})
+	}
+}
+
+func quote(s string) string {
+	return `"` + strings.ReplaceAll(s, "\n", `\n`) + `"`
+}
+
+func TestRequirementString(t *testing.T) {
+	assert.Equal(t, "the native tree and all it declares", Requirement{All: true}.String())
+	assert.Equal(t, "nothing", Requirement{}.String())
+	assert.Equal(t, "hipfile mooncake", Requirement{Names: []string{"hipfile", "mooncake"}}.String())
+}
+
+func mustReq(t *testing.T, raw string) Requirement {
+	t.Helper()
+	r, err := ParseRequirement(raw)
+	require.NoError(t, err)
+	return r
+}
+
+var (
+	vllmTree  = Tree{Name: "rocm7-py312", Dir: "/overlay/native/rocm7-py312", Caps: Set{"hipfile", "mooncake"}}
+	sglTree   = Tree{Name: "rocm7-py312", Dir: "/payload/native/rocm7-py312", Caps: Set{"mooncake"}}
+	otherTree = Tree{Name: "rocm6-py311", Dir: "/payload/native/rocm6-py311", Caps: Set{}}
+)
+
+func TestCheckSatisfied(t *testing.T) {
+	tests := []struct {
+		name string
+		req  string
+		tree *Tree
+		want Set
+	}{
+		{"nothing required, no tree", "", nil, Set{}},
+		{"nothing required, tree", "0", &vllmTree, Set{}},
+		{"all", "all", &vllmTree, Set{"hipfile", "mooncake"}},
+		{"all of an empty tree", "1", &otherTree, Set{}},
+		{"one name", "mooncake", &vllmTree, Set{"mooncake"}},
+		{"two names", "mooncake,hipfile", &vllmTree, Set{"hipfile", "mooncake"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Check(mustReq(t, tt.req), tt.tree, "why", []Tree{vllmTree})
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func checkErr(t *testing.T, req Requirement, tree *Tree, why string, avail []Tree) (*Unavailable, string) {
+	t.Helper()
+	got, err := Check(req, tree, why, avail)
+	require.Error(t, err)
+	assert.Nil(t, got)
+	var u *Unavailable
+	require.True(t, errors.As(err, &u), "error is *Unavailable, got %T", err)
+	return u, err.Error()
+}
+
+func TestCheckMissingHipfile(t *testing.T) {
+	u, msg := checkErr(t, mustReq(t, "mooncake,hipfile"), &sglTree, "", []Tree{sglTree, otherTree})
+	assert.Equal(t, []string{"hipfile"}, u.Missing)
+	assert.Same(t, &sglTree, u.Tree)
+
+	assert.Contains(t, msg, "INFERA_REQUIRE_NATIVE=mooncake,hipfile: ")
+	assert.Contains(t, msg, "capability hipfile not provided", "names the missing capability")
+	assert.Contains(t, msg, "native tree /payload/native/rocm7-py312", "names the tree dir")
+	assert.Contains(t, msg, "(it provides: mooncake)", "says what the tree provides")
+	assert.Contains(t, msg, "trees available: rocm7-py312 [mooncake], rocm6-py311 [none]", "lists trees with capabilities")
+	assert.Contains(t, msg, "hipfile is vLLM-only by design")
+	assert.Contains(t, msg, "SGLang")
+	assert.NotContains(t, msg, "not a capability infera-exec knows")
+}
+
+func TestCheckMissingSeveral(t *testing.T) {
+	u, msg := checkErr(t, mustReq(t, "mooncake hipfile"), &otherTree, "", []Tree{otherTree})
+	assert.Equal(t, []string{"hipfile", "mooncake"}, u.Missing)
+	assert.Contains(t, msg, "capabilities hipfile mooncake not provided by native tree /payload/native/rocm6-py311 (it provides: none)")
+	assert.Contains(t, msg, "trees available: rocm6-py311 [none]")
+	assert.Contains(t, msg, "vLLM-only")
+}
+
+func TestCheckMissingMooncakeOnly(t *testing.T) {
+	_, msg := checkErr(t, mustReq(t, "mooncake"), &otherTree, "", nil)
+	assert.Contains(t, msg, "capability mooncake not provided by native tree /payload/native/rocm6-py311 (it provides: none)")
+	assert.Contains(t, msg, "trees available: none")
+	assert.NotContains(t, msg, "vLLM-only", "the hipfile note only when hipfile is missing")
+	assert.NotContains(t, msg, "not a capability infera-exec knows")
+}
+
+func TestCheckMissingUnknown(t *testing.T) {
+	u, msg := checkErr(t, mustReq(t, "ais,mooncake"), &sglTree, "", []Tree{sglTree})
+	assert.Equal(t, []string{"ais"}, u.Missing)
+	assert.Contains(t, msg, "capability ais not provided by native tree /payload/native/rocm7-py312 (it provides: mooncake)")
+	assert.Contains(t, msg, `note: "ais" is not a capability infera-exec knows (known: hipfile, mooncake)`)
+	assert.NotContains(t, msg, "vLLM-only")
+}
+
+func TestCheckUnknownProvidedIsFine(t *testing.T) {
+	tree := Tree{Name: "rocm7-py312", Dir: "/p/native/rocm7-py312", Caps: Set{"ais", "mooncake"}}
+	got, err := Check(mustReq(t, "ais"), &tree, "", nil)
+	require.NoError(t, err)
+	assert.Equal(t, Set{"ais"}, got)
+}
+
+func TestCheckNoTree(t *testing.T) {
+	why := "the payload has no native/rocm7-py312"
+	t.Run("names", func(t *testing.T) {
+		u, msg := checkErr(t, mustReq(t, "mooncake,hipfile"), nil, why, []Tree{otherTree})
+		assert.Nil(t, u.Tree)
+		assert.Equal(t, []string{"hipfile", "mooncake"}, u.Missing)
+		assert.Contains(t, msg, "INFERA_REQUIRE_NATIVE=mooncake,hipfile: a native tree is required but "+why)
+		assert.Contains(t, msg, "; required: hipfile mooncake")
+		assert.Contains(t, msg, "trees available: rocm6-py311 [none]")
+		assert.Contains(t, msg, "vLLM-only")
+	})
+	t.Run("all", func(t *testing.T) {
+		u, msg := checkErr(t, mustReq(t, "1"), nil, why, nil)
+		assert.Empty(t, u.Missing)
+		assert.Equal(t, "INFERA_REQUIRE_NATIVE=1: a native tree is required but "+why+"; trees available: none", msg)
+	})
+}

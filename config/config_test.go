@@ -1,0 +1,493 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/environ"
+)
+
+const (
+	testExe = "/overlay/bin/infera-exec"
+	testCwd = "/work/dir"
+)
+
+func envOf(m map[string]string) *environ.Env {
+	kv := make([]string, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, k+"="+v)
+	}
+	return environ.New(kv)
+}
+
+func load(t *testing.T, m map[string]string) (Config, []string) {
+	t.Helper()
+	c, warns, err := Load(envOf(m), testExe, testCwd)
+	require.NoError(t, err)
+	return c, warns
+}
+
+func TestLoadDefaults(t *testing.T) {
+	c, warns := load(t, nil)
+	assert.Empty(t, warns)
+	assert.Equal(t, "/overlay", c.PayloadRoot)
+	assert.Equal(t, "parent of the directory holding "+testExe, c.PayloadRootFrom)
+	assert.Equal(t, "python3", c.Python)
+	assert.Equal(t, 10*time.Second, c.PythonTimeoutDuration())
+	assert.Equal(t, "10s", c.PythonTimeout)
+	assert.Equal(t, capability.Requirement{Raw: ""}, c.RequireNative)
+	assert.True(t, c.RequireNative.None())
+	assert.Equal(t, 1800, c.ReadyTimeout)
+	assert.Equal(t, "default", c.ReadyTimeoutFrom)
+	assert.Equal(t, "/", c.Chdir)
+	assert.Equal(t, "/host-libionic/libionic.so", c.HostLibionic)
+	assert.False(t, c.SkipEnginePatches)
+	assert.Equal(t, "", c.ReportPath)
+	assert.False(t, c.ReportOff)
+	assert.Equal(t, []string{"/opt/rocm"}, c.ROCmRoots)
+	assert.Nil(t, c.ABIFamily)
+	assert.False(t, c.LogJSON)
+}
+
+func TestLoadIgnoresUnrelatedEnv(t *testing.T) {
+	c, warns := load(t, map[string]string{"HOME": "/root", "PATH": "/usr/bin", "INFERA_UNKNOWN": "x"})
+	assert.Empty(t, warns)
+	assert.Equal(t, 1800, c.ReadyTimeout)
+	assert.Equal(t, "/overlay", c.PayloadRoot)
+}
+
+func TestLoadReadyTimeout(t *testing.T) {
+	tests := []struct {
+		value    string
+		want     int
+		wantFrom string // empty: "INFERA_ENGINE_READY_TIMEOUT=<value>"
+		warn     string // substring of the single warning; empty: no warning
+	}{
+		{value: "2400", want: 2400},
+		{value: " 2400 ", want: 2400},
+		{value: "1", want: 1},
+		{value: "90.5", want: 91},
+		{value: "0.2", want: 1},
+		{value: "1799.000001", want: 1800},
+		{value: "90m", want: 5400},
+		{value: "2h", want: 7200},
+		{value: "1h30m", want: 5400},
+		{value: "1.5h", want: 5400},
+		{value: "90s", want: 90},
+		{value: "1500ms", want: 2},
+		{value: "", want: 1800, wantFrom: "default"},
+		{value: "abc", want: 1800, warn: "is neither seconds nor a duration"},
+		{value: "-5", want: 1800, warn: "is not positive"},
+		{value: "-1h", want: 1800, warn: "is not positive"},
+		{value: "0", want: 1800, warn: "is not positive"},
+		{value: "0.0", want: 1800, warn: "is not positive"},
+		{value: "1e-10", want: 1800, warn: "is not positive"},
+		{value: "NaN", want: 1800, warn: "is out of range"},
+		{value: "inf", want: 1800, warn: "is out of range"},
+		{value: "-Inf", want: 1800, warn: "is out of range"},
+		{value: "1e400", want: 1800, warn: "is neither seconds nor a duration"},
+		{value: "3000000000", want: 1800, warn: "is out of range"},
+		{value: "9999999999", want: 1800, warn: "is out of range"},
+		{value: "9223372036.854775807", want: 1800, warn: "is out of range"},
+		{value: "10 minutes", want: 1800, warn: "is neither seconds nor a duration"},
+		{value: "30 m", want: 1800, warn: "is neither seconds nor a duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_ENGINE_READY_TIMEOUT": tt.value})
+			assert.Equal(t, tt.want, c.ReadyTimeout)
+			if tt.warn == "" {
+				assert.Empty(t, warns)
+				from := tt.wantFrom
+				if from == "" {
+					from = "INFERA_ENGINE_READY_TIMEOUT=" + tt.value
+				}
+				assert.Equal(t, from, c.ReadyTimeoutFrom)
+				return
+			}
+			require.Len(t, warns, 1)
+			quoted := `INFERA_ENGINE_READY_TIMEOUT="` + tt.value + `"`
+			assert.Contains(t, warns[0], quoted, "the warning quotes the value")
+			assert.Contains(t, warns[0], tt.warn)
+			assert.Contains(t, warns[0], "using 1800")
+			assert.Equal(t, "default ("+quoted+" rejected)", c.ReadyTimeoutFrom)
+		})
+	}
+}
+
+func TestLoadReadyTimeoutQuotesControlCharacters(t *testing.T) {
+	_, warns := load(t, map[string]string{"INFERA_ENGINE_READY_TIMEOUT": "5\nx"})
+	require.Len(t, warns, 1)
+	assert.Contains(t, warns[0], `INFERA_ENGINE_READY_TIMEOUT="5\nx"`)
+	assert.NotContains(t, warns[0], "\n", "a warning is one log line")
+}
+
+func TestLoadPayloadRoot(t *testing.T) {
+	tests := []struct {
+		name, exe, value string
+		want, wantFrom   string
+	}{
+		{name: "default is parent of binary dir", exe: "/overlay/bin/infera-exec", want: "/overlay", wantFrom: "parent of the directory holding /overlay/bin/infera-exec"},
+		{name: "default deeper", exe: "/opt/x/payload/bin/infera-exec", want: "/opt/x/payload", wantFrom: "parent of the directory holding /opt/x/payload/bin/infera-exec"},
+		{name: "absolute", exe: testExe, value: "/payload", want: "/payload", wantFrom: "PAYLOAD_ROOT"},
+		{name: "absolute cleaned", exe: testExe, value: "/payload/./x/../", want: "/payload", wantFrom: "PAYLOAD_ROOT"},
+		{name: "relative to cwd", exe: testExe, value: "payload", want: "/work/dir/payload", wantFrom: "PAYLOAD_ROOT"},
+		{name: "relative dot", exe: testExe, value: ".", want: "/work/dir", wantFrom: "PAYLOAD_ROOT"},
+		{name: "relative parent", exe: testExe, value: "../p", want: "/work/p", wantFrom: "PAYLOAD_ROOT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := map[string]string{}
+			if tt.value != "" {
+				m["PAYLOAD_ROOT"] = tt.value
+			}
+			c, warns, err := Load(envOf(m), tt.exe, testCwd)
+			require.NoError(t, err)
+			assert.Empty(t, warns)
+			assert.Equal(t, tt.want, c.PayloadRoot)
+			assert.Equal(t, tt.wantFrom, c.PayloadRootFrom)
+		})
+	}
+}
+
+func TestLoadPathsRelativeToCwd(t *testing.T) {
+	tests := []struct {
+		name, key, value string
+		get              func(Config) string
+		want             string
+	}{
+		{"chdir absolute", "INFERA_EXEC_CHDIR", "/srv", func(c Config) string { return c.Chdir }, "/srv"},
+		{"chdir relative", "INFERA_EXEC_CHDIR", "sub/dir", func(c Config) string { return c.Chdir }, "/work/dir/sub/dir"},
+		{"chdir dot", "INFERA_EXEC_CHDIR", ".", func(c Config) string { return c.Chdir }, "/work/dir"},
+		{"chdir empty is default", "INFERA_EXEC_CHDIR", "", func(c Config) string { return c.Chdir }, "/"},
+		{"host libionic absolute", "INFERA_HOST_LIBIONIC", "/mnt/libionic.so", func(c Config) string { return c.HostLibionic }, "/mnt/libionic.so"},
+		{"host libionic relative", "INFERA_HOST_LIBIONIC", "lib/libionic.so", func(c Config) string { return c.HostLibionic }, "/work/dir/lib/libionic.so"},
+		{"python kept as given", "INFERA_PYTHON", "python3.12", func(c Config) string { return c.Python }, "python3.12"},
+		{"python path kept as given", "INFERA_PYTHON", "venv/bin/python", func(c Config) string { return c.Python }, "venv/bin/python"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, warns := load(t, map[string]string{tt.key: tt.value})
+			assert.Empty(t, warns)
+			assert.Equal(t, tt.want, tt.get(c))
+		})
+	}
+}
+
+func TestLoadRequireNative(t *testing.T) {
+	tests := []struct {
+		value string
+		want  capability.Requirement
+	}{
+		{"", capability.Requirement{Raw: ""}},
+		{"0", capability.Requirement{Raw: "0"}},
+		{"1", capability.Requirement{Raw: "1", All: true}},
+		{"all", capability.Requirement{Raw: "all", All: true}},
+		{"mooncake,hipfile", capability.Requirement{Raw: "mooncake,hipfile", Names: []string{"hipfile", "mooncake"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_REQUIRE_NATIVE": tt.value})
+			assert.Empty(t, warns)
+			assert.Equal(t, tt.want.Raw, c.RequireNative.Raw)
+			assert.Equal(t, tt.want.All, c.RequireNative.All)
+			assert.Equal(t, []string(tt.want.Names), []string(c.RequireNative.Names))
+		})
+	}
+}
+
+func TestLoadRequireNativeGarbage(t *testing.T) {
+	for _, v := range []string{"mooncake;rm -rf", "yes please!", "Moon$cake"} {
+		t.Run(v, func(t *testing.T) {
+			c, _, err := Load(envOf(map[string]string{
+				"INFERA_REQUIRE_NATIVE": v,
+				"INFERA_EXEC_REPORT":    "/r/report.json",
+			}), testExe, testCwd)
+			require.Error(t, err)
+			var cerr *Error
+			require.True(t, errors.As(err, &cerr), "error is a *config.Error, got %T", err)
+			assert.Contains(t, cerr.Msg, `INFERA_REQUIRE_NATIVE="`+v+`"`, "the error names the value")
+			assert.Equal(t, cerr.Msg, err.Error())
+			// The report location is read first, so the refusal can still be reported.
+			assert.Equal(t, "/r/report.json", c.ReportPath)
+			assert.Equal(t, "/overlay", c.PayloadRoot)
+		})
+	}
+}
+
+func TestLoadABIFamily(t *testing.T) {
+	tests := []struct {
+		value      string
+		rocmFound  bool
+		rocmMajor  int
+		pyMinor    int
+		familyName string
+	}{
+		{"rocm7-py312", true, 7, 12, "rocm7-py312"},
+		{"rocm6-py310", true, 6, 10, "rocm6-py310"},
+		{"py311", false, 0, 11, "py311"},
+		{"py39", false, 0, 9, "py39"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_ABI_FAMILY": tt.value})
+			assert.Empty(t, warns)
+			require.NotNil(t, c.ABIFamily)
+			f := c.ABIFamily
+			assert.Equal(t, tt.rocmFound, f.ROCm.Found)
+			assert.Equal(t, tt.rocmMajor, f.ROCm.Major)
+			assert.Equal(t, 3, f.Python.Major)
+			assert.Equal(t, tt.pyMinor, f.Python.Minor)
+			assert.Equal(t, tt.value, f.Override)
+			assert.Equal(t, tt.familyName, f.Name())
+			assert.Equal(t, "INFERA_ABI_FAMILY="+tt.value, f.Python.DecidedBy)
+		})
+	}
+}
+
+func TestLoadABIFamilyErrors(t *testing.T) {
+	tests := []struct {
+		value, want string
+	}{
+		{"rocm7", "expected rocmN-py3XX"},
+		{"rocm7-py3.12", "expected rocmN-py3XX"},
+		{"ROCM7-PY312", "expected rocmN-py3XX"},
+		{"rocm7-py312 ", "expected rocmN-py3XX"},
+		{"rocmX-py312", "expected rocmN-py3XX"},
+		{"py3", "expected rocmN-py3XX"},
+		{"py211", "CPython 3 only"},
+		{"rocm7-py412", "CPython 3 only"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, _, err := Load(envOf(map[string]string{"INFERA_ABI_FAMILY": tt.value}), testExe, testCwd)
+			var cerr *Error
+			require.True(t, errors.As(err, &cerr), "error is a *config.Error, got %T (%v)", err, err)
+			assert.Contains(t, cerr.Msg, `INFERA_ABI_FAMILY="`+tt.value+`"`)
+			assert.Contains(t, cerr.Msg, tt.want)
+			assert.Nil(t, c.ABIFamily)
+		})
+	}
+}
+
+func TestLoadReport(t *testing.T) {
+	tests := []struct {
+		value    string
+		wantOff  bool
+		wantPath string
+	}{
+		{"", false, ""},
+		{"off", true, ""},
+		{"OFF", true, ""},
+		{"Off", true, ""},
+		{"none", true, ""},
+		{"0", true, ""},
+		{"false", true, ""},
+		{"FALSE", true, ""},
+		{"/var/log/infera/report.json", false, "/var/log/infera/report.json"},
+		{"/var/log//infera/../report.json", false, "/var/log/report.json"},
+		{"report.json", false, "/work/dir/report.json"},
+		{"Logs/Report.JSON", false, "/work/dir/Logs/Report.JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_EXEC_REPORT": tt.value})
+			assert.Empty(t, warns)
+			assert.Equal(t, tt.wantOff, c.ReportOff)
+			assert.Equal(t, tt.wantPath, c.ReportPath)
+		})
+	}
+}
+
+func TestLoadROCmRoots(t *testing.T) {
+	tests := []struct {
+		value string
+		want  []string
+	}{
+		{"", []string{"/opt/rocm"}},
+		{"/opt/rocm-6.2.0", []string{"/opt/rocm-6.2.0", "/opt/rocm"}},
+		{"/opt/rocm", []string{"/opt/rocm"}},
+		{"/opt/rocm/", []string{"/opt/rocm"}},
+		{"/opt/./rocm", []string{"/opt/rocm"}},
+		{"/usr", []string{"/usr", "/opt/rocm"}},
+		{"rocm", []string{"/work/dir/rocm", "/opt/rocm"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"ROCM_PATH": tt.value})
+			assert.Empty(t, warns)
+			assert.Equal(t, tt.want, c.ROCmRoots)
+		})
+	}
+}
+
+func TestLoadPythonTimeout(t *testing.T) {
+	tests := []struct {
+		value  string
+		want   time.Duration
+		wantS  string
+		warned bool
+	}{
+		{"", 10 * time.Second, "10s", false},
+		{"5", 5 * time.Second, "5s", false},
+		{"2.5", 2500 * time.Millisecond, "2.5s", false},
+		{"1m", time.Minute, "1m0s", false},
+		{"abc", 10 * time.Second, "10s", true},
+		{"0", 10 * time.Second, "10s", true},
+		{"-1", 10 * time.Second, "10s", true},
+		{"NaN", 10 * time.Second, "10s", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_PYTHON_TIMEOUT": tt.value})
+			assert.Equal(t, tt.want, c.PythonTimeoutDuration())
+			assert.Equal(t, tt.wantS, c.PythonTimeout)
+			if !tt.warned {
+				assert.Empty(t, warns)
+				return
+			}
+			require.Len(t, warns, 1)
+			assert.Contains(t, warns[0], `INFERA_PYTHON_TIMEOUT="`+tt.value+`"`)
+			assert.Contains(t, warns[0], "using 10s")
+		})
+	}
+}
+
+func TestLoadLog(t *testing.T) {
+	tests := []struct {
+		value   string
+		json    bool
+		warning string
+	}{
+		{"", false, ""},
+		{"text", false, ""},
+		{"TEXT", false, ""},
+		{"json", true, ""},
+		{"JSON", true, ""},
+		{"xml", false, `INFERA_EXEC_LOG="xml" is not text or json`},
+		{"Yaml", false, `INFERA_EXEC_LOG="Yaml" is not text or json`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_EXEC_LOG": tt.value})
+			assert.Equal(t, tt.json, c.LogJSON)
+			if tt.warning == "" {
+				assert.Empty(t, warns)
+				return
+			}
+			require.Len(t, warns, 1)
+			assert.Contains(t, warns[0], tt.warning, "the warning quotes the value as given")
+		})
+	}
+}
+
+func TestLoadSkipEnginePatches(t *testing.T) {
+	// Drop-in contract: any non-empty value skips the patches, even "0".
+	for v, want := range map[string]bool{"": false, "1": true, "yes": true, "0": true, "false": true} {
+		t.Run(v, func(t *testing.T) {
+			c, _ := load(t, map[string]string{"INFERA_SKIP_ENGINE_PATCHES": v})
+			assert.Equal(t, want, c.SkipEnginePatches)
+		})
+	}
+}
+
+func TestLoadWarningsAccumulate(t *testing.T) {
+	c, warns := load(t, map[string]string{
+		"INFERA_PYTHON_TIMEOUT":       "soon",
+		"INFERA_ENGINE_READY_TIMEOUT": "later",
+		"INFERA_EXEC_LOG":             "loud",
+	})
+	require.Len(t, warns, 3)
+	assert.Contains(t, warns[0], `INFERA_PYTHON_TIMEOUT="soon"`)
+	assert.Contains(t, warns[1], `INFERA_ENGINE_READY_TIMEOUT="later"`)
+	assert.Contains(t, warns[2], `INFERA_EXEC_LOG="loud"`)
+	assert.Equal(t, 1800, c.ReadyTimeout)
+}
+
+func TestParseSeconds(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		err  string // substring; empty: no error
+	}{
+		{in: "90", want: 90 * time.Second},
+		{in: " 90\t", want: 90 * time.Second},
+		{in: "90.5", want: 90*time.Second + 500*time.Millisecond},
+		{in: "0.2", want: 200 * time.Millisecond},
+		{in: "0", want: 0},
+		{in: "-5", want: -5 * time.Second},
+		{in: "+7", want: 7 * time.Second},
+		{in: "1e3", want: 1000 * time.Second},
+		{in: "1e-9", want: time.Nanosecond},
+		{in: "90m", want: 90 * time.Minute},
+		{in: "2h", want: 2 * time.Hour},
+		{in: "1h30m", want: 90 * time.Minute},
+		{in: "300ms", want: 300 * time.Millisecond},
+		{in: "-1h", want: -time.Hour},
+		{in: "9223372036", want: 9223372036 * time.Second},
+		{in: "9223372027", want: 9223372027 * time.Second},
+		{in: "5000000001", want: 5000000001 * time.Second},
+		{in: "0005", want: 5 * time.Second},
+		{in: "-9223372036", want: -9223372036 * time.Second},
+		{in: "9223372037", err: "is out of range"},
+		{in: "9223372036.854775807", err: "is out of range"},
+		{in: "NaN", err: "is out of range"},
+		{in: "nan", err: "is out of range"},
+		{in: "inf", err: "is out of range"},
+		{in: "+Inf", err: "is out of range"},
+		{in: "-infinity", err: "is out of range"},
+		{in: "1e400", err: "is neither seconds nor a duration"},
+		{in: "", err: "is neither seconds nor a duration"},
+		{in: "   ", err: "is neither seconds nor a duration"},
+		{in: "abc", err: "is neither seconds nor a duration"},
+		{in: "10 minutes", err: "is neither seconds nor a duration"},
+		{in: "5x", err: "is neither seconds nor a duration"},
+		{in: "3000000h", err: "is neither seconds nor a duration"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseSeconds(tt.in)
+			if tt.err != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.err)
+				assert.Equal(t, time.Duration(0), got)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestParseSecondsNeverWraps(t *testing.T) {
+	// Values around the int64 nanosecond limit: a positive number of
+	// seconds must never come back negative (or the reverse).
+	for _, s := range []string{
+		"9223372036.854775", "9223372036.8547758", "9223372036.854775807", "9223372036.854775808", "9223372036.9",
+		"-9223372036.854775", "-9223372036.854775808", "-9223372036.9",
+	} {
+		d, err := ParseSeconds(s)
+		if err != nil {
+			assert.Contains(t, err.Error(), "out of range", s)
+			continue
+		}
+		if strings.HasPrefix(s, "-") {
+			assert.Less(t, int64(d), int64(0), s)
+		} else {
+			assert.Greater(t, int64(d), int64(0), s)
+		}
+		assert.InDelta(t, math.Abs(float64(d)), 9.223372036854775e18, 1e7, s)
+	}
+}
+
+func TestErrorType(t *testing.T) {
+	var err error = &Error{Msg: "boom"}
+	assert.Equal(t, "boom", err.Error())
+}

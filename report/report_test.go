@@ -1,0 +1,303 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/launch"
+)
+
+const secret = "hf_SECRET_token_value"
+
+func sampleReport() *Report {
+	before, after := "/usr/bin", "/overlay/bin:/usr/bin"
+	return &Report{
+		Schema:  Schema,
+		Tool:    Tool{Version: "v0.3.0", Commit: "abc123", Go: "go1.26"},
+		Mode:    "exec",
+		Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		PID:     1,
+		Args:    []string{"infera-exec", "python3", "-m", "infera.engine.vllm"},
+		Family:  "rocm7-py312",
+		EnvChanges: []environ.Change{
+			{Name: "PATH", Before: &before, After: &after},
+		},
+		Exec: &Exec{
+			Command: []string{"python3", "-m", "infera.engine.vllm"},
+			Path:    "/usr/bin/python3",
+			Argv:    []string{"python3", "-m", "infera.engine.vllm"},
+			Cwd:     "/",
+			Env:     []string{"PATH=" + after, "HF_TOKEN=" + secret},
+			Nofile:  launch.Nofile{Soft: 1048576, Hard: 1048576, Changed: true},
+		},
+		Log:     []logging.Entry{{Level: "warn", Message: "something to fix"}},
+		Timings: []Timing{{Step: "abi", Micros: 42}},
+		Outcome: Outcome{Result: "exec", Code: 0},
+	}
+}
+
+func TestSchemaIsOne(t *testing.T) {
+	assert.Equal(t, 1, Schema)
+}
+
+func TestWriteExplicitPath(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nested", "deeper", "report.json") // directories do not exist yet
+	r := sampleReport()
+	execBefore := r.Exec
+
+	got, err := Write(r, path)
+	require.NoError(t, err)
+	assert.Equal(t, path, got)
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), secret, "the full environment never reaches the report file")
+	assert.NotContains(t, string(data), "HF_TOKEN")
+	assert.True(t, bytes.HasSuffix(data, []byte("}\n")))
+
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(data, &m), "valid JSON")
+	assert.Equal(t, float64(1), m["schema"])
+	assert.Equal(t, "exec", m["mode"])
+	assert.Equal(t, "rocm7-py312", m["family"])
+	ex, ok := m["exec"].(map[string]any)
+	require.True(t, ok, "exec is an object: %v", m["exec"])
+	assert.NotContains(t, ex, "env")
+	assert.Equal(t, "/usr/bin/python3", ex["path"])
+	assert.Equal(t, []any{"python3", "-m", "infera.engine.vllm"}, ex["command"])
+	assert.Equal(t, map[string]any{"soft": float64(1048576), "hard": float64(1048576), "changed": true}, ex["nofile"])
+	changes, ok := m["env_changes"].([]any)
+	require.True(t, ok)
+	require.Len(t, changes, 1)
+	assert.Equal(t, map[string]any{"name": "PATH", "before": "/usr/bin", "after": "/overlay/bin:/usr/bin"}, changes[0])
+	assert.Equal(t, map[string]any{"result": "exec", "code": float64(0)}, m["outcome"])
+
+	// Decodes back into a Report.
+	var back Report
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, Schema, back.Schema)
+	assert.Nil(t, back.Exec.Env)
+	assert.Equal(t, r.Exec.Argv, back.Exec.Argv)
+	assert.Equal(t, r.Started, back.Started)
+
+	// The caller's report is untouched: --explain still shows the env.
+	assert.Same(t, execBefore, r.Exec)
+	assert.Equal(t, []string{"PATH=/overlay/bin:/usr/bin", "HF_TOKEN=" + secret}, r.Exec.Env)
+
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+	fi, err = os.Stat(filepath.Dir(path))
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir())
+
+	ents, err := os.ReadDir(filepath.Dir(path))
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "no temporary file left")
+	assert.Equal(t, "report.json", ents[0].Name())
+}
+
+func TestWriteWithoutExec(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report.json")
+	r := sampleReport()
+	r.Exec = nil
+	r.Outcome = Outcome{Result: "refused", Code: 69, Reason: "capability hipfile missing"}
+
+	_, err := Write(r, path)
+	require.NoError(t, err)
+	var m map[string]any
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &m))
+	assert.NotContains(t, m, "exec")
+	assert.Equal(t, map[string]any{"result": "refused", "code": float64(69), "reason": "capability hipfile missing"}, m["outcome"])
+}
+
+func TestWriteReplacesPreviousReport(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report.json")
+	require.NoError(t, os.WriteFile(path, []byte("stale, not JSON"), 0o600))
+
+	_, err := Write(sampleReport(), path)
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.True(t, json.Valid(data))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "the report is readable by operators")
+}
+
+func TestWriteExplicitPathFailureDoesNotFallBack(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
+	fallback := filepath.Join(dir, "fallback", "report.json")
+	withDefaultPaths(t, []string{fallback})
+
+	got, err := Write(sampleReport(), filepath.Join(blocker, "report.json"))
+	require.Error(t, err)
+	assert.Equal(t, "", got)
+	assert.Contains(t, err.Error(), "report "+filepath.Join(blocker, "report.json"))
+	assert.NoFileExists(t, fallback)
+}
+
+func withDefaultPaths(t *testing.T, paths []string) {
+	t.Helper()
+	old := DefaultPaths
+	DefaultPaths = paths
+	t.Cleanup(func() { DefaultPaths = old })
+}
+
+func TestWriteDefaultPathsInOrder(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
+	first := filepath.Join(blocker, "infera-exec", "report.json") // cannot be created
+	second := filepath.Join(dir, "tmp", "infera-exec", "report.json")
+	third := filepath.Join(dir, "third", "report.json")
+	withDefaultPaths(t, []string{first, second, third})
+
+	got, err := Write(sampleReport(), "")
+	require.NoError(t, err)
+	assert.Equal(t, second, got)
+	assert.FileExists(t, second)
+	assert.NoFileExists(t, third, "stops at the first location that works")
+}
+
+func TestWriteAllDefaultPathsFail(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
+	a := filepath.Join(blocker, "a", "report.json")
+	b := filepath.Join(blocker, "b", "report.json")
+	withDefaultPaths(t, []string{a, b})
+
+	got, err := Write(sampleReport(), "")
+	require.Error(t, err)
+	assert.Equal(t, "", got)
+	assert.Contains(t, err.Error(), a)
+	assert.Contains(t, err.Error(), b)
+}
+
+func TestWriteRefusesSymlinkedDirInTmp(t *testing.T) {
+	target := t.TempDir()
+	link := filepath.Join("/tmp", fmt.Sprintf("infera-exec-report-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	require.NoError(t, os.Symlink(target, link))
+	t.Cleanup(func() { os.Remove(link) })
+
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is a symlink in /tmp; not following it")
+	assert.NoFileExists(t, filepath.Join(target, "report.json"))
+}
+
+func TestWriteFollowsSymlinkedDirOutsideTmp(t *testing.T) {
+	base := t.TempDir() // /tmp/TestXxx/001: the link's parent is not /tmp itself
+	target := filepath.Join(base, "real")
+	require.NoError(t, os.Mkdir(target, 0o755))
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(target, link))
+
+	got, err := Write(sampleReport(), filepath.Join(link, "report.json"))
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(link, "report.json"), got)
+	assert.FileExists(t, filepath.Join(target, "report.json"))
+}
+
+func TestMarshalKeepsEnvForExplain(t *testing.T) {
+	data, err := Marshal(sampleReport())
+	require.NoError(t, err)
+	assert.True(t, bytes.HasSuffix(data, []byte("\n")))
+	assert.Contains(t, string(data), "HF_TOKEN="+secret, "--explain --json shows the full environment")
+	assert.Contains(t, string(data), "\n  \"schema\": 1,")
+}
+
+func TestQuoteArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nil", nil, ""},
+		{"plain", []string{"python3", "-m", "infera.engine.vllm", "--model", "/models/X"}, "python3 -m infera.engine.vllm --model /models/X"},
+		{"safe punctuation", []string{"--opt=a,b:c+d_e.f-g/h"}, "--opt=a,b:c+d_e.f-g/h"},
+		{"space", []string{"echo", "a b"}, "echo 'a b'"},
+		{"empty string", []string{"cmd", "", "x"}, "cmd '' x"},
+		{"single quote", []string{"it's"}, `'it'\''s'`},
+		{"only a single quote", []string{"'"}, `''\'''`},
+		{"double quotes", []string{`say "hi"`}, `'say "hi"'`},
+		{"dollar", []string{"$HOME"}, "'$HOME'"},
+		{"backtick", []string{"`id`"}, "'`id`'"},
+		{"glob", []string{"*.py"}, "'*.py'"},
+		{"tilde", []string{"~/x"}, "'~/x'"},
+		{"semicolon", []string{"a;b"}, "'a;b'"},
+		{"backslash", []string{`a\b`}, `'a\b'`},
+		{"tab and newline", []string{"a\tb\nc"}, "'a\tb\nc'"},
+		{"non-ASCII", []string{"modèle"}, "'modèle'"},
+		{"json", []string{`{"k": 1}`}, `'{"k": 1}'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, QuoteArgs(tt.args))
+		})
+	}
+}
+
+func TestQuoteArgsPastesIntoShell(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	args := []string{"python3", "", "a b", "it's", `say "hi"`, "$HOME", "`id`", "*", "~", `back\slash`, "tab\there", "new\nline", "modèle", "!x", "a'b'c", "--x=y,z"}
+	out, err := exec.Command(sh, "-c", `printf '%s\0' `+QuoteArgs(args)).Output()
+	require.NoError(t, err)
+	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	assert.Equal(t, args, got)
+}
+
+func TestWriteText(t *testing.T) {
+	r := sampleReport()
+	r.Mode = "explain"
+	r.Exec.Argv = []string{"python3", "-m", "infera.engine.vllm", "--served-model-name", "my model"}
+	r.Outcome = Outcome{Result: "would-start"}
+	var b bytes.Buffer
+	WriteText(&b, r)
+	out := b.String()
+
+	assert.Contains(t, out, "infera-exec v0.3.0: plan (nothing was changed)\n")
+	assert.Contains(t, out, "Environment changes:\n  PATH\n    now /overlay/bin:/usr/bin\n    was /usr/bin\n")
+	assert.Contains(t, out, "  cwd    /\n")
+	assert.Contains(t, out, "  nofile soft 1048576, hard 1048576\n")
+	assert.Contains(t, out, "  path   /usr/bin/python3\n")
+	assert.Contains(t, out, "  argv   python3 -m infera.engine.vllm --served-model-name 'my model'\n")
+	assert.Contains(t, out, "  env\n    PATH=/overlay/bin:/usr/bin\n    HF_TOKEN="+secret+"\n")
+	assert.Contains(t, out, "Warnings:\n  something to fix\n")
+	assert.True(t, strings.HasSuffix(out, "Verdict: would start the worker (exit 0)\n"), out)
+}
+
+func TestWriteTextRefused(t *testing.T) {
+	r := sampleReport()
+	r.Exec = &Exec{Command: []string{"nosuch", "a b"}, Cwd: "/srv"}
+	r.Outcome = Outcome{Result: "exec-failed", Code: 127, Reason: "nosuch: not found"}
+	var b bytes.Buffer
+	WriteText(&b, r)
+	out := b.String()
+	assert.Contains(t, out, "infera-exec v0.3.0: run\n")
+	assert.Contains(t, out, "  argv   nosuch 'a b'\n", "the command as given when it was not resolved")
+	assert.NotContains(t, out, "  path   ")
+	assert.NotContains(t, out, "  env\n")
+	assert.True(t, strings.HasSuffix(out, "Verdict: exec-failed (exit 127): nosuch: not found\n"), out)
+}
