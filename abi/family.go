@@ -21,7 +21,9 @@ func (f Family) Name() string {
 	return fmt.Sprintf("rocm%d-%s", f.ROCm.Major, f.Python.Tree())
 }
 
-var familyRE = regexp.MustCompile(`^(?:rocm(\d+)-)?py(\d)(\d+)$`)
+// No leading zeros and at most three digits, so the name round-trips and no
+// number overflows.
+var familyRE = regexp.MustCompile(`^(?:rocm([1-9]\d{0,2})-)?py(\d)([1-9]\d{0,2}|0)$`)
 
 // ParseFamily parses an INFERA_ABI_FAMILY value such as rocm7-py312 or py311.
 func ParseFamily(s string) (Family, error) {

@@ -89,3 +89,10 @@ func TestFamilyName(t *testing.T) {
 		assert.Equal(t, tc.want, tc.f.Name())
 	}
 }
+
+func TestParseFamilyRejectsNonCanonical(t *testing.T) {
+	for _, s := range []string{"rocm07-py312", "rocm7-py3012", "rocm99999999999999999999-py312", "rocm0-py312"} {
+		_, err := abi.ParseFamily(s)
+		assert.Error(t, err, s)
+	}
+}

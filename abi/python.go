@@ -67,7 +67,7 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 	}
 	path, err := lookup.Command(p.Interpreter, pathOf(pr.Env), pr.Dir)
 	if err != nil {
-		return p, fmt.Errorf("python interpreter %s (INFERA_PYTHON): %w; install it or set INFERA_PYTHON to its path", p.Interpreter, err)
+		return p, fmt.Errorf("python interpreter (INFERA_PYTHON): %w; install it or set INFERA_PYTHON to its path", err)
 	}
 	// With an empty or relative Dir the lookup answers relative to this
 	// process's cwd. Run that very file: exec would search PATH again for a

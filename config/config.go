@@ -37,6 +37,8 @@ type Config struct {
 	Chdir             string                 `json:"chdir"`
 	HostLibionic      string                 `json:"host_libionic"`
 	SkipEnginePatches bool                   `json:"skip_engine_patches"`
+	RequirePatches    []string               `json:"require_patches,omitempty"`
+	StateDir          string                 `json:"state_dir,omitempty"`   // empty: /run/infera-exec, else /tmp/infera-exec
 	ReportPath        string                 `json:"report_path,omitempty"` // empty: default location
 	ReportOff         bool                   `json:"report_off,omitempty"`
 	ROCmRoots         []string               `json:"rocm_roots"`
@@ -48,6 +50,11 @@ type Config struct {
 
 // PythonTimeoutDuration is how long the interpreter may take to answer.
 func (c Config) PythonTimeoutDuration() time.Duration { return c.pythonTimeout }
+
+// PatchProbeTimeout is how long the interpreter may take to say where the
+// engine packages are: a site start with many .pth files is slower than a
+// bare version question, so it gets three times as long.
+func (c Config) PatchProbeTimeout() time.Duration { return 3 * c.pythonTimeout }
 
 // Error is a configuration value that cannot be used.
 type Error struct{ Msg string }
@@ -121,6 +128,10 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	}
 
 	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
+	c.RequirePatches = strings.FieldsFunc(env.Value("INFERA_REQUIRE_PATCHES"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	if v := env.Value("INFERA_EXEC_STATE_DIR"); v != "" {
+		c.StateDir = abs(v, cwd)
+	}
 
 	if v := env.Value("ROCM_PATH"); v != "" {
 		c.ROCmRoots = append(c.ROCmRoots, abs(v, cwd))

@@ -27,7 +27,12 @@ type Error struct {
 	Reason string
 }
 
-func (e *Error) Error() string { return e.Name + ": " + e.Reason }
+func (e *Error) Error() string {
+	if strings.HasPrefix(e.Reason, e.Name) {
+		return e.Reason // the reason already names the path
+	}
+	return e.Name + ": " + e.Reason
+}
 
 // DefaultPath is used when PATH is unset, as glibc's execvp does.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -84,6 +89,10 @@ func executable(p string) error {
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s: %w", p, errNotExist)
+		}
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
 		}
 		return fmt.Errorf("%s: %w", p, err)
 	}

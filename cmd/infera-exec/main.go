@@ -23,6 +23,7 @@ var (
 const (
 	exitOK          = 0
 	exitUsage       = 64  // EX_USAGE: bad options or no command
+	exitPatch       = 65  // EX_DATAERR: a required engine patch is not in force
 	exitUnavailable = 69  // EX_UNAVAILABLE: a required capability is missing
 	exitSoftware    = 70  // EX_SOFTWARE: a bug in infera-exec
 	exitConfig      = 78  // EX_CONFIG: payload, interpreter or configuration unusable
@@ -36,6 +37,7 @@ func main() {
 
 type options struct {
 	help, version, explain, json, verbose bool
+	check                                 string // --check ROOT
 	command                               []string
 }
 
@@ -61,23 +63,36 @@ func parseArgs(args []string) (options, error) {
 			o.command = args[i:]
 			break
 		}
-		switch a {
-		case "-h", "--help":
+		switch {
+		case a == "--check" || strings.HasPrefix(a, "--check="):
+			v, inline := strings.CutPrefix(a, "--check=")
+			if !inline && i+1 < len(args) {
+				i++
+				v = args[i]
+			}
+			if v == "" {
+				return o, &usageError{"--check needs a directory: an unpacked image root filesystem or a site-packages directory"}
+			}
+			o.check = v
+		case a == "-h" || a == "--help":
 			o.help = true
-		case "--version":
+		case a == "--version":
 			o.version = true
-		case "--explain":
+		case a == "--explain":
 			o.explain = true
-		case "--json":
+		case a == "--json":
 			o.json = true
-		case "--verbose":
+		case a == "--verbose":
 			o.verbose = true
 		default:
 			return o, &usageError{fmt.Sprintf("unknown option %s; options go before the command, and a command that starts with '-' goes after --", a)}
 		}
 	}
-	if o.json && !o.explain {
-		return o, &usageError{"--json goes with --explain (it prints the plan as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	if o.json && !o.explain && o.check == "" {
+		return o, &usageError{"--json goes with --explain or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	}
+	if o.check != "" && (o.explain || len(o.command) > 0) {
+		return o, &usageError{"--check evaluates patches against a directory and runs no command; use it alone (with --json if wanted)"}
 	}
 	return o, nil
 }
@@ -95,6 +110,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case o.version:
 		fmt.Fprintf(stdout, "infera-exec %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
+	case o.check != "":
+		return runCheck(o.check, o.json, environ, stdout, stderr)
 	case len(o.command) == 0 && !o.explain:
 		fmt.Fprintf(stderr, "infera-exec: no command given: infera-exec prepares the container and then runs a worker command\nUsage: infera-exec [OPTIONS] [--] COMMAND [ARG...]; run 'infera-exec --help' for more.\n")
 		return exitUsage

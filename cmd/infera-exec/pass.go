@@ -304,25 +304,6 @@ func (p *pass) hostLibionic(context.Context) error {
 	return nil
 }
 
-func (p *pass) enginePatches(context.Context) error {
-	st := report.Stage{Name: "engine patches"}
-	switch dir := filepath.Join(p.cfg.PayloadRoot, "patches"); {
-	case p.cfg.SkipEnginePatches:
-		st.State = "skipped"
-		st.Summary = "INFERA_SKIP_ENGINE_PATCHES is set"
-		p.log.Info("engine patches skipped: INFERA_SKIP_ENGINE_PATCHES is set")
-	case exists(dir):
-		st.State = "unsupported"
-		st.Summary = fmt.Sprintf("%s is present but this build does not apply engine patches", dir)
-		p.log.Warn(st.Summary)
-	default:
-		st.State = "none"
-		st.Summary = "the payload has no patches"
-	}
-	p.rep.Stages = append(p.rep.Stages, st)
-	return nil
-}
-
 func (p *pass) limits(context.Context) error {
 	n, err := launch.RaiseNofile(p.dry)
 	p.rep.Exec.Nofile = n

@@ -1,0 +1,260 @@
+package patches
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// pkgTree writes files (relative to <site>/demo) and returns the site dir
+// and a Location in which package demo resolves there at version 1.2.0.
+func pkgTree(t *testing.T, files map[string]string) (string, *Location) {
+	t.Helper()
+	site := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(site, "demo", name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	dir := filepath.Join(site, "demo")
+	return site, &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}, Version: "1.2.0"}}}
+}
+
+func def(t *testing.T, id string, edits ...Edit) *Definition {
+	t.Helper()
+	d := &Definition{ID: id, Summary: "test " + id, Package: "demo", Distribution: "demo", Edits: edits}
+	require.NoError(t, d.validate())
+	return d
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestApplyTwoFilesThenNoop(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{
+		"a.py":                          "def f(x):\n    a, _ = x\n    return a\n",
+		"sub/b.py":                      "def g():\n    register()\n",
+		"__pycache__/a.cpython-312.pyc": "stale",
+	})
+	d := def(t, "two-files",
+		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		Edit{File: "sub/b.py", Anchor: "    register()\n", Replacement: "    pass  # registered later\n"},
+	)
+	set := &Set{Defs: []*Definition{d}}
+	res := Apply(set, loc, Options{})
+	require.Len(t, res, 1)
+	r := res[0]
+	assert.Equal(t, Pending, r.Before)
+	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, "applied", r.Action)
+	assert.Equal(t, "def f(x):\n    a = x[0]\n    return a\n", read(t, filepath.Join(site, "demo/a.py")))
+	assert.Equal(t, "def g():\n    pass  # registered later\n", read(t, filepath.Join(site, "demo/sub/b.py")))
+	assert.NotEqual(t, r.Edits[0].SHA256Before, r.Edits[0].SHA256After)
+	assert.NoFileExists(t, filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc"), "bytecode of a patched module is removed")
+	assert.Equal(t, []string{filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc")}, r.Edits[0].PycsRemoved)
+
+	// The second run finds it applied and writes nothing.
+	fi1, err := os.Stat(filepath.Join(site, "demo/a.py"))
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond)
+	res = Apply(set, loc, Options{})
+	assert.Equal(t, Applied, res[0].Before)
+	assert.Equal(t, "none", res[0].Action)
+	fi2, err := os.Stat(filepath.Join(site, "demo/a.py"))
+	require.NoError(t, err)
+	assert.Equal(t, fi1.ModTime(), fi2.ModTime(), "a re-run does not touch the file")
+	assert.Equal(t, fi1.Sys().(*syscall.Stat_t).Ino, fi2.Sys().(*syscall.Stat_t).Ino)
+}
+
+func TestDriftNeverHalfApplies(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{
+		"a.py": "    a, _ = x\n",
+		"b.py": "    register()\n    register()\n", // found twice, expected once
+	})
+	d := def(t, "drifted",
+		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+	)
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Equal(t, "none", r.Action)
+	assert.Contains(t, r.Why, "b.py: anchor found 2 times")
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")), "the pending file is not written either")
+}
+
+func TestHalfAppliedIsFinished(t *testing.T) {
+	// As left by a start killed between its two renames.
+	site, loc := pkgTree(t, map[string]string{
+		"a.py": "    a = x[0]\n",
+		"b.py": "    register()\n",
+	})
+	d := def(t, "resume",
+		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+	)
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Pending, r.Before)
+	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, "    pass\n", read(t, filepath.Join(site, "demo/b.py")))
+}
+
+func TestFailedWriteRestores(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{
+		"a.py": "    a, _ = x\n",
+		"b.py": "    register()\n",
+	})
+	d := def(t, "rollback",
+		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+	)
+	calls := 0
+	writeFile = func(path string, data []byte) error {
+		calls++
+		if calls == 2 {
+			return errors.New("replace " + path + ": read-only file system")
+		}
+		return atomicWrite(path, data)
+	}
+	t.Cleanup(func() { writeFile = atomicWrite })
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, "failed", r.Action)
+	assert.Equal(t, Pending, r.State, "nothing changed: the patch is still pending")
+	assert.Contains(t, r.Why, "read-only file system")
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")), "the first file was restored")
+	assert.Equal(t, "    register()\n", read(t, filepath.Join(site, "demo/b.py")))
+	assert.Equal(t, 3, calls, "two writes and one restore")
+}
+
+func TestSymlinkOutOfPackageIsRefused(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"inside.py": "x\n"})
+	outside := filepath.Join(t.TempDir(), "victim.py")
+	require.NoError(t, os.WriteFile(outside, []byte("    a, _ = x\n"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(site, "demo/a.py")))
+	// A link that stays inside the package is followed.
+	require.NoError(t, os.Symlink("inside.py", filepath.Join(site, "demo/alias.py")))
+
+	d := def(t, "escape", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Contains(t, r.Why, "outside the package directory")
+	assert.Equal(t, "    a, _ = x\n", read(t, outside))
+
+	d2 := def(t, "alias", Edit{File: "alias.py", Anchor: "x\n", Replacement: "y\n"})
+	r = Apply(&Set{Defs: []*Definition{d2}}, loc, Options{})[0]
+	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, "y\n", read(t, filepath.Join(site, "demo/inside.py")))
+	fi, err := os.Lstat(filepath.Join(site, "demo/alias.py"))
+	require.NoError(t, err)
+	assert.NotZero(t, fi.Mode()&os.ModeSymlink, "the link itself stays a link")
+}
+
+func TestVersionAndAbsence(t *testing.T) {
+	_, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	d := def(t, "old-only", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	d.Versions = "< 1.0"
+	require.NoError(t, d.validate())
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, NotApplicable, r.State)
+	assert.Contains(t, r.Why, "demo 1.2.0 is outside < 1.0")
+
+	opt := def(t, "optional-file", Edit{File: "gone.py", Anchor: "x", Replacement: "y", Optional: true})
+	r = Apply(&Set{Defs: []*Definition{opt}}, loc, Options{})[0]
+	assert.Equal(t, NotApplicable, r.State)
+
+	must := def(t, "missing-file", Edit{File: "gone.py", Anchor: "x", Replacement: "y"})
+	r = Apply(&Set{Defs: []*Definition{must}}, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Contains(t, r.Why, "file absent")
+
+	loc.Packages["demo"] = Package{Name: "demo", Why: "demo is not importable"}
+	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, NotApplicable, r.State)
+	assert.Equal(t, "demo is not importable", r.Why)
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n", "__pycache__/a.cpython-312.pyc": "x"})
+	d := def(t, "dry", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{DryRun: true})[0]
+	assert.Equal(t, "would-apply", r.Action)
+	assert.Equal(t, Pending, r.State)
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
+	assert.FileExists(t, filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc"))
+	assert.NotEqual(t, r.Edits[0].SHA256Before, r.Edits[0].SHA256After, "the plan shows the hash the file would get")
+}
+
+func TestConflictingEditsAreDrift(t *testing.T) {
+	// Both edits are pending in the file, but the first one consumes the
+	// second one's anchor.
+	site, loc := pkgTree(t, map[string]string{"a.py": "one\n"})
+	d := def(t, "conflict",
+		Edit{File: "a.py", Anchor: "one\n", Replacement: "two\n"},
+		Edit{File: "a.py", Anchor: "one\n", Replacement: "three\n"},
+	)
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Contains(t, r.Why, "disturb one another")
+	assert.Equal(t, "one\n", read(t, filepath.Join(site, "demo/a.py")))
+}
+
+func TestLockedByAnotherStart(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	held, err := lockDir(filepath.Join(site, "demo"), time.Second)
+	require.NoError(t, err)
+	d := def(t, "locked", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{LockTimeout: 50 * time.Millisecond})[0]
+	assert.Equal(t, "failed", r.Action)
+	assert.Contains(t, r.Why, "another start held it")
+	held.Close()
+	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Applied, r.State)
+}
+
+func TestUncheckedHashPycRemovedWhenApplied(t *testing.T) {
+	// PEP 552 header: magic, flags, then hash or mtime+size.
+	hdr := func(flags byte) string {
+		return "\x00\x00\r\n" + string([]byte{flags, 0, 0, 0}) + strings.Repeat("\x00", 8)
+	}
+	site, loc := pkgTree(t, map[string]string{
+		"a.py":                                "    a = x[0]\n",
+		"__pycache__/a.cpython-312.pyc":       hdr(0b01), // unchecked hash: never revalidated
+		"__pycache__/a.cpython-312.opt-1.pyc": hdr(0b11), // checked hash: revalidated
+		"__pycache__/a.cpython-311.pyc":       hdr(0),    // timestamp: revalidated
+	})
+	d := def(t, "pyc", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Applied, r.State)
+	pc := filepath.Join(site, "demo/__pycache__")
+	assert.NoFileExists(t, filepath.Join(pc, "a.cpython-312.pyc"))
+	assert.FileExists(t, filepath.Join(pc, "a.cpython-312.opt-1.pyc"))
+	assert.FileExists(t, filepath.Join(pc, "a.cpython-311.pyc"))
+}
+
+func TestOwnerAndModeKept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	p := filepath.Join(site, "demo/a.py")
+	require.NoError(t, os.Chown(p, 1234, 5678))
+	require.NoError(t, os.Chmod(p, 0o640))
+	d := def(t, "owner", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	require.Equal(t, Applied, Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0].State)
+	fi, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
+	st := fi.Sys().(*syscall.Stat_t)
+	assert.Equal(t, uint32(1234), st.Uid)
+	assert.Equal(t, uint32(5678), st.Gid)
+}

@@ -1,0 +1,261 @@
+// Package patches fixes vendor bugs in the installed engine source (vLLM,
+// SGLang) at container start, from declarative definitions: each edit is
+// an exact anchor, its replacement and an expected count, so the state of
+// every edit can be decided from the file alone (pending, applied,
+// upstream, not-applicable, drift) and a patch applies all of its edits or
+// none of them. The engine is never imported.
+package patches
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	goversion "github.com/hashicorp/go-version"
+)
+
+// Definition is one patch: one or more edits that stand or fall together.
+type Definition struct {
+	ID           string `toml:"id" json:"id"`
+	Summary      string `toml:"summary" json:"summary"`
+	Package      string `toml:"package" json:"package"`
+	Distribution string `toml:"distribution" json:"distribution"`
+	Versions     string `toml:"versions" json:"versions,omitempty"`
+	Required     bool   `toml:"required" json:"required"`
+	Edits        []Edit `toml:"edit" json:"edits"`
+
+	Source string `toml:"-" json:"source"` // file it was read from
+
+	constraint goversion.Constraints
+}
+
+// Edit replaces Count occurrences of Anchor in File with Replacement.
+type Edit struct {
+	File        string `toml:"file" json:"file"`
+	Anchor      string `toml:"anchor" json:"-"`
+	Replacement string `toml:"replacement" json:"-"`
+	Count       int    `toml:"count" json:"count"`
+	Upstream    string `toml:"upstream" json:"-"`
+	// Optional: the file may be absent in some versions of the package;
+	// the edit is then not-applicable rather than drift.
+	Optional bool `toml:"optional" json:"optional,omitempty"`
+}
+
+var (
+	idRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+	importRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	distRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	releaseRE = regexp.MustCompile(`^\d+(\.\d+)*`)
+)
+
+// Parse reads one TOML definition. Unknown keys are an error: a misspelt
+// "anchor" must not turn into an edit that matches nothing.
+func Parse(data []byte, source string) (*Definition, error) {
+	var d Definition
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&d)
+	if err != nil {
+		return nil, fmt.Errorf("patch definition %s: %w", source, err)
+	}
+	if un := md.Undecoded(); len(un) > 0 {
+		keys := make([]string, len(un))
+		for i, k := range un {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("patch definition %s: unknown keys %s", source, strings.Join(keys, ", "))
+	}
+	d.Source = source
+	if err := d.validate(); err != nil {
+		return nil, fmt.Errorf("patch definition %s: %w", source, err)
+	}
+	return &d, nil
+}
+
+func (d *Definition) validate() error {
+	switch {
+	case !idRE.MatchString(d.ID):
+		return fmt.Errorf("id %q: want lower-case letters, digits, '.', '_' or '-'", d.ID)
+	case strings.TrimSpace(d.Summary) == "":
+		return fmt.Errorf("%s: summary is empty", d.ID)
+	case !importRE.MatchString(d.Package):
+		return fmt.Errorf("%s: package %q is not a top-level import name", d.ID, d.Package)
+	case !distRE.MatchString(d.Distribution):
+		return fmt.Errorf("%s: distribution %q is not a distribution name", d.ID, d.Distribution)
+	case len(d.Edits) == 0:
+		return fmt.Errorf("%s: no [[edit]]", d.ID)
+	}
+	if d.Versions != "" {
+		c, err := goversion.NewConstraint(d.Versions)
+		if err != nil {
+			return fmt.Errorf("%s: versions %q: %w", d.ID, d.Versions, err)
+		}
+		d.constraint = c
+	}
+	for i := range d.Edits {
+		e := &d.Edits[i]
+		where := fmt.Sprintf("%s: edit %d (%s)", d.ID, i+1, e.File)
+		switch {
+		case e.File == "":
+			return fmt.Errorf("%s: edit %d: file is empty", d.ID, i+1)
+		case path.IsAbs(e.File) || filepath.IsAbs(e.File):
+			return fmt.Errorf("%s: file must be relative to the package directory", where)
+		case path.Clean(e.File) != e.File || strings.Contains(e.File, `\`):
+			return fmt.Errorf("%s: file must be a clean relative path (no \"..\", \".\", \"//\" or trailing /)", where)
+		case e.File == ".." || strings.HasPrefix(e.File, "../"):
+			return fmt.Errorf("%s: file must stay inside the package directory", where)
+		case e.Anchor == "":
+			return fmt.Errorf("%s: anchor is empty", where)
+		case e.Replacement == "":
+			return fmt.Errorf("%s: replacement is empty (to delete code, replace it with a comment)", where)
+		case e.Anchor == e.Replacement:
+			return fmt.Errorf("%s: replacement equals the anchor", where)
+		case e.Count < 0:
+			return fmt.Errorf("%s: count %d is negative", where, e.Count)
+		case strings.Contains(e.Anchor, e.Replacement) && strings.Contains(e.Replacement, e.Anchor):
+			return fmt.Errorf("%s: anchor and replacement contain each other", where)
+		}
+		if e.Count == 0 {
+			e.Count = 1
+		}
+		if e.Upstream != "" && (strings.Contains(e.Replacement, e.Upstream) || strings.Contains(e.Anchor, e.Upstream)) {
+			return fmt.Errorf("%s: the upstream marker occurs in the anchor or the replacement, so it cannot tell upstream's fix from ours", where)
+		}
+	}
+	return nil
+}
+
+// Set is the definitions in force, in the order they apply.
+type Set struct {
+	Defs  []*Definition
+	Notes []string // e.g. a payload definition replacing a built-in one
+}
+
+//go:embed builtin
+var builtinFS embed.FS
+
+// Builtin returns the project's own definitions, carried in the binary so
+// that a payload without patches still gets them.
+func Builtin() ([]*Definition, error) {
+	sub, err := fs.Sub(builtinFS, "builtin")
+	if err != nil {
+		return nil, err
+	}
+	return loadFS(sub, "builtin:")
+}
+
+// LoadDir reads <dir>/<import-name>/*.toml (a payload's patches/).
+// A missing directory holds no definitions.
+func LoadDir(dir string) ([]*Definition, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return loadFS(os.DirFS(dir), dir+"/")
+}
+
+func loadFS(fsys fs.FS, prefix string) ([]*Definition, error) {
+	files, err := fs.Glob(fsys, "*/*.toml")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var defs []*Definition
+	for _, f := range files {
+		data, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			return nil, fmt.Errorf("patch definition %s%s: %w", prefix, f, err)
+		}
+		d, err := Parse(data, prefix+f)
+		if err != nil {
+			return nil, err
+		}
+		if dir := path.Dir(f); dir != d.Package {
+			return nil, fmt.Errorf("patch definition %s%s: package %q lives under %s/, not %s/", prefix, f, d.Package, d.Package, dir)
+		}
+		defs = append(defs, d)
+	}
+	return defs, nil
+}
+
+// Merge combines the built-in definitions with a payload's. A payload
+// definition with a built-in's id replaces it (a newer payload may carry a
+// corrected anchor); two definitions with one id from the same source are
+// an error.
+func Merge(builtin, payload []*Definition) (*Set, error) {
+	s := &Set{}
+	seen := map[string]*Definition{}
+	for _, group := range [][]*Definition{builtin, payload} {
+		local := map[string]*Definition{}
+		for _, d := range group {
+			if prev, ok := local[d.ID]; ok {
+				return nil, fmt.Errorf("patch id %q is defined twice: %s and %s", d.ID, prev.Source, d.Source)
+			}
+			local[d.ID] = d
+			if prev, ok := seen[d.ID]; ok {
+				s.Notes = append(s.Notes, fmt.Sprintf("%s replaces the built-in definition of %s", d.Source, d.ID))
+				for i, x := range s.Defs {
+					if x == prev {
+						s.Defs[i] = d
+					}
+				}
+			} else {
+				s.Defs = append(s.Defs, d)
+			}
+			seen[d.ID] = d
+		}
+	}
+	return s, nil
+}
+
+// Packages lists the import names the set patches, sorted.
+func (s *Set) Packages() []string {
+	m := map[string]bool{}
+	for _, d := range s.Defs {
+		m[d.Package] = true
+	}
+	out := make([]string, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Lookup returns the definition with id, or nil.
+func (s *Set) Lookup(id string) *Definition {
+	for _, d := range s.Defs {
+		if d.ID == id {
+			return d
+		}
+	}
+	return nil
+}
+
+// InScope reports whether version satisfies the definition's constraint.
+// Engine versions are PEP 440 (0.11.1rc2.dev161+g6a6bd8ad3.rocm700); the
+// constraint is checked against the release segments (0.11.1), since a
+// ROCm build of a release is that release.
+func (d *Definition) InScope(version string) (bool, string) {
+	if d.constraint == nil {
+		return true, ""
+	}
+	if version == "" {
+		return false, fmt.Sprintf("version of %s unknown (no %s dist-info found); constraint %s", d.Package, d.Distribution, d.Versions)
+	}
+	rel := releaseRE.FindString(version)
+	v, err := goversion.NewVersion(rel)
+	if rel == "" || err != nil {
+		return false, fmt.Sprintf("version %q of %s is not a release number; constraint %s", version, d.Distribution, d.Versions)
+	}
+	if !d.constraint.Check(v) {
+		return false, fmt.Sprintf("%s %s is outside %s", d.Distribution, version, d.Versions)
+	}
+	return true, ""
+}

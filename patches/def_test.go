@@ -1,0 +1,158 @@
+package patches
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const goodDef = `
+id = "demo-fix"
+summary = "fix the demo"
+package = "demo"
+distribution = "demo-pkg"
+versions = ">= 1.0, < 2"
+
+[[edit]]
+file = "sub/mod.py"
+anchor = '''
+    a, _ = x
+'''
+replacement = '''
+    a = x[0]
+'''
+`
+
+func TestParseGood(t *testing.T) {
+	d, err := Parse([]byte(goodDef), "t.toml")
+	require.NoError(t, err)
+	assert.Equal(t, "demo-fix", d.ID)
+	assert.Equal(t, "demo", d.Package)
+	require.Len(t, d.Edits, 1)
+	assert.Equal(t, 1, d.Edits[0].Count, "count defaults to 1")
+	assert.Equal(t, "    a, _ = x\n", d.Edits[0].Anchor, "the newline after ''' is dropped, indentation kept")
+	in, _ := d.InScope("1.4.2")
+	assert.True(t, in)
+	in, why := d.InScope("2.0.0")
+	assert.False(t, in)
+	assert.Contains(t, why, "demo-pkg 2.0.0 is outside >= 1.0, < 2")
+	in, _ = d.InScope("1.9.0rc2.dev161+g6a6bd8ad3.rocm700")
+	assert.True(t, in, "PEP 440 local and dev parts are compared by release")
+	in, why = d.InScope("")
+	assert.False(t, in)
+	assert.Contains(t, why, "version of demo unknown")
+}
+
+func TestParseRejects(t *testing.T) {
+	edit := func(file, anchor, repl string, extra string) string {
+		return "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n" + extra +
+			"[[edit]]\nfile = \"" + file + "\"\nanchor = \"" + anchor + "\"\nreplacement = \"" + repl + "\"\n"
+	}
+	cases := []struct {
+		name, toml, want string
+	}{
+		{"malformed", "id = ", "t.toml"},
+		{"unknown key", edit("a.py", "x", "y", "") + "anchr = \"z\"\n", "unknown keys edit.anchr"},
+		{"dotdot", edit("../other/a.py", "x", "y", ""), "must stay inside the package directory"},
+		{"dotdot inside", edit("a/../../b.py", "x", "y", ""), "clean relative path"},
+		{"absolute", edit("/usr/lib/a.py", "x", "y", ""), "relative to the package directory"},
+		{"empty anchor", edit("a.py", "", "y", ""), "anchor is empty"},
+		{"empty replacement", edit("a.py", "x", "", ""), "replacement is empty"},
+		{"same", edit("a.py", "x", "x", ""), "replacement equals the anchor"},
+		{"bad id", `id = "Bad Id"` + "\n", `id "Bad Id"`},
+		{"bad package", edit("a.py", "x", "y", "") + "\n", ""},
+		{"bad versions", edit("a.py", "x", "y", "versions = \"~~1\"\n"), "versions \"~~1\""},
+		{"no edit", "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n", "no [[edit]]"},
+		{"negative count", edit("a.py", "x", "y", "") + "count = -1\n", "count -1 is negative"},
+		{"marker in replacement", edit("a.py", "x", "y_marker", "") + "upstream = \"marker\"\n", "upstream marker occurs in the anchor or the replacement"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "bad package" {
+				c.toml = "id = \"x\"\nsummary = \"s\"\npackage = \"vllm.distributed\"\ndistribution = \"vllm\"\n[[edit]]\nfile = \"a.py\"\nanchor = \"x\"\nreplacement = \"y\"\n"
+				c.want = `package "vllm.distributed" is not a top-level import name`
+			}
+			_, err := Parse([]byte(c.toml), "t.toml")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), c.want)
+			assert.Contains(t, err.Error(), "t.toml", "the error names the file")
+		})
+	}
+}
+
+func TestMergeAndDuplicates(t *testing.T) {
+	a, err := Parse([]byte(goodDef), "builtin:demo/a.toml")
+	require.NoError(t, err)
+	b, err := Parse([]byte(goodDef), "payload/demo/a.toml")
+	require.NoError(t, err)
+	s, err := Merge([]*Definition{a}, []*Definition{b})
+	require.NoError(t, err)
+	require.Len(t, s.Defs, 1)
+	assert.Equal(t, "payload/demo/a.toml", s.Defs[0].Source, "the payload's definition replaces the built-in one")
+	assert.Contains(t, s.Notes[0], "replaces the built-in definition of demo-fix")
+
+	_, err = Merge(nil, []*Definition{a, b})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `patch id "demo-fix" is defined twice: builtin:demo/a.toml and payload/demo/a.toml`)
+}
+
+func TestLoadDir(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "demo"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "demo", "fix.toml"), []byte(goodDef), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "demo", "legacy.py"), []byte("print(1)\n"), 0o755))
+	defs, err := LoadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, defs, 1)
+	assert.Equal(t, filepath.Join(dir, "demo/fix.toml"), defs[0].Source)
+
+	// A definition under the wrong import-name directory is refused.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "other"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "other", "fix2.toml"), []byte(goodDef), 0o644))
+	_, err = LoadDir(dir)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `package "demo" lives under demo/, not other/`)
+
+	defs, err = LoadDir(filepath.Join(dir, "missing"))
+	require.NoError(t, err)
+	assert.Empty(t, defs)
+}
+
+func TestBuiltinDefinitionsParse(t *testing.T) {
+	defs, err := Builtin()
+	require.NoError(t, err)
+	set, err := Merge(defs, nil)
+	require.NoError(t, err)
+	for _, d := range set.Defs {
+		assert.NotEmpty(t, d.Summary, d.ID)
+		assert.Contains(t, []string{"vllm", "sglang"}, d.Package, d.ID)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(goodDef))
+	f.Add([]byte("id = \"x\"\n[[edit]]\nfile = \"../a\"\n"))
+	f.Add([]byte("[[edit]]\n[[edit]]\ncount = 99999999999999999999\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := Parse(data, "fuzz.toml")
+		if err != nil {
+			return
+		}
+		// Whatever parses is safe to apply: relative, clean, inside the
+		// package, with real anchors.
+		for _, e := range d.Edits {
+			if filepath.IsAbs(e.File) || e.File == ".." || len(e.File) >= 3 && e.File[:3] == "../" || filepath.Clean(e.File) != e.File {
+				t.Fatalf("unsafe file accepted: %q", e.File)
+			}
+			if e.Anchor == "" || e.Replacement == "" || e.Count < 1 {
+				t.Fatalf("edit accepted without anchor, replacement or count: %+v", e)
+			}
+		}
+		if !idRE.MatchString(d.ID) || len(d.Edits) == 0 {
+			t.Fatalf("definition accepted with id %q and %d edits", d.ID, len(d.Edits))
+		}
+	})
+}

@@ -1,0 +1,94 @@
+package patches
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/infera/infera-exec/environ"
+)
+
+// Script is a v0.2.2 patch: an executable Python file in
+// <payload>/patches/<import-name>/*.py, run with the interpreter when that
+// package is importable.
+type Script struct {
+	Path     string `json:"path"`
+	Package  string `json:"package"`
+	Ran      bool   `json:"ran"`
+	ExitCode int    `json:"exit_code"`
+	Took     string `json:"took,omitempty"`
+	Output   string `json:"output,omitempty"` // the tail of stdout+stderr
+	Why      string `json:"why,omitempty"`
+}
+
+// Scripts lists the v0.2.2 scripts under dir, in name order per package.
+func Scripts(dir string) []Script {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", "*.py"))
+	sort.Strings(matches)
+	var out []Script
+	for _, m := range matches {
+		if fi, err := os.Stat(m); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		out = append(out, Script{Path: m, Package: filepath.Base(filepath.Dir(m))})
+	}
+	return out
+}
+
+// RunScripts runs each script whose package was found, as v0.2.2 did:
+// `<python> <script>` with the worker's environment and cwd /. A failing
+// script is reported, never fatal.
+func RunScripts(ctx context.Context, scripts []Script, loc *Location, python string, env *environ.Env, timeout time.Duration, dry bool) []Script {
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	out := make([]Script, 0, len(scripts))
+	for _, s := range scripts {
+		pkg, ok := loc.Packages[s.Package]
+		switch {
+		case !ok || !pkg.Found:
+			s.Why = s.Package + " is not importable; not run"
+		case dry:
+			s.Why = "would run"
+		default:
+			runScript(ctx, &s, python, env, timeout)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func runScript(ctx context.Context, s *Script, python string, env *environ.Env, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, python, s.Path)
+	cmd.Env = env.Slice()
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	s.Ran = true
+	s.Took = time.Since(start).Round(time.Millisecond).String()
+	s.Output = tail(buf.String())
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		s.ExitCode = -1
+		s.Why = fmt.Sprintf("killed after %s", timeout)
+	case err != nil:
+		s.ExitCode = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			s.ExitCode = ee.ExitCode()
+		}
+		s.Why = err.Error()
+	}
+}

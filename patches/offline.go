@@ -1,0 +1,171 @@
+package patches
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
+
+// siteGlobs are where images install Python packages, relative to the
+// image root: distribution Pythons (Debian dist-packages), /usr/local
+// builds, venvs and conda under /opt, user site.
+var siteGlobs = []string{
+	"usr/lib/python3*/{site,dist}-packages",
+	"usr/lib/python3/dist-packages",
+	"usr/local/lib/python3*/{site,dist}-packages",
+	"opt/*/lib/python3*/site-packages",
+	"opt/conda/envs/*/lib/python3*/site-packages",
+	"root/.local/lib/python3*/site-packages",
+}
+
+var (
+	mappingRE = regexp.MustCompile(`(?s)MAPPING\s*(?::[^=]*)?=\s*\{(.*?)\}`)
+	pairRE    = regexp.MustCompile(`['"]([^'"]+)['"]\s*:\s*['"]([^'"]+)['"]`)
+)
+
+// LocateOffline finds packages in an unpacked image root filesystem, or
+// in a site-packages directory, without running Python: plain package
+// directories, PEP 660 editable finders (MAPPING in
+// __editable___*_finder.py), path entries of .pth files and legacy
+// .egg-link files. Paths recorded inside the image are taken relative to
+// root. Where several site directories hold a package, the first in
+// siteGlobs order wins and the others are named in Why.
+func LocateOffline(root string, names []string) (*Location, error) {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("check root: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("check root %s is not a directory", root)
+	}
+	sites := []string{root}
+	if !holdsAny(root, names) {
+		sites = nil
+		for _, g := range siteGlobs {
+			m, _ := doublestar.Glob(os.DirFS(root), g)
+			sort.Strings(m)
+			for _, rel := range m {
+				p := filepath.Join(root, rel)
+				if isDir(p) && !contains(sites, p) {
+					sites = append(sites, p)
+				}
+			}
+		}
+	}
+	loc := &Location{Interpreter: "(none: offline check of " + root + ")", SysPath: sites, Packages: map[string]Package{}}
+	for _, n := range names {
+		p := Package{Name: n}
+		var found []string
+		for _, site := range sites {
+			for _, dir := range candidates(root, site, n) {
+				if isDir(dir) && !contains(found, dir) {
+					found = append(found, dir)
+				}
+			}
+		}
+		if len(found) == 0 {
+			p.Why = fmt.Sprintf("%s not found in %s", n, strings.Join(sites, ", "))
+			if len(sites) == 0 {
+				p.Why = fmt.Sprintf("no site-packages or dist-packages directory under %s", root)
+			}
+		} else {
+			p.Found, p.Dir, p.Dirs = true, found[0], found[:1]
+			if len(found) > 1 {
+				p.Why = "also present: " + strings.Join(found[1:], ", ")
+			}
+		}
+		loc.Packages[n] = p
+	}
+	return loc, nil
+}
+
+// candidates are the directories that may hold package name for one site
+// directory, in the order Python would consult them.
+func candidates(root, site, name string) []string {
+	out := []string{filepath.Join(site, name)}
+	entries, err := os.ReadDir(site)
+	if err != nil {
+		return out
+	}
+	inImage := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Join(root, p)
+		}
+		return filepath.Join(site, p)
+	}
+	for _, e := range entries {
+		fn := e.Name()
+		full := filepath.Join(site, fn)
+		switch {
+		case strings.HasPrefix(fn, "__editable__") && strings.HasSuffix(fn, "_finder.py"):
+			data, err := os.ReadFile(full)
+			if err != nil {
+				continue
+			}
+			if m := mappingRE.FindSubmatch(data); m != nil {
+				for _, pair := range pairRE.FindAllSubmatch(m[1], -1) {
+					if string(pair[1]) == name {
+						out = append(out, inImage(string(pair[2])))
+					}
+				}
+			}
+		case strings.HasSuffix(fn, ".pth"), strings.HasSuffix(fn, ".egg-link"):
+			for _, line := range pathLines(full) {
+				out = append(out, filepath.Join(inImage(line), name))
+			}
+		}
+	}
+	return out
+}
+
+// pathLines are the directory entries of a .pth or .egg-link file: lines
+// that are neither comments nor "import" statements.
+func pathLines(file string) []string {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || l == "." || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "import ") || strings.HasPrefix(l, "import\t") {
+			continue
+		}
+		out = append(out, l)
+		if strings.HasSuffix(file, ".egg-link") {
+			break // an .egg-link's first line is the path; the second is relative to it
+		}
+	}
+	return out
+}
+
+func holdsAny(dir string, names []string) bool {
+	for _, n := range names {
+		if isDir(filepath.Join(dir, n)) {
+			return true
+		}
+	}
+	return false
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

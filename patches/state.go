@@ -1,0 +1,85 @@
+package patches
+
+import (
+	"fmt"
+	"strings"
+)
+
+// State of an edit or a patch.
+type State string
+
+const (
+	Pending       State = "pending"        // anchor found as expected: the fix can be applied
+	Applied       State = "applied"        // replacement present, anchor gone
+	Upstream      State = "upstream"       // the upstream marker is present: upstream fixed it
+	NotApplicable State = "not-applicable" // version outside the constraint, package or optional file absent
+	Drift         State = "drift"          // anything else: never written
+)
+
+// Evaluation is the state of one edit in one file content, with the counts
+// that decided it.
+type Evaluation struct {
+	State       State  `json:"state"`
+	Anchors     int    `json:"anchors"`      // anchor occurrences outside replacements
+	Replacement int    `json:"replacements"` // replacement occurrences
+	Why         string `json:"why,omitempty"`
+}
+
+// Evaluate decides the state of e in content. Anchor and replacement may
+// contain one another (an insertion keeps its anchor inside the
+// replacement); occurrences inside the other string are not counted twice.
+func Evaluate(e *Edit, content string) Evaluation {
+	if e.Upstream != "" && strings.Contains(content, e.Upstream) {
+		return Evaluation{State: Upstream, Why: "upstream marker present"}
+	}
+	a := strings.Count(content, e.Anchor)
+	r := strings.Count(content, e.Replacement)
+	if k := strings.Count(e.Replacement, e.Anchor); k > 0 {
+		a -= r * k // anchors that are part of a replacement
+	}
+	if j := strings.Count(e.Anchor, e.Replacement); j > 0 {
+		r -= a * j // replacements that are part of an anchor
+	}
+	ev := Evaluation{Anchors: a, Replacement: r}
+	switch {
+	case a == e.Count && r == 0:
+		ev.State = Pending
+	case r == e.Count && a == 0:
+		ev.State = Applied
+	default:
+		ev.State = Drift
+		ev.Why = fmt.Sprintf("anchor found %d times and replacement %d times; expected the anchor %d times (pending) or the replacement %d times (applied)", a, r, e.Count, e.Count)
+	}
+	return ev
+}
+
+// Combine decides a patch's state from its edits' states: any drift is
+// drift; upstream only when every edit that applies is upstream (a partial
+// upstream fix mixed with ours would be neither); pending when at least one
+// edit is still pending and the rest are applied (a start that died
+// half-way is finished by the next); applied when all are applied.
+func Combine(states []State) State {
+	count := map[State]int{}
+	for _, s := range states {
+		count[s]++
+	}
+	live := len(states) - count[NotApplicable]
+	switch {
+	case count[Drift] > 0:
+		return Drift
+	case live == 0:
+		return NotApplicable
+	case count[Upstream] == live:
+		return Upstream
+	case count[Upstream] > 0:
+		return Drift
+	case count[Pending] > 0:
+		return Pending
+	}
+	return Applied
+}
+
+// apply returns content with e's anchor replaced; e must be pending in it.
+func apply(e *Edit, content string) string {
+	return strings.ReplaceAll(content, e.Anchor, e.Replacement)
+}

@@ -1,0 +1,95 @@
+package patches
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestEvaluate(t *testing.T) {
+	swap := &Edit{Anchor: "conv, _ = cache\n", Replacement: "conv = cache[0]\n", Count: 1}
+	insert := &Edit{Anchor: "def f():\n", Replacement: "def f():\n    g()\n", Count: 1}
+	shrink := &Edit{Anchor: "x = 1  # old\n", Replacement: "x = 1", Count: 1}
+	twice := &Edit{Anchor: "a()\n", Replacement: "b()\n", Count: 2}
+	marked := &Edit{Anchor: "conv, _ = cache\n", Replacement: "conv = cache[0]\n", Count: 1, Upstream: "_physical_blocks"}
+	cases := []struct {
+		name    string
+		edit    *Edit
+		content string
+		want    State
+		anchors int
+		repls   int
+	}{
+		{"swap pending", swap, "x\nconv, _ = cache\ny\n", Pending, 1, 0},
+		{"swap applied", swap, "x\nconv = cache[0]\ny\n", Applied, 0, 1},
+		{"swap anchor twice", swap, "conv, _ = cache\nconv, _ = cache\n", Drift, 2, 0},
+		{"swap anchor gone", swap, "conv, _, _ = cache\n", Drift, 0, 0},
+		{"swap half applied", swap, "conv, _ = cache\nconv = cache[0]\n", Drift, 1, 1},
+		{"insertion pending", insert, "def f():\n    pass\n", Pending, 1, 0},
+		{"insertion applied keeps its anchor", insert, "def f():\n    g()\n    pass\n", Applied, 0, 1},
+		{"insertion applied plus a stray anchor", insert, "def f():\n    g()\ndef f():\n", Drift, 1, 1},
+		{"shrink pending (replacement inside anchor)", shrink, "x = 1  # old\n", Pending, 1, 0},
+		{"shrink applied", shrink, "x = 1\n", Applied, 0, 1},
+		{"count 2 pending", twice, "a()\na()\n", Pending, 2, 0},
+		{"count 2 found once", twice, "a()\n", Drift, 1, 0},
+		{"count 2 applied", twice, "b()\nb()\n", Applied, 0, 2},
+		{"upstream marker wins", marked, "self._physical_blocks = 2\nconv, _ = cache\n", Upstream, 0, 0},
+		{"empty file", swap, "", Drift, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev := Evaluate(c.edit, c.content)
+			assert.Equal(t, c.want, ev.State)
+			if c.want != Upstream {
+				assert.Equal(t, c.anchors, ev.Anchors, "anchors")
+				assert.Equal(t, c.repls, ev.Replacement, "replacements")
+			}
+			if c.want == Drift {
+				assert.Contains(t, ev.Why, "expected the anchor")
+			}
+		})
+	}
+}
+
+// Applying a pending edit always yields an applied one, whatever the
+// relation between anchor and replacement.
+func TestApplyMakesApplied(t *testing.T) {
+	for _, e := range []*Edit{
+		{Anchor: "A\n", Replacement: "B\n", Count: 1},
+		{Anchor: "A\n", Replacement: "A\nB\n", Count: 1},
+		{Anchor: "A B\n", Replacement: "A", Count: 1},
+		{Anchor: "q\n", Replacement: "r\n", Count: 3},
+	} {
+		content := "head\n" + strings.Repeat(e.Anchor+"mid\n", e.Count) + "tail\n"
+		if !assert.Equal(t, Pending, Evaluate(e, content).State, "%q", e.Anchor) {
+			continue
+		}
+		out := apply(e, content)
+		assert.Equal(t, Applied, Evaluate(e, out).State, "%q -> %q", e.Anchor, e.Replacement)
+		assert.Equal(t, Applied, Evaluate(e, out).State)
+	}
+}
+
+func TestCombine(t *testing.T) {
+	cases := []struct {
+		in   []State
+		want State
+	}{
+		{[]State{Pending}, Pending},
+		{[]State{Applied, Applied}, Applied},
+		{[]State{Applied, Pending}, Pending}, // a start that died between two files
+		{[]State{Pending, Drift}, Drift},
+		{[]State{Applied, Drift}, Drift},
+		{[]State{Upstream, Upstream}, Upstream},
+		{[]State{Upstream, NotApplicable}, Upstream},
+		{[]State{Upstream, Pending}, Drift}, // half fixed upstream: neither
+		{[]State{Upstream, Applied}, Drift},
+		{[]State{NotApplicable, NotApplicable}, NotApplicable},
+		{[]State{NotApplicable, Pending}, Pending},
+		{[]State{NotApplicable, Applied}, Applied},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.want, Combine(c.in), "%v", c.in)
+	}
+}
