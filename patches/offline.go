@@ -44,9 +44,12 @@ func LocateOffline(root string, names []string) (*Location, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("check root %s is not a directory", root)
 	}
-	sites := []string{root}
-	if !holdsAny(root, names) {
-		sites = nil
+	// A site-packages directory is read as it is, its recorded paths as
+	// they are; an image root has its site directories searched, and the
+	// paths recorded inside it are taken relative to it.
+	sites, prefix := []string{root}, ""
+	if !isSiteDir(root, names) {
+		sites, prefix = nil, root
 		for _, g := range siteGlobs {
 			m, _ := doublestar.Glob(os.DirFS(root), g)
 			sort.Strings(m)
@@ -63,7 +66,7 @@ func LocateOffline(root string, names []string) (*Location, error) {
 		p := Package{Name: n}
 		var found []string
 		for _, site := range sites {
-			for _, dir := range candidates(root, site, n) {
+			for _, dir := range candidates(prefix, site, n) {
 				if isDir(dir) && !contains(found, dir) {
 					found = append(found, dir)
 				}
@@ -86,8 +89,9 @@ func LocateOffline(root string, names []string) (*Location, error) {
 }
 
 // candidates are the directories that may hold package name for one site
-// directory, in the order Python would consult them.
-func candidates(root, site, name string) []string {
+// directory, in the order Python would consult them. Absolute paths
+// recorded in the site directory are taken relative to prefix.
+func candidates(prefix, site, name string) []string {
 	out := []string{filepath.Join(site, name)}
 	entries, err := os.ReadDir(site)
 	if err != nil {
@@ -95,7 +99,7 @@ func candidates(root, site, name string) []string {
 	}
 	inImage := func(p string) string {
 		if filepath.IsAbs(p) {
-			return filepath.Join(root, p)
+			return filepath.Join(prefix, p)
 		}
 		return filepath.Join(site, p)
 	}
@@ -147,9 +151,18 @@ func pathLines(file string) []string {
 	return out
 }
 
-func holdsAny(dir string, names []string) bool {
+// isSiteDir tells a site-packages directory (it holds one of the packages,
+// or what installers leave there) from an image root.
+func isSiteDir(dir string, names []string) bool {
 	for _, n := range names {
 		if isDir(filepath.Join(dir, n)) {
+			return true
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasSuffix(n, ".dist-info") || strings.HasSuffix(n, ".egg-info") || strings.HasSuffix(n, ".pth") {
 			return true
 		}
 	}

@@ -1,0 +1,230 @@
+package patches
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/environ"
+)
+
+// python is the machine's interpreter; these tests use the real import
+// system, venvs and pip.
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	return p
+}
+
+func run(t *testing.T, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %v: %s", name, args, out)
+	return string(out)
+}
+
+func write(t *testing.T, p, content string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+}
+
+// debianPython is Debian's /usr/bin/python3 with python3-setuptools,
+// python3-wheel and python3-pip (installed by .ci/run): what pip needs to
+// make an editable install without an index.
+func debianPython(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("Debian's python3 is not installed")
+	}
+	if out, err := exec.Command("/usr/bin/python3", "-c", "import setuptools, wheel, pip").CombinedOutput(); err != nil {
+		t.Skipf("python3-setuptools, python3-wheel or python3-pip missing: %s", out)
+	}
+	return "/usr/bin/python3"
+}
+
+// venv makes a venv and returns its interpreter and site-packages. With
+// systemSite it is made by Debian's python3 and sees its setuptools.
+func venv(t *testing.T, systemSite bool) (string, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "venv")
+	base, args := python(t), []string{"-m", "venv", "--without-pip", dir}
+	if systemSite {
+		base, args = debianPython(t), []string{"-m", "venv", "--system-site-packages", "--without-pip", dir}
+	}
+	run(t, "/", base, args...)
+	site := strings.TrimSpace(run(t, "/", filepath.Join(dir, "bin/python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+	return filepath.Join(dir, "bin/python"), site
+}
+
+func envWith(kv ...string) *environ.Env {
+	e := environ.New(os.Environ())
+	for _, k := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "VIRTUAL_ENV"} {
+		e.Unset(k)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		e.Set(kv[i], kv[i+1])
+	}
+	return e
+}
+
+func TestLocateRegularInstallAndVersion(t *testing.T) {
+	py, site := venv(t, false)
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	write(t, filepath.Join(site, "demo_pkg-1.4.0rc1.dist-info/METADATA"), "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.4.0rc1\n\nVersion: 9.9.9 (in the body)\n")
+	l := &Locator{Python: py, Env: envWith(), Dir: "/"}
+	loc, err := l.Locate(context.Background(), []string{"demo", "absent_pkg"})
+	require.NoError(t, err)
+	assert.Equal(t, Package{Name: "demo", Found: true, Dir: filepath.Join(site, "demo"), Dirs: []string{filepath.Join(site, "demo")}}, loc.Packages["demo"])
+	assert.False(t, loc.Packages["absent_pkg"].Found)
+	assert.Contains(t, loc.Packages["absent_pkg"].Why, "absent_pkg is not importable")
+	v, from := DistVersion("demo-pkg", []string{site})
+	assert.Equal(t, "1.4.0rc1", v)
+	assert.Equal(t, filepath.Join(site, "demo_pkg-1.4.0rc1.dist-info/METADATA"), from)
+	v, _ = DistVersion("Demo.Pkg", []string{site})
+	assert.Equal(t, "1.4.0rc1", v, "distribution names compare normalized")
+}
+
+// An editable install made by pip itself (PEP 660 with setuptools): the
+// package resolves to the source checkout, not to site-packages.
+func TestLocateEditableInstall(t *testing.T) {
+	py, site := venv(t, true)
+	src := filepath.Join(t.TempDir(), "checkout", "python")
+	write(t, filepath.Join(src, "pyproject.toml"), "[build-system]\nrequires = [\"setuptools>=64\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"demo-engine\"\nversion = \"0.5.5\"\n\n[tool.setuptools]\npackages = [\"demo_engine\", \"demo_engine.srt\"]\n")
+	write(t, filepath.Join(src, "demo_engine/__init__.py"), "")
+	write(t, filepath.Join(src, "demo_engine/srt/__init__.py"), "")
+	write(t, filepath.Join(src, "other/stray.py"), "")
+	run(t, src, py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps", "-q", "-e", ".")
+
+	l := &Locator{Python: py, Env: envWith(), Dir: "/"}
+	loc, err := l.Locate(context.Background(), []string{"demo_engine"})
+	require.NoError(t, err)
+	got := loc.Packages["demo_engine"]
+	require.True(t, got.Found, got.Why)
+	assert.Equal(t, filepath.Join(src, "demo_engine"), got.Dir)
+	v, _ := DistVersion("demo-engine", loc.SysPath)
+	assert.Equal(t, "0.5.5", v, "the dist-info of an editable install is in site-packages")
+
+	// The offline locator reads the same install without Python.
+	require.FileExists(t, filepath.Join(site, "__editable___demo_engine_0_5_5_finder.py"), "pip made a PEP 660 finder")
+	off, err := LocateOffline(site, []string{"demo_engine"})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(src, "demo_engine"), off.Packages["demo_engine"].Dir)
+}
+
+func TestLocateShadowing(t *testing.T) {
+	py, site := venv(t, false)
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	pp := t.TempDir()
+	write(t, filepath.Join(pp, "demo/__init__.py"), "")
+	cwd := t.TempDir()
+	write(t, filepath.Join(cwd, "demo/__init__.py"), "")
+
+	// PYTHONPATH comes before site-packages.
+	loc, err := (&Locator{Python: py, Env: envWith("PYTHONPATH", pp), Dir: "/"}).Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(pp, "demo"), loc.Packages["demo"].Dir)
+
+	// The working directory comes before PYTHONPATH (as for `python3 -m`).
+	loc, err = (&Locator{Python: py, Env: envWith("PYTHONPATH", pp), Dir: cwd}).Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(cwd, "demo"), loc.Packages["demo"].Dir)
+}
+
+func TestLocateNamespacePackage(t *testing.T) {
+	py, _ := venv(t, false)
+	a, b := t.TempDir(), t.TempDir()
+	write(t, filepath.Join(a, "nsdemo/one.py"), "")
+	write(t, filepath.Join(b, "nsdemo/two.py"), "    a, _ = x\n")
+	loc, err := (&Locator{Python: py, Env: envWith("PYTHONPATH", a+":"+b), Dir: "/"}).Locate(context.Background(), []string{"nsdemo"})
+	require.NoError(t, err)
+	pkg := loc.Packages["nsdemo"]
+	require.True(t, pkg.Found)
+	assert.Equal(t, []string{filepath.Join(a, "nsdemo"), filepath.Join(b, "nsdemo")}, pkg.Dirs)
+
+	// An edit finds its file in whichever portion holds it.
+	d := &Definition{ID: "ns", Summary: "s", Package: "nsdemo", Distribution: "nsdemo", Edits: []Edit{{File: "two.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}}}
+	require.NoError(t, d.validate())
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, filepath.Join(b, "nsdemo/two.py"), r.Edits[0].Path)
+}
+
+// The probe's answer is reused while nothing that decides it changes, and
+// the interpreter runs again as soon as something does.
+func TestLocateCache(t *testing.T) {
+	py, site := venv(t, false)
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	counter := filepath.Join(t.TempDir(), "runs")
+	wrapper := filepath.Join(t.TempDir(), "python3")
+	write(t, wrapper, "#!/bin/sh\necho run >> "+counter+"\nexec "+py+" \"$@\"\n")
+	require.NoError(t, os.Chmod(wrapper, 0o755))
+	runs := func() int {
+		b, _ := os.ReadFile(counter)
+		return strings.Count(string(b), "run")
+	}
+	cache := t.TempDir()
+	l := &Locator{Python: wrapper, Env: envWith(), Dir: "/", CacheDir: cache}
+	loc, err := l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached)
+	assert.Equal(t, 1, runs())
+
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.True(t, loc.Cached)
+	assert.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
+	assert.Equal(t, 1, runs(), "the cached answer needs no interpreter")
+
+	// A new .pth in site-packages may change resolution: asked again.
+	time.Sleep(10 * time.Millisecond)
+	write(t, filepath.Join(site, "extra.pth"), "/nonexistent\n")
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached)
+	assert.Equal(t, 2, runs())
+
+	// So does a different PYTHONPATH.
+	l.Env = envWith("PYTHONPATH", t.TempDir())
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached)
+	assert.Equal(t, 3, runs())
+}
+
+func TestLocateInterpreterFailures(t *testing.T) {
+	dir := t.TempDir()
+	hang := filepath.Join(dir, "hang")
+	write(t, hang, "#!/bin/sh\nsleep 30\n")
+	require.NoError(t, os.Chmod(hang, 0o755))
+	_, err := (&Locator{Python: hang, Env: envWith(), Dir: "/", Timeout: 200 * time.Millisecond}).Locate(context.Background(), []string{"demo"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "did not answer where demo would be imported from within 200ms")
+
+	junk := filepath.Join(dir, "junk")
+	write(t, junk, "#!/bin/sh\necho hello\n")
+	require.NoError(t, os.Chmod(junk, 0o755))
+	_, err = (&Locator{Python: junk, Env: envWith(), Dir: "/"}).Locate(context.Background(), []string{"demo"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `answered "hello" to the package probe, not JSON`)
+
+	fail := filepath.Join(dir, "fail")
+	write(t, fail, "#!/bin/sh\necho boom >&2\nexit 3\n")
+	require.NoError(t, os.Chmod(fail, 0o755))
+	_, err = (&Locator{Python: fail, Env: envWith(), Dir: "/"}).Locate(context.Background(), []string{"demo"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exit status 3): boom")
+}

@@ -1,0 +1,45 @@
+package patches
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An unpacked image root: vLLM installed in Debian's dist-packages of
+// /usr/local, SGLang as an editable checkout recorded in a .pth file, a
+// legacy .egg-link develop install, and a PEP 660 finder.
+func TestLocateOfflineImageRoot(t *testing.T) {
+	root := t.TempDir()
+	dp := filepath.Join(root, "usr/local/lib/python3.12/dist-packages")
+	write(t, filepath.Join(dp, "vllm/__init__.py"), "")
+	write(t, filepath.Join(dp, "vllm-0.11.1+rocm700.dist-info/METADATA"), "Name: vllm\nVersion: 0.11.1+rocm700\n")
+	sp := filepath.Join(root, "opt/venv/lib/python3.10/site-packages")
+	write(t, filepath.Join(sp, "__editable__.sglang-0.5.5.pth"), "/sgl-workspace/sglang/python\n")
+	write(t, filepath.Join(root, "sgl-workspace/sglang/python/sglang/__init__.py"), "")
+	write(t, filepath.Join(sp, "mooncake.egg-link"), "/src/mooncake\n.\n")
+	write(t, filepath.Join(root, "src/mooncake/mooncake/__init__.py"), "")
+	write(t, filepath.Join(sp, "__editable___kvd_1_0_finder.py"), "MAPPING: dict[str, str] = {'kvd': '/src/kvd/python/kvd'}\nNAMESPACES = {}\n")
+	write(t, filepath.Join(root, "src/kvd/python/kvd/__init__.py"), "")
+
+	loc, err := LocateOffline(root, []string{"vllm", "sglang", "mooncake", "kvd", "absent"})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dp, "vllm"), loc.Packages["vllm"].Dir)
+	assert.Equal(t, filepath.Join(root, "sgl-workspace/sglang/python/sglang"), loc.Packages["sglang"].Dir)
+	assert.Equal(t, filepath.Join(root, "src/mooncake/mooncake"), loc.Packages["mooncake"].Dir)
+	assert.Equal(t, filepath.Join(root, "src/kvd/python/kvd"), loc.Packages["kvd"].Dir)
+	assert.False(t, loc.Packages["absent"].Found)
+	assert.Contains(t, loc.Packages["absent"].Why, "absent not found in "+dp)
+	v, _ := DistVersion("vllm", []string{dp})
+	assert.Equal(t, "0.11.1+rocm700", v)
+}
+
+func TestLocateOfflineErrors(t *testing.T) {
+	_, err := LocateOffline(filepath.Join(t.TempDir(), "missing"), []string{"vllm"})
+	require.Error(t, err)
+	loc, err := LocateOffline(t.TempDir(), []string{"vllm"})
+	require.NoError(t, err)
+	assert.Contains(t, loc.Packages["vllm"].Why, "no site-packages or dist-packages directory under")
+}
