@@ -102,3 +102,29 @@ func SyncDir(dir string) error {
 	}
 	return nil
 }
+
+// RemoveStale deletes the temporary files a writer of path left behind when
+// it was killed between creating and renaming them. Call it only while no
+// other writer can be at work on path (under the caller's lock).
+func RemoveStale(path string) []string {
+	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+globEscape(filepath.Base(path))+".tmp-*"))
+	var removed []string
+	for _, m := range matches {
+		if os.Remove(m) == nil {
+			removed = append(removed, m)
+		}
+	}
+	return removed
+}
+
+func globEscape(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', '\\':
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}

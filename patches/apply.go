@@ -182,6 +182,7 @@ func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
 
 	var written []*target
 	for _, p := range order {
+		atomicfile.RemoveStale(p) // left by a start killed mid-write; we hold the lock
 		t := files[p]
 		if string(t.original) == t.content {
 			continue

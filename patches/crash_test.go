@@ -1,0 +1,181 @@
+package patches
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The test binary doubles as a patching process for the crash and
+// concurrency tests: INFERA_PATCHES_CHILD names a package directory.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("INFERA_PATCHES_CHILD"); dir != "" {
+		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}}}}
+		res := Apply(crashSet(), loc, Options{LockTimeout: 30 * time.Second})
+		json.NewEncoder(os.Stdout).Encode(res)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// crashSet is three patches over four files, two of them multi-file, with
+// enough content that a write takes measurable time.
+func crashSet() *Set {
+	mk := func(id string, edits ...Edit) *Definition {
+		d := &Definition{ID: id, Summary: id, Package: "demo", Distribution: "demo", Edits: edits}
+		if err := d.validate(); err != nil {
+			panic(err)
+		}
+		return d
+	}
+	return &Set{Defs: []*Definition{
+		mk("p1", Edit{File: "a.py", Anchor: "    conv, _ = caches\n", Replacement: "    conv = caches[0]\n"}),
+		mk("p2",
+			Edit{File: "b.py", Anchor: "def register():\n", Replacement: "def register():\n    return  # deferred\n"},
+			Edit{File: "sub/c.py", Anchor: "    warm_up()\n", Replacement: "    warm_up()\n    register()\n"}),
+		mk("p3",
+			Edit{File: "a.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"},
+			Edit{File: "sub/d.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
+	}}
+}
+
+var crashOriginals = map[string]string{
+	"a.py":     "class Conn:\n    pass\n\ndef f(caches):\n    conv, _ = caches\n    return conv\n",
+	"b.py":     "def register():\n    pass\n",
+	"sub/c.py": "def compile():\n    warm_up()\n",
+	"sub/d.py": "EVENT = None\n",
+}
+
+// crashTree writes the original files and returns, per file, every
+// content a run may leave it in: the original and the result of each
+// prefix of the patch list (patches apply in order, each a transaction);
+// the last one is the fully patched file.
+func crashTree(t *testing.T) (string, map[string][]string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "demo")
+	pad := strings.Repeat("# padding so that a write takes a while\n", 20000)
+	for name, content := range crashOriginals {
+		write(t, filepath.Join(dir, name), content+pad)
+	}
+	valid := map[string][]string{}
+	for name, content := range crashOriginals {
+		valid[name] = []string{content + pad}
+	}
+	set := crashSet()
+	for n := 1; n <= len(set.Defs); n++ {
+		ref := filepath.Join(t.TempDir(), "demo")
+		for name, content := range crashOriginals {
+			write(t, filepath.Join(ref, name), content+pad)
+		}
+		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: ref, Dirs: []string{ref}}}}
+		for _, r := range Apply(&Set{Defs: set.Defs[:n]}, loc, Options{}) {
+			require.Equal(t, Applied, r.State, r.Why)
+		}
+		for name := range crashOriginals {
+			got := read(t, filepath.Join(ref, name))
+			if !slices.Contains(valid[name], got) {
+				valid[name] = append(valid[name], got)
+			}
+		}
+	}
+	return dir, valid
+}
+
+func final(valid map[string][]string, name string) string {
+	return valid[name][len(valid[name])-1]
+}
+
+func child(dir string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "INFERA_PATCHES_CHILD="+dir)
+	return cmd
+}
+
+// Kill -9 the patching process at random moments, 200 times: every file is
+// always either the original or fully patched, never torn, and the next
+// start converges to all applied with no temporary files left.
+func TestKillDuringWrites(t *testing.T) {
+	dir, valid := crashTree(t)
+	pad := strings.Repeat("# padding so that a write takes a while\n", 20000)
+	// How long a full run takes, to spread the kills over it.
+	start := time.Now()
+	out, err := child(dir).Output()
+	require.NoError(t, err, "%s", out)
+	full := time.Since(start)
+	reset := func() {
+		for name, content := range crashOriginals {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content+pad), 0o644))
+		}
+	}
+	rng := rand.New(rand.NewSource(1))
+	states := map[string]int{}
+	for i := 0; i < 200; i++ {
+		reset()
+		cmd := child(dir)
+		require.NoError(t, cmd.Start())
+		time.Sleep(time.Duration(rng.Int63n(int64(full))))
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		var key []string
+		for name := range crashOriginals {
+			got := read(t, filepath.Join(dir, name))
+			k := slices.Index(valid[name], got)
+			if k < 0 {
+				t.Fatalf("iteration %d: %s is torn: neither original nor the result of whole patches (%d bytes)", i, name, len(got))
+			}
+			key = append(key, fmt.Sprintf("%s=%d", name, k))
+		}
+		sort.Strings(key)
+		states[strings.Join(key, " ")]++
+
+		// The next start finishes the job.
+		out, err := child(dir).Output()
+		require.NoError(t, err, "%s", out)
+		for name := range crashOriginals {
+			require.Equal(t, final(valid, name), read(t, filepath.Join(dir, name)), "iteration %d: %s after recovery", i, name)
+		}
+		leftovers, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+		top, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+		require.Empty(t, append(leftovers, top...), "iteration %d: temporary files left after recovery", i)
+	}
+	t.Logf("file states seen at kill time: %v", states)
+	assert.Greater(t, len(states), 1, "the kills should land at different points of the run")
+}
+
+// Two starts at once patch once: the second waits for the first's lock and
+// then finds everything applied.
+func TestTwoStartsAtOnce(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		dir, valid := crashTree(t)
+		a, b := child(dir), child(dir)
+		var outA, outB strings.Builder
+		a.Stdout, b.Stdout = &outA, &outB
+		require.NoError(t, a.Start())
+		require.NoError(t, b.Start())
+		require.NoError(t, a.Wait())
+		require.NoError(t, b.Wait())
+		for name := range crashOriginals {
+			require.Equal(t, final(valid, name), read(t, filepath.Join(dir, name)), "%s patched exactly once", name)
+		}
+		var ra, rb []Result
+		require.NoError(t, json.Unmarshal([]byte(outA.String()), &ra))
+		require.NoError(t, json.Unmarshal([]byte(outB.String()), &rb))
+		for k := range ra {
+			actions := []string{ra[k].Action, rb[k].Action}
+			sort.Strings(actions)
+			assert.Equal(t, []string{"applied", "none"}, actions, "%s: one start applies, the other finds it applied", ra[k].ID)
+		}
+	}
+}
