@@ -25,6 +25,9 @@ type checkReport struct {
 // without Python and without writing, so a payload build can catch an
 // upstream change before anything is deployed. Exit 65 on drift.
 func runCheck(root string, asJSON bool, env []string, stdout, stderr io.Writer) int {
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
 	e := environ.New(env)
 	payload := e.Value("PAYLOAD_ROOT")
 	if payload == "" {

@@ -66,9 +66,12 @@ func parseArgs(args []string) (options, error) {
 		switch {
 		case a == "--check" || strings.HasPrefix(a, "--check="):
 			v, inline := strings.CutPrefix(a, "--check=")
-			if !inline && i+1 < len(args) {
-				i++
-				v = args[i]
+			if !inline {
+				v = ""
+				if i+1 < len(args) {
+					i++
+					v = args[i]
+				}
 			}
 			if v == "" {
 				return o, &usageError{"--check needs a directory: an unpacked image root filesystem or a site-packages directory"}

@@ -139,6 +139,10 @@ func TestScripts(t *testing.T) {
 			}
 		}
 	}
+	trees, err := filepath.Abs("../../patches/testdata/trees")
+	if err != nil {
+		t.Fatal(err)
+	}
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		WorkdirRoot:         root,
@@ -158,6 +162,7 @@ func TestScripts(t *testing.T) {
 			// interpreters could not answer the package probe.
 			env.Setenv("INFERA_SKIP_ENGINE_PATCHES", "1")
 			env.Setenv("GOARCH", runtime.GOARCH)
+			env.Setenv("TREES", trees) // engine package trees shaped like the real ones
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {

@@ -1,0 +1,1 @@
+# Fixture package marker for infera-exec engine-patch tests.
