@@ -180,6 +180,7 @@ func TestScripts(t *testing.T) {
 			"mkpython": cmdMkpython,
 			"jsonpath": cmdJSONPath,
 			"treehash": cmdTreehash,
+			"envfile":  cmdEnvfile,
 		},
 	})
 }
@@ -280,4 +281,15 @@ func cmdTreehash(ts *testscript.TestScript, neg bool, args []string) {
 		return nil
 	}))
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), []byte(b.String()), 0o644))
+}
+
+// envfile NAME FILE: set NAME to the trimmed content of FILE (what a shell
+// would do with NAME=$(cat FILE)).
+func cmdEnvfile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: envfile NAME FILE")
+	}
+	data, err := os.ReadFile(ts.MkAbs(args[1]))
+	ts.Check(err)
+	ts.Setenv(args[0], strings.TrimSpace(string(data)))
 }
