@@ -23,6 +23,10 @@ type Options struct {
 	// do so as a non-root user is not an error: the file then belongs to
 	// the writer, as any file it creates would.
 	KeepOwner bool
+	// NoSync skips both fsyncs: readers still see the old or the new file,
+	// never a torn one, but after a power loss the file may be lost. For
+	// diagnostics only, where a start should not wait for the disk.
+	NoSync bool
 }
 
 // Write replaces path with the bytes read from r: a temporary file in the
@@ -72,14 +76,19 @@ func Write(path string, r io.Reader, opt Options) (err error) {
 	if err = tmp.Chmod(mode); err != nil {
 		return fmt.Errorf("replace %s: chmod %s: %w", path, tmpName, err)
 	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, err)
+	if !opt.NoSync {
+		if err = tmp.Sync(); err != nil {
+			return fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, err)
+		}
 	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("replace %s: close %s: %w", path, tmpName, err)
 	}
 	if err = os.Rename(tmpName, path); err != nil {
 		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	if opt.NoSync {
+		return nil
 	}
 	return SyncDir(dir)
 }

@@ -42,28 +42,42 @@ type Location struct {
 }
 
 // probeScript asks the import system where each name on argv would come
-// from, without importing it: find_spec on a top-level name runs the path
-// finders (and PEP 660 editable finders on sys.meta_path) but not the
-// package's __init__. It is run exactly as the worker's `python3 -m` is:
-// same interpreter, environment and working directory (” on sys.path).
-const probeScript = `import sys, json
-from importlib.util import find_spec
-out = {"sys_path": [p for p in sys.path], "specs": {}}
+// from, without importing it: for a top-level name this is what
+// importlib.util.find_spec does (the module already in sys.modules, else
+// the first finder on sys.meta_path that knows it, which covers sys.path
+// and PEP 660 editable finders), but it runs the package's __init__ no
+// more than find_spec does and imports nothing itself (json and
+// importlib.util alone would add a third to the interpreter's start).
+// It is run exactly as the worker's `python3 -m` is: same interpreter,
+// environment and working directory (” first on sys.path). The answer is
+// NUL-separated records: P<sys.path entry>, S<name>, then N (not found),
+// E<error>, or O<origin> and L<location>... for the name.
+const probeScript = `import sys
+out = ["P" + p for p in sys.path]
 for name in sys.argv[1:]:
+    out.append("S" + name)
     try:
-        s = find_spec(name)
+        mod = sys.modules.get(name)
+        spec = getattr(mod, "__spec__", None) if mod is not None else None
+        if spec is None:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, None) if find is not None else None
+                if spec is not None:
+                    break
     except Exception as e:
-        out["specs"][name] = {"error": "%s: %s" % (type(e).__name__, e)}
+        out.append("E%s: %s" % (type(e).__name__, e))
         continue
-    if s is None:
-        out["specs"][name] = None
+    if spec is None:
+        out.append("N")
         continue
-    out["specs"][name] = {"origin": s.origin, "locations": list(s.submodule_search_locations or [])}
-sys.stdout.write(json.dumps(out))
+    out.append("O" + (spec.origin or ""))
+    out.extend("L" + p for p in (spec.submodule_search_locations or ()))
+sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "1"
+const probeVersion = "2"
 
 // Locator runs the probe.
 type Locator struct {
@@ -141,33 +155,58 @@ func (l *Locator) run(ctx context.Context, names []string) (*Location, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s failed to locate %s (%v): %s", l.Python, strings.Join(names, ", "), err, tail(errb.String()))
 	}
-	var ans probeAnswer
-	if err := json.Unmarshal(out.Bytes(), &ans); err != nil {
-		return nil, fmt.Errorf("%s answered %q to the package probe, not JSON", l.Python, tail(out.String()))
+	loc, err := parseProbe(out.String(), names)
+	if err != nil {
+		return nil, fmt.Errorf("%s answered %q to the package probe: %v", l.Python, tail(out.String()), err)
 	}
-	loc := &Location{Interpreter: l.Python, SysPath: ans.SysPath, Packages: map[string]Package{}}
-	for _, n := range names {
-		p := Package{Name: n}
-		raw := ans.Specs[n]
-		var s *spec
-		if raw != nil {
-			if err := json.Unmarshal(*raw, &s); err != nil {
-				return nil, fmt.Errorf("package probe for %s: %w", n, err)
-			}
+	loc.Interpreter = l.Python
+	return loc, nil
+}
+
+// parseProbe reads the probe's records.
+func parseProbe(out string, names []string) (*Location, error) {
+	if out == "" {
+		return nil, fmt.Errorf("no output")
+	}
+	loc := &Location{Packages: map[string]Package{}}
+	var cur *Package
+	flush := func() {
+		if cur != nil {
+			loc.Packages[cur.Name] = *cur
 		}
+	}
+	for _, rec := range strings.Split(out, "\x00") {
+		if rec == "" {
+			return nil, fmt.Errorf("empty record")
+		}
+		kind, val := rec[0], rec[1:]
 		switch {
-		case s == nil:
-			p.Why = fmt.Sprintf("%s is not importable with this interpreter, environment and working directory", n)
-		case s.Error != "":
-			p.Why = fmt.Sprintf("finding %s raised %s", n, s.Error)
-		case len(s.Locations) == 0:
-			p.Why = fmt.Sprintf("%s is a module (%s), not a package", n, deref(s.Origin))
+		case kind == 'P':
+			loc.SysPath = append(loc.SysPath, val)
+		case kind == 'S':
+			flush()
+			cur = &Package{Name: val}
+		case cur == nil:
+			return nil, fmt.Errorf("record %q before any package", rec)
+		case kind == 'N':
+			cur.Why = fmt.Sprintf("%s is not importable with this interpreter, environment and working directory", cur.Name)
+		case kind == 'E':
+			cur.Why = fmt.Sprintf("finding %s raised %s", cur.Name, val)
+		case kind == 'O':
+			cur.Why = fmt.Sprintf("%s is a module (%s), not a package", cur.Name, val)
+		case kind == 'L':
+			cur.Found, cur.Why = true, ""
+			cur.Dirs = append(cur.Dirs, val)
+			cur.Dir = cur.Dirs[0]
 		default:
-			p.Found = true
-			p.Dirs = s.Locations
-			p.Dir = s.Locations[0]
+			return nil, fmt.Errorf("unknown record %q", rec)
 		}
-		loc.Packages[n] = p
+	}
+	flush()
+	for _, n := range names {
+		if _, ok := loc.Packages[n]; !ok {
+			return nil, fmt.Errorf("no answer for %s", n)
+		}
 	}
 	return loc, nil
 }

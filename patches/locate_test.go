@@ -219,7 +219,7 @@ func TestLocateInterpreterFailures(t *testing.T) {
 	require.NoError(t, os.Chmod(junk, 0o755))
 	_, err = (&Locator{Python: junk, Env: envWith(), Dir: "/"}).Locate(context.Background(), []string{"demo"})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `answered "hello" to the package probe, not JSON`)
+	assert.Contains(t, err.Error(), `answered "hello" to the package probe`)
 
 	fail := filepath.Join(dir, "fail")
 	write(t, fail, "#!/bin/sh\necho boom >&2\nexit 3\n")
@@ -227,4 +227,21 @@ func TestLocateInterpreterFailures(t *testing.T) {
 	_, err = (&Locator{Python: fail, Env: envWith(), Dir: "/"}).Locate(context.Background(), []string{"demo"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "exit status 3): boom")
+}
+
+func TestParseProbe(t *testing.T) {
+	loc, err := parseProbe("P\x00P/site\x00Svllm\x00O/site/vllm/__init__.py\x00L/site/vllm\x00Sns\x00O\x00L/a/ns\x00L/b/ns\x00Smissing\x00N\x00Sbad\x00EImportError: boom\x00Smod\x00O/site/mod.py", []string{"vllm", "ns", "missing", "bad", "mod"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"", "/site"}, loc.SysPath)
+	assert.Equal(t, Package{Name: "vllm", Found: true, Dir: "/site/vllm", Dirs: []string{"/site/vllm"}}, loc.Packages["vllm"])
+	assert.Equal(t, []string{"/a/ns", "/b/ns"}, loc.Packages["ns"].Dirs)
+	assert.Contains(t, loc.Packages["missing"].Why, "missing is not importable")
+	assert.Equal(t, "finding bad raised ImportError: boom", loc.Packages["bad"].Why)
+	assert.Equal(t, "mod is a module (/site/mod.py), not a package", loc.Packages["mod"].Why)
+	assert.False(t, loc.Packages["mod"].Found)
+
+	for _, bad := range []string{"", "Svllm\x00\x00N", "Lx", "Svllm\x00Q", "P/x"} {
+		_, err := parseProbe(bad, []string{"vllm"})
+		assert.Error(t, err, "%q", bad)
+	}
 }

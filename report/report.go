@@ -11,6 +11,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -51,6 +54,7 @@ type Report struct {
 	Exec         *Exec              `json:"exec,omitempty"`
 	Log          []logging.Entry    `json:"log"`
 	Timings      []Timing           `json:"timings"`
+	Resources    *Resources         `json:"resources,omitempty"`
 	Outcome      Outcome            `json:"outcome"`
 }
 
@@ -86,6 +90,31 @@ type Exec struct {
 	Cwd     string        `json:"cwd"`
 	Env     []string      `json:"env,omitempty"` // full environment; --explain only, never in the report file
 	Nofile  launch.Nofile `json:"nofile"`
+}
+
+// Resources is what the run cost in memory, read just before the exec.
+type Resources struct {
+	PeakRSSKB         int64 `json:"peak_rss_kb"`          // VmHWM of infera-exec itself
+	ChildrenPeakRSSKB int64 `json:"children_peak_rss_kb"` // the largest process it ran (the interpreter)
+}
+
+// ReadResources measures this process. VmHWM is per address space, so it
+// is infera-exec's own peak even when it was forked from a large parent
+// (ru_maxrss would carry that parent's).
+func ReadResources() *Resources {
+	r := &Resources{}
+	if data, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				r.PeakRSSKB, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		r.ChildrenPeakRSSKB = ru.Maxrss
+	}
+	return r
 }
 
 // Timing is how long one step took.
@@ -154,7 +183,9 @@ func writeOne(path string, data []byte) error {
 	if fi.Mode()&fs.ModeSymlink != 0 && filepath.Dir(dir) == "/tmp" {
 		return fmt.Errorf("report %s: %s is a symlink in /tmp; not following it", path, dir)
 	}
-	if err := atomicfile.WriteBytes(path, data, atomicfile.Options{Mode: 0o644}); err != nil {
+	// Renamed into place, so never read half-written; not fsynced, since a
+	// report lost to a power cut is not worth a slower start.
+	if err := atomicfile.WriteBytes(path, data, atomicfile.Options{Mode: 0o644, NoSync: true}); err != nil {
 		return fmt.Errorf("report %w", err)
 	}
 	return nil

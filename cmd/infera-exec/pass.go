@@ -371,6 +371,7 @@ func (p *pass) writeReport() {
 		return
 	}
 	p.rep.Log = p.rec.Entries()
+	p.rep.Resources = report.ReadResources()
 	where, err := report.Write(p.rep, p.cfg.ReportPath)
 	if err != nil {
 		p.log.Warn(fmt.Sprintf("report not written: %v", err))
