@@ -19,18 +19,21 @@ $(SANDBOX): FORCE
 	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/sandbox/cmd/sandbox
 
 # The binary as the entrypoint of a container-like sandbox: private mounts,
-# PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, the
-# machine's python3. First the plan (--explain), then the real start.
+# PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM
+# install with pending fixes at /opt/engine, the machine's python3. First
+# the plan (--explain), then the real start, then a restart.
+DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(DEMO)/payload:/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro \
+	-bind $(CURDIR)/$(DEMO)/engine:/opt/engine -nofile 1024 -- \
+	env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m PYTHONPATH=/opt/engine
+
 demo: build $(SANDBOX)
 	$(GO) run ./internal/demo -out $(DEMO) -bin $(BIN)
 	@echo; echo '== infera-exec --explain (changes nothing) =='
-	$(SANDBOX) -bind $(CURDIR)/$(DEMO)/payload:/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro -nofile 1024 -- \
-	  env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m \
-	  /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /models/demo
-	@echo; echo '== infera-exec as PID 1, exec-ing the worker =='
-	$(SANDBOX) -bind $(CURDIR)/$(DEMO)/payload:/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro -nofile 1024 -- \
-	  env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m \
-	  /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo
+	$(DEMO_RUN) /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /models/demo
+	@echo; echo '== infera-exec as PID 1: patches the engine, execs the worker =='
+	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo
+	@echo; echo '== a restart: the patches are in place, nothing is written =='
+	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo 2>&1 | grep -E '^infera-exec: (vllm|patch)'
 
 test: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...

@@ -28,6 +28,7 @@ type Result struct {
 	Before   State        `json:"before"` // as found
 	Action   string       `json:"action"` // applied, would-apply, none, failed
 	Why      string       `json:"why,omitempty"`
+	Missing  bool         `json:"package_missing,omitempty"` // the package is not importable
 	Edits    []EditResult `json:"edits,omitempty"`
 }
 
@@ -80,7 +81,7 @@ func Apply(set *Set, loc *Location, opt Options) []Result {
 			Required: d.Required || opt.Require[d.ID], Action: "none"}
 		pkg, ok := loc.Packages[d.Package]
 		if !ok || !pkg.Found {
-			r.State, r.Before = NotApplicable, NotApplicable
+			r.State, r.Before, r.Missing = NotApplicable, NotApplicable, true
 			r.Why = pkg.Why
 			if r.Why == "" {
 				r.Why = d.Package + " was not looked up"

@@ -195,6 +195,9 @@ func (p *pass) logPatch(r patches.Result) {
 		p.log.Info(fmt.Sprintf("patch %s already applied", r.ID))
 	case r.State == patches.Upstream:
 		p.log.Info(fmt.Sprintf("patch %s not needed: fixed upstream (%s)", r.ID, r.Why))
+	case r.Missing:
+		// The package is not there; its own line already said so.
+		p.log.Debug(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == patches.NotApplicable:
 		p.log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == patches.Drift:

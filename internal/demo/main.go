@@ -1,8 +1,9 @@
 // Command demo assembles the demo: a payload in the v0.2.2 layout (the
 // infera-exec binary in bin/, pure-Python trees py39..py314 holding a tiny
 // worker, native trees for ROCm 7 with CAPABILITIES and a real ELF library)
-// and a fake /opt/rocm whose libamdhip64 is a real ELF with SONAME
-// libamdhip64.so.7. `make demo` then runs it in a sandbox.
+// a fake /opt/rocm whose libamdhip64 is a real ELF with SONAME
+// libamdhip64.so.7, and a vLLM install with pending fixes. `make demo` then
+// runs it in a sandbox.
 package main
 
 import (
@@ -20,8 +21,9 @@ func main() {
 	out := flag.String("out", "build/demo", "output directory (replaced)")
 	bin := flag.String("bin", "bin/infera-exec", "infera-exec binary to put in the payload")
 	src := flag.String("src", "testdata/demo/python", "pure-Python tree content")
+	engine := flag.String("engine", "patches/testdata/trees/vllm-pending/site-packages", "a vLLM install whose fixes are pending")
 	flag.Parse()
-	if err := build(*out, *bin, *src); err != nil {
+	if err := build(*out, *bin, *src, *engine); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
@@ -35,7 +37,7 @@ var native = map[string]string{
 	"rocm7-py312": "mooncake hipfile\n",
 }
 
-func build(out, bin, src string) error {
+func build(out, bin, src, engine string) error {
 	if err := os.RemoveAll(out); err != nil {
 		return err
 	}
@@ -63,7 +65,12 @@ func build(out, bin, src string) error {
 			return err
 		}
 	}
-	fmt.Printf("demo payload in %s, fake ROCm 7 in %s\n", payload, filepath.Join(out, "rocm"))
+	// The "image's" engine: a vLLM install shaped like the real one, with
+	// the anchors of the project's fixes, for infera-exec to patch.
+	if err := copyTree(engine, filepath.Join(out, "engine")); err != nil {
+		return err
+	}
+	fmt.Printf("demo payload in %s, fake ROCm 7 in %s, engine in %s\n", payload, filepath.Join(out, "rocm"), filepath.Join(out, "engine"))
 	return nil
 }
 
