@@ -31,7 +31,11 @@ var ErrDangling = errors.New("dangling symlink")
 // Follow returns every path from path to the file it finally names, path
 // first. Each hop is read with readlink(2); a relative target is resolved
 // against the real directory of the link, as the kernel does.
-func Follow(path string) ([]string, error) {
+func Follow(path string) ([]string, error) { return FollowIn("/", path) }
+
+// FollowIn is Follow for a tree that is a container's root filesystem seen
+// from outside it: absolute link targets are taken inside root.
+func FollowIn(root, path string) ([]string, error) {
 	chain := []string{path}
 	cur := path
 	for hop := 0; ; hop++ {
@@ -52,7 +56,9 @@ func Follow(path string) ([]string, error) {
 		if err != nil {
 			return chain, &Error{chain, err}
 		}
-		if !filepath.IsAbs(target) {
+		if filepath.IsAbs(target) {
+			target = filepath.Join(root, target)
+		} else {
 			dir, err := filepath.EvalSymlinks(filepath.Dir(cur))
 			if err != nil {
 				return chain, &Error{chain, fmt.Errorf("%s: resolve directory of %s: %w", path, cur, err)}

@@ -28,6 +28,8 @@ const innerMarker = "INFERA_SANDBOX_INNER"
 type Spec struct {
 	Binds    []Bind
 	Tmpfs    []string
+	Noexec   map[string]bool // tmpfs mounted noexec
+	Overlays []string        // host directories made writable by an overlay, changes kept in memory
 	ReadOnly bool
 	User     *[2]int // uid, gid
 	Nofile   *[2]uint64
@@ -47,7 +49,8 @@ var own = map[string]bool{"proc": true, "dev": true, "run": true, "opt": true, "
 
 const usage = `usage: sandbox [flags] -- COMMAND [ARG...]
   -bind SRC:DST[:ro|:rw]  bind a host path at DST (repeatable)
-  -tmpfs DST              fresh tmpfs at DST (repeatable)
+  -tmpfs DST[:noexec]     fresh tmpfs at DST (repeatable)
+  -overlay DST            DST (a host directory) writable, changes in a tmpfs (repeatable)
   -ro                     read-only root: every mount but :rw binds and -tmpfs
   -user UID:GID           run COMMAND as this user
   -nofile SOFT[:HARD]     RLIMIT_NOFILE for COMMAND (HARD: keep the current one)
@@ -96,10 +99,24 @@ func parse(args []string) (*Spec, error) {
 		return nil
 	})
 	fs.Func("tmpfs", "", func(v string) error {
-		if !filepath.IsAbs(v) {
-			return fmt.Errorf("-tmpfs %q: want an absolute path", v)
+		dst, opt, _ := strings.Cut(v, ":")
+		if !filepath.IsAbs(dst) || (opt != "" && opt != "noexec") {
+			return fmt.Errorf("-tmpfs %q: want /DST or /DST:noexec", v)
 		}
-		s.Tmpfs = append(s.Tmpfs, filepath.Clean(v))
+		s.Tmpfs = append(s.Tmpfs, filepath.Clean(dst))
+		if opt == "noexec" {
+			if s.Noexec == nil {
+				s.Noexec = map[string]bool{}
+			}
+			s.Noexec[filepath.Clean(dst)] = true
+		}
+		return nil
+	})
+	fs.Func("overlay", "", func(v string) error {
+		if !filepath.IsAbs(v) {
+			return fmt.Errorf("-overlay %q: want an absolute path", v)
+		}
+		s.Overlays = append(s.Overlays, filepath.Clean(v))
 		return nil
 	})
 	fs.BoolVar(&s.ReadOnly, "ro", false, "")
@@ -269,7 +286,11 @@ func inner(s *Spec) error {
 			if err := mkdirInside(root, f.dst, true); err != nil {
 				return err
 			}
-			if err := unix.Mount("tmpfs", target, "tmpfs", 0, "mode=1777"); err != nil {
+			var flags uintptr
+			if s.Noexec[f.dst] {
+				flags |= unix.MS_NOEXEC
+			}
+			if err := unix.Mount("tmpfs", target, "tmpfs", flags, "mode=1777"); err != nil {
 				return fmt.Errorf("mount tmpfs on %s: %w", f.dst, err)
 			}
 			rw[f.dst] = true
@@ -295,6 +316,30 @@ func inner(s *Spec) error {
 		default:
 			mounts = append(mounts, f.dst)
 		}
+	}
+
+	// Overlays after the binds, so an overlay can sit on a bound fixture
+	// too: reads see the directory, writes go to a tmpfs and vanish with
+	// the sandbox.
+	for i, o := range s.Overlays {
+		scratch := filepath.Join(root, fmt.Sprintf(".overlay-%d", i))
+		if err := os.MkdirAll(scratch, 0o700); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", scratch, "tmpfs", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount tmpfs for overlay %s: %w", o, err)
+		}
+		for _, d := range []string{"upper", "work"} {
+			if err := os.Mkdir(filepath.Join(scratch, d), 0o755); err != nil {
+				return err
+			}
+		}
+		target := filepath.Join(root, o)
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s/upper,workdir=%s/work", target, scratch, scratch)
+		if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+			return fmt.Errorf("mount overlay on %s: %w", o, err)
+		}
+		rw[o] = true
 	}
 
 	if s.ReadOnly {
