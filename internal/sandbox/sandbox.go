@@ -31,6 +31,7 @@ type Spec struct {
 	Noexec   map[string]bool // tmpfs mounted noexec
 	Overlays []string        // host directories made writable by an overlay, changes kept in memory
 	ReadOnly bool
+	FakeDev  bool    // /dev is a tmpfs with only the basic nodes, so fixtures can add /dev/infiniband
 	User     *[2]int // uid, gid
 	Nofile   *[2]uint64
 	Cwd      string
@@ -52,6 +53,7 @@ const usage = `usage: sandbox [flags] -- COMMAND [ARG...]
   -tmpfs DST[:noexec]     fresh tmpfs at DST (repeatable)
   -overlay DST            DST (a host directory) writable, changes in a tmpfs (repeatable)
   -ro                     read-only root: every mount but :rw binds and -tmpfs
+  -fakedev                /dev holds only null, zero, full, random, urandom, tty, pts, shm
   -user UID:GID           run COMMAND as this user
   -nofile SOFT[:HARD]     RLIMIT_NOFILE for COMMAND (HARD: keep the current one)
   -cwd DIR                working directory of COMMAND (default /)
@@ -120,6 +122,7 @@ func parse(args []string) (*Spec, error) {
 		return nil
 	})
 	fs.BoolVar(&s.ReadOnly, "ro", false, "")
+	fs.BoolVar(&s.FakeDev, "fakedev", false, "")
 	fs.Func("user", "", func(v string) error {
 		u, g, ok := strings.Cut(v, ":")
 		uid, err1 := strconv.Atoi(u)
@@ -246,7 +249,13 @@ func inner(s *Spec) error {
 			return err
 		}
 	}
-	if !overridden["/dev"] {
+	switch {
+	case overridden["/dev"]:
+	case s.FakeDev:
+		if err := fakeDev(filepath.Join(root, "dev")); err != nil {
+			return err
+		}
+	default:
 		if err := unix.Mount("/dev", filepath.Join(root, "dev"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind /dev: %w", err)
 		}
@@ -383,6 +392,33 @@ func inner(s *Spec) error {
 		return err
 	}
 	return syscall.Exec(path, s.Command, os.Environ())
+}
+
+// fakeDev makes dir a tmpfs holding the device nodes every program needs,
+// bound from the host's /dev (mknod is not allowed in a user namespace).
+func fakeDev(dir string) error {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID, "mode=0755"); err != nil {
+		return fmt.Errorf("mount tmpfs on /dev: %w", err)
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		f, err := os.OpenFile(filepath.Join(dir, n), os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		if err := bindMount("/dev/"+n, filepath.Join(dir, n), false); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+		if err := bindMount("/dev/"+d, filepath.Join(dir, d), true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // mkdirInside creates dst (a directory, or an empty file for a file bind)
