@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,8 @@ const (
 	DefaultPython        = "python3"
 )
 
+var providerRE = regexp.MustCompile(`^[a-z0-9_]+$`)
+
 // Config is the run's configuration.
 type Config struct {
 	PayloadRoot       string                 `json:"payload_root"`
@@ -36,6 +39,8 @@ type Config struct {
 	ReadyTimeoutFrom  string                 `json:"ready_timeout_from"`
 	Chdir             string                 `json:"chdir"`
 	HostLibionic      string                 `json:"host_libionic"`
+	RDMAProvider      string                 `json:"rdma_provider"` // provider name the host build replaces
+	Sysfs             string                 `json:"sysfs"`         // SYSFS_PATH, as libibverbs reads it
 	SkipEnginePatches bool                   `json:"skip_engine_patches"`
 	RequirePatches    []string               `json:"require_patches,omitempty"`
 	StateDir          string                 `json:"state_dir,omitempty"`   // empty: /run/infera-exec, else /tmp/infera-exec
@@ -125,6 +130,18 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	c.HostLibionic = DefaultHostLibionic
 	if v := env.Value("INFERA_HOST_LIBIONIC"); v != "" {
 		c.HostLibionic = abs(v, cwd)
+	}
+
+	c.RDMAProvider = "ionic"
+	if v := env.Value("INFERA_RDMA_PROVIDER"); v != "" {
+		if !providerRE.MatchString(v) {
+			return c, warns, &Error{fmt.Sprintf("INFERA_RDMA_PROVIDER=%q: a provider name is lower-case letters, digits and '_' (ionic, mana, mlx5)", v)}
+		}
+		c.RDMAProvider = v
+	}
+	c.Sysfs = "/sys"
+	if v := env.Value("SYSFS_PATH"); v != "" {
+		c.Sysfs = abs(v, cwd)
 	}
 
 	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""

@@ -76,10 +76,11 @@ type Capabilities struct {
 // Stage is a pluggable step of the pass (host libionic swap, engine
 // patches): its name, what it decided, and the details it wants reported.
 type Stage struct {
-	Name    string `json:"name"`
-	State   string `json:"state"`
-	Summary string `json:"summary"`
-	Detail  any    `json:"detail,omitempty"`
+	Name    string   `json:"name"`
+	State   string   `json:"state"`
+	Summary string   `json:"summary"`
+	Lines   []string `json:"lines,omitempty"` // what --explain prints under the summary
+	Detail  any      `json:"detail,omitempty"`
 }
 
 // Exec is what is (or would be) executed.

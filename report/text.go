@@ -90,6 +90,9 @@ func WriteText(w io.Writer, r *Report) {
 		if s.Summary != "" {
 			p("  %s", s.Summary)
 		}
+		for _, l := range s.Lines {
+			p("  %s", l)
+		}
 	}
 
 	if e := r.Exec; e != nil {

@@ -17,14 +17,19 @@ In one pass, before exec:
      capability the deployment requires is missing
   3. compose the worker's environment (PYTHONPATH, LD_LIBRARY_PATH, PATH,
      INFERA_ENGINE_READY_TIMEOUT)
-  4. swap in the host's RDMA provider and apply engine patches
+  4. swap in the host's RDMA provider (when /host-libionic/libionic.so is
+     mounted and will load) and apply the engine patches (anchored fixes
+     to the installed vLLM/SGLang source, located by one interpreter run)
   5. chdir, raise the open-file soft limit to the hard limit, write a report
 
 Options (before COMMAND; the first word that is not an option starts it):
   --explain    run every detection and check, change nothing, print the
                plan and the exact argv, env and cwd; exit 0 if the worker
                would start, else the code it would refuse with
-  --json       with --explain: print the plan as JSON
+  --json       with --explain or --check: print the result as JSON
+  --check ROOT evaluate the engine patches against an unpacked image or a
+               site-packages directory, without Python, writing nothing;
+               exit 65 if a patch drifted
   --verbose    also log debug lines
   --version    print version, commit and Go version
   -h, --help   print this help
@@ -44,7 +49,12 @@ Environment:
   INFERA_EXEC_CHDIR            working directory of the worker (default /)
   INFERA_ABI_FAMILY            force the family, e.g. rocm7-py312 (debugging)
   INFERA_HOST_LIBIONIC         host RDMA provider (default /host-libionic/libionic.so)
+  INFERA_RDMA_PROVIDER         provider the host build replaces (default ionic)
+  SYSFS_PATH                   sysfs root, as libibverbs reads it (default /sys)
   INFERA_SKIP_ENGINE_PATCHES   non-empty: apply no engine patches
+  INFERA_REQUIRE_PATCHES       patch ids that must be in force, else exit 65
+  INFERA_EXEC_STATE_DIR        cache of the engine location (default
+                               /run/infera-exec, else /tmp/infera-exec)
   INFERA_EXEC_LOG              text (default) or json log lines on stderr
   INFERA_EXEC_REPORT           report file (default /run/infera-exec/report.json,
                                else /tmp/infera-exec/report.json); off = none
@@ -52,6 +62,7 @@ Environment:
 
 Exit codes (the worker's own once it runs):
   64   usage: unknown option, no command
+  65   a required engine patch is not in force (--check: a patch drifted)
   69   a required capability is unavailable
   70   internal error in infera-exec
   78   payload, interpreter or configuration unusable

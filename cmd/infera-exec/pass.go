@@ -289,21 +289,6 @@ func (p *pass) resolveCommand(context.Context) error {
 	return nil
 }
 
-func (p *pass) hostLibionic(context.Context) error {
-	st := report.Stage{Name: "host libionic"}
-	if _, err := os.Stat(p.cfg.HostLibionic); err != nil {
-		st.State = "not-mounted"
-		st.Summary = fmt.Sprintf("%s is not present; the container's provider is used", p.cfg.HostLibionic)
-		p.log.Debug(st.Summary)
-	} else {
-		st.State = "unsupported"
-		st.Summary = fmt.Sprintf("%s is present but this build does not swap RDMA providers", p.cfg.HostLibionic)
-		p.log.Warn(st.Summary)
-	}
-	p.rep.Stages = append(p.rep.Stages, st)
-	return nil
-}
-
 func (p *pass) limits(context.Context) error {
 	n, err := launch.RaiseNofile(p.dry)
 	p.rep.Exec.Nofile = n

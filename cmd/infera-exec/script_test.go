@@ -171,6 +171,13 @@ func TestScripts(t *testing.T) {
 				return canSandbox()
 			case "root":
 				return os.Geteuid() == 0, nil
+			case "rdma":
+				// Debian's rdma-core 44: libibverbs1, ibverbs-providers.
+				_, err := os.Stat("/usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.44.0")
+				if err != nil && os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
+					return false, fmt.Errorf("INFERA_REQUIRE_FIXTURES=1 but rdma-core is not installed: %v", err)
+				}
+				return err == nil, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -181,6 +188,7 @@ func TestScripts(t *testing.T) {
 			"jsonpath": cmdJSONPath,
 			"treehash": cmdTreehash,
 			"envfile":  cmdEnvfile,
+			"mkrdma":   cmdMkrdma,
 		},
 	})
 }
@@ -292,4 +300,26 @@ func cmdEnvfile(ts *testscript.TestScript, neg bool, args []string) {
 	data, err := os.ReadFile(ts.MkAbs(args[1]))
 	ts.Check(err)
 	ts.Setenv(args[0], strings.TrimSpace(string(data)))
+}
+
+// mkrdma DIR: what a real-loader test needs, in DIR: ibvprobe and the
+// nonetlink.so shim (built by cc), a fake sysfs in DIR/sys with one
+// ConnectX device mlx5_0 (PCI 15b3:1017, which the mlx5 provider claims by
+// its modalias) whose kernel ABI is RDMA_ABI (default 1), and
+// DIR/devib/uverbs0 to bind at /dev/infiniband.
+func cmdMkrdma(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: mkrdma DIR")
+	}
+	dir := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(filepath.Join(dir, "devib"), 0o755))
+	ts.Check(os.WriteFile(filepath.Join(dir, "devib", "uverbs0"), nil, 0o644))
+	ts.Check(fixture.RDMAProbes("../../internal/fixture/rdma", dir))
+	abi := 1
+	if v := ts.Getenv("RDMA_ABI"); v != "" {
+		var err error
+		abi, err = strconv.Atoi(v)
+		ts.Check(err)
+	}
+	ts.Check(fixture.FakeSysfs(filepath.Join(dir, "sys"), "mlx5_0", abi, "0x15b3", "0x1017"))
 }

@@ -1,0 +1,210 @@
+// Package libionic puts the host's RDMA provider (libionic, the userspace
+// driver for AMD Pensando NICs) into the container, the way libibverbs will
+// look for it, and only when it will load: a provider must match the host
+// kernel driver's ABI, which the stock image's build often does not
+// ("Driver ionic does not support the kernel ABI of 1 (supports 4 to 4)").
+//
+// The package works on a container root (always "/" in production; a
+// directory tree in tests) and reports every check it made.
+package libionic
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/infera/infera-exec/internal/linkchain"
+)
+
+// Container is how the container's libibverbs will find the provider.
+type Container struct {
+	Libibverbs     string   `json:"libibverbs"`                // libibverbs.so.1 as found
+	LibibverbsFile string   `json:"libibverbs_file"`           // the file it resolves to
+	LibDir         string   `json:"lib_dir"`                   // where libibverbs.so.1 is
+	LibDirs        []string `json:"lib_dirs"`                  // the loader's directories for this machine
+	ConfigDir      string   `json:"config_dir"`                // /etc/libibverbs.d, as compiled into libibverbs
+	ProviderDir    string   `json:"provider_dir"`              // as compiled into libibverbs
+	PABI           int      `json:"pabi"`                      // private ABI: IBVERBS_PRIVATE_<PABI>, lib<name>-rdmav<PABI>.so
+	DriverFile     string   `json:"driver_file,omitempty"`     // the .driver file naming the provider
+	SonameLink     string   `json:"soname_link"`               // <libdir>/lib<name>.so.1
+	SonameChain    []string `json:"soname_chain,omitempty"`    // its symlink chain, when it exists
+	ProviderLink   string   `json:"provider_link"`             // <providerdir>/lib<name>-rdmav<PABI>.so
+	ProviderChain  []string `json:"provider_chain,omitempty"`  // its symlink chain, when it exists
+	Files          []string `json:"files,omitempty"`           // the real files behind the two names
+	ProviderSHA256 string   `json:"provider_sha256,omitempty"` // of the file the provider link leads to
+}
+
+// triplet is the Debian multiarch directory name for this machine: the
+// container runs on the same architecture as infera-exec.
+func triplet() string {
+	switch runtime.GOARCH {
+	case "arm64":
+		return "aarch64-linux-gnu"
+	case "ppc64le":
+		return "powerpc64le-linux-gnu"
+	case "s390x":
+		return "s390x-linux-gnu"
+	}
+	return "x86_64-linux-gnu"
+}
+
+// libDirs are the directories the dynamic loader searches by default,
+// Debian multiarch first, then the lib64 layout of RPM distributions.
+func libDirs() []string {
+	t := triplet()
+	return []string{"/usr/lib/" + t, "/lib/" + t, "/usr/lib64", "/lib64", "/usr/lib", "/lib"}
+}
+
+var (
+	// "/usr/lib/x86_64-linux-gnu/libibverbs/lib%s-rdmav34.so" as libibverbs
+	// formats the provider path.
+	providerFmtRE = regexp.MustCompile(`(/[\x21-\x7e]*)/lib%s-rdmav(\d+)\.so\x00`)
+	configDirRE   = regexp.MustCompile(`\x00(/[\x21-\x7e]*/libibverbs\.d)\x00`)
+	privateRE     = regexp.MustCompile(`^IBVERBS_PRIVATE_(\d+)$`)
+)
+
+// in joins a container path to the root the package works on.
+func in(root, p string) string { return filepath.Join(root, p) }
+
+// out turns a path under root back into the container's path.
+func out(root, p string) string {
+	if root == "/" || root == "" {
+		return p
+	}
+	rel, err := filepath.Rel(root, p)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return p
+	}
+	return "/" + rel
+}
+
+// Discover finds libibverbs and reads from it where it will look for
+// provider name: the configuration directory and the provider directory
+// with its private ABI number, both compiled into the library.
+func Discover(root, name string) (*Container, *Object, error) {
+	c := &Container{LibDirs: libDirs()}
+	for _, d := range c.LibDirs {
+		p := filepath.Join(d, "libibverbs.so.1")
+		if _, err := os.Stat(in(root, p)); err == nil {
+			c.Libibverbs, c.LibDir = p, d
+			break
+		}
+	}
+	if c.Libibverbs == "" {
+		return c, nil, fmt.Errorf("the container has no libibverbs.so.1 (searched %s): nothing would load an RDMA provider", strings.Join(c.LibDirs, ", "))
+	}
+	chain, err := linkchain.FollowIn(root, in(root, c.Libibverbs))
+	if err != nil {
+		return c, nil, fmt.Errorf("container libibverbs %s: %w", c.Libibverbs, err)
+	}
+	c.LibibverbsFile = out(root, chain[len(chain)-1])
+	ref, err := Inspect(in(root, c.LibibverbsFile))
+	if err != nil {
+		return c, nil, err
+	}
+	data, err := os.ReadFile(in(root, c.LibibverbsFile))
+	if err != nil {
+		return c, ref, err
+	}
+	if m := providerFmtRE.FindSubmatch(data); m != nil {
+		c.ProviderDir = string(m[1])
+		c.PABI, _ = strconv.Atoi(string(m[2]))
+	}
+	if m := configDirRE.FindSubmatch(data); m != nil {
+		c.ConfigDir = string(m[1])
+	} else {
+		c.ConfigDir = "/etc/libibverbs.d"
+	}
+	// The private ABI is also the version libibverbs defines for its
+	// providers; the two must agree.
+	var defined []int
+	for _, v := range ref.Defines {
+		if m := privateRE.FindStringSubmatch(v); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			defined = append(defined, n)
+		}
+	}
+	switch {
+	case c.PABI == 0 && len(defined) == 1:
+		c.PABI = defined[0]
+		c.ProviderDir = filepath.Join(c.LibDir, "libibverbs")
+	case c.PABI == 0:
+		return c, ref, fmt.Errorf("container libibverbs %s: cannot tell its provider directory and private ABI (no lib%%s-rdmav<N>.so string, IBVERBS_PRIVATE versions %v)", c.LibibverbsFile, defined)
+	case len(defined) > 0 && !containsInt(defined, c.PABI):
+		return c, ref, fmt.Errorf("container libibverbs %s: provider path says private ABI %d but the library defines IBVERBS_PRIVATE_%v", c.LibibverbsFile, c.PABI, defined)
+	}
+
+	c.DriverFile = driverFile(root, c.ConfigDir, name)
+	c.SonameLink = filepath.Join(c.LibDir, "lib"+name+".so.1")
+	c.ProviderLink = filepath.Join(c.ProviderDir, fmt.Sprintf("lib%s-rdmav%d.so", name, c.PABI))
+	for _, l := range []struct {
+		path  string
+		chain *[]string
+	}{{c.SonameLink, &c.SonameChain}, {c.ProviderLink, &c.ProviderChain}} {
+		if _, err := os.Lstat(in(root, l.path)); err != nil {
+			continue
+		}
+		ch, err := linkchain.FollowIn(root, in(root, l.path))
+		for _, p := range ch {
+			*l.chain = append(*l.chain, out(root, p))
+		}
+		if err != nil {
+			return c, ref, fmt.Errorf("container provider %s: %w", l.path, err)
+		}
+		final := out(root, ch[len(ch)-1])
+		if !containsStr(c.Files, final) {
+			c.Files = append(c.Files, final)
+		}
+	}
+	if len(c.ProviderChain) > 0 {
+		c.ProviderSHA256, _ = fileSHA256(in(root, c.ProviderChain[len(c.ProviderChain)-1]))
+	}
+	return c, ref, nil
+}
+
+// driverFile finds the .driver file whose "driver <name>" line makes
+// libibverbs load the provider; "" when there is none.
+func driverFile(root, dir, name string) string {
+	matches, _ := filepath.Glob(filepath.Join(in(root, dir), "*.driver"))
+	sort.Strings(matches)
+	for _, m := range matches {
+		f, err := os.Open(m)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) == 2 && fields[0] == "driver" && (fields[1] == name || filepath.Base(fields[1]) == "lib"+name) {
+				f.Close()
+				return out(root, m)
+			}
+		}
+		f.Close()
+	}
+	return ""
+}
+
+func containsInt(list []int, n int) bool {
+	for _, v := range list {
+		if v == n {
+			return true
+		}
+	}
+	return false
+}
+
+func containsStr(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

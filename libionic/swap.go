@@ -1,0 +1,428 @@
+package libionic
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/atomicfile"
+)
+
+// Options say what to swap and where.
+type Options struct {
+	Host         string   // the host build, /host-libionic/libionic.so
+	Name         string   // provider name: ionic
+	Root         string   // the container's root: "/" except in tests
+	Sysfs        string   // sysfs mount, /sys
+	FallbackDirs []string // writable places for the read-only route, in order
+	DryRun       bool     // decide, change nothing
+}
+
+// ABIRange is the kernel uverbs ABI range a provider build accepts.
+type ABIRange struct {
+	Min uint32 `json:"min"`
+	Max uint32 `json:"max"`
+}
+
+func (r *ABIRange) String() string {
+	if r == nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%d to %d", r.Min, r.Max)
+}
+
+func (r *ABIRange) covers(abi int) bool { return r != nil && abi >= int(r.Min) && abi <= int(r.Max) }
+
+// Result is what the swap found and did.
+type Result struct {
+	State        string            `json:"state"` // not-mounted, refused, unchanged, replaced, fallback, no-route, or planned-*
+	Route        string            `json:"route,omitempty"`
+	Summary      string            `json:"summary"`
+	Host         string            `json:"host"`
+	HostSHA256   string            `json:"host_sha256,omitempty"`
+	HostABI      *ABIRange         `json:"host_abi_range,omitempty"`
+	ContainerABI *ABIRange         `json:"container_abi_range,omitempty"`
+	Kernel       []Uverbs          `json:"kernel,omitempty"`
+	Container    *Container        `json:"container,omitempty"`
+	Checks       []Check           `json:"checks,omitempty"`
+	Replaced     []string          `json:"replaced,omitempty"`
+	Created      []string          `json:"created,omitempty"`
+	Backups      []string          `json:"backups,omitempty"`
+	Env          map[string]string `json:"env,omitempty"`          // variables the worker must get
+	LibraryPath  string            `json:"library_path,omitempty"` // directory to put first on LD_LIBRARY_PATH
+	Notes        []string          `json:"notes,omitempty"`
+}
+
+// Swap puts the host build in place of the container's provider. It
+// never fails the start: a host build that would not load is refused
+// (the container keeps its own provider), and when nothing can be written
+// the result says so.
+func Swap(ctx context.Context, o Options) *Result {
+	r := &Result{Host: o.Host}
+	root := o.Root
+	if root == "" {
+		root = "/"
+	}
+	fi, err := os.Lstat(in(root, o.Host))
+	if errors.Is(err, os.ErrNotExist) {
+		r.State, r.Summary = "not-mounted", o.Host+" is not present; the container's provider is used"
+		return r
+	}
+	if err == nil && fi.IsDir() {
+		r.State, r.Summary = "refused", o.Host+" is a directory, not the provider library; mount the file itself"
+		return r
+	}
+
+	c, ref, err := Discover(root, o.Name)
+	r.Container = c
+	r.Kernel = readUverbs(o.Sysfs)
+	if err != nil {
+		r.State, r.Summary = "refused", err.Error()
+		return r
+	}
+	host, err := Inspect(in(root, o.Host))
+	if err != nil {
+		r.State = "refused"
+		r.Checks = append(r.Checks, Check{Name: "elf", Detail: err.Error()})
+		r.Summary = fmt.Sprintf("host build not used: %v; keeping the container's provider", err)
+		return r
+	}
+	var libDirs []string
+	for _, d := range c.LibDirs {
+		libDirs = append(libDirs, in(root, d))
+	}
+	checks, ok := Verify(host, ref, "lib"+o.Name+".so.1", libDirs)
+	r.Checks = append(r.Checks, checks...)
+	if lo, hi, ok := ProviderABIRange(host, o.Name); ok {
+		r.HostABI = &ABIRange{lo, hi}
+	}
+	if len(c.ProviderChain) > 0 {
+		if obj, err := Inspect(in(root, c.ProviderChain[len(c.ProviderChain)-1])); err == nil {
+			if lo, hi, ok := ProviderABIRange(obj, o.Name); ok {
+				r.ContainerABI = &ABIRange{lo, hi}
+			}
+		}
+	}
+	for _, k := range r.Kernel {
+		if r.HostABI != nil && !r.HostABI.covers(k.ABI) {
+			r.Notes = append(r.Notes, fmt.Sprintf("the host build supports kernel ABI %s but %s (%s) speaks %d", r.HostABI, k.Name, k.IBDev, k.ABI))
+		}
+	}
+	if !ok {
+		var failed []string
+		for _, ch := range checks {
+			if !ch.OK {
+				failed = append(failed, ch.Detail)
+			}
+		}
+		r.State = "refused"
+		r.Summary = fmt.Sprintf("host build %s would not load in this container (%s); keeping the container's provider", o.Host, strings.Join(failed, "; "))
+		return r
+	}
+	data, err := os.ReadFile(in(root, o.Host))
+	if err != nil {
+		r.State, r.Summary = "refused", fmt.Sprintf("read host build: %v", err)
+		return r
+	}
+	r.HostSHA256 = sum(data)
+
+	if c.DriverFile != "" && len(c.SonameChain) > 0 && len(c.ProviderChain) > 0 && c.ProviderSHA256 == r.HostSHA256 && allSame(root, c.Files, r.HostSHA256) {
+		r.State, r.Route = "unchanged", "in-place"
+		r.Summary = fmt.Sprintf("the container's provider %s is already the host build", c.ProviderLink)
+		return r
+	}
+	if o.DryRun {
+		if dir := firstUnwritable(root, c); dir == "" {
+			r.State, r.Route = "planned", "in-place"
+			r.Summary = fmt.Sprintf("would replace %s with the host build", describeTargets(c))
+		} else if d, why := pickFallback(root, o.FallbackDirs); d != "" {
+			r.State, r.Route = "planned", "rdmav-drivers"
+			r.Summary = fmt.Sprintf("%s is not writable; would copy the host build to %s and set RDMAV_DRIVERS", dir, d)
+		} else {
+			r.State = "no-route"
+			r.Summary = fmt.Sprintf("%s is not writable and no fallback directory is usable (%s)", dir, why)
+		}
+		return r
+	}
+
+	err = inPlace(ctx, root, o.Name, c, data, r)
+	if err == nil {
+		r.State, r.Route = "replaced", "in-place"
+		r.Summary = "replaced " + strings.Join(r.Replaced, ", ") + " with the host libionic build"
+		return r
+	}
+	if !unwritable(err) {
+		r.State = "refused"
+		r.Summary = fmt.Sprintf("swapping in the host build failed: %v; the container's provider was restored", err)
+		return r
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("in-place swap not possible: %v", err))
+	return fallback(root, o, c, data, r)
+}
+
+// inPlace replaces the real file(s) behind lib<name>.so.1 and the provider
+// link with the host build, creating whichever names are missing. On any
+// error everything already done is undone.
+func inPlace(ctx context.Context, root, name string, c *Container, data []byte, r *Result) (err error) {
+	type undo func() error
+	var undos []undo
+	defer func() {
+		if err != nil {
+			for i := len(undos) - 1; i >= 0; i-- {
+				if uerr := undos[i](); uerr != nil {
+					r.Notes = append(r.Notes, "undo failed: "+uerr.Error())
+				}
+			}
+			r.Replaced, r.Created, r.Backups = nil, nil, nil
+		}
+	}()
+
+	files := append([]string(nil), c.Files...)
+	if len(files) == 0 {
+		// No provider in the image at all: the host build becomes
+		// lib<name>.so.1 itself.
+		p := c.SonameLink
+		if err := atomicfile.WriteBytes(in(root, p), data, atomicfile.Options{Mode: 0o644}); err != nil {
+			return err
+		}
+		undos = append(undos, func() error { return os.Remove(in(root, p)) })
+		r.Created = append(r.Created, p)
+		files = []string{p}
+	}
+	for _, f := range files {
+		orig, err := os.ReadFile(in(root, f))
+		if err != nil {
+			return err
+		}
+		if sum(orig) == sum(data) {
+			continue
+		}
+		backup := filepath.Join(filepath.Dir(f), "."+filepath.Base(f)+".infera-orig")
+		if _, err := os.Lstat(in(root, backup)); errors.Is(err, os.ErrNotExist) {
+			// A hard link keeps the original inode (and its pages, for any
+			// process that has it mapped) at no cost; ldconfig ignores
+			// names that do not start with "lib".
+			if err := os.Link(in(root, f), in(root, backup)); err != nil {
+				if err := atomicfile.WriteBytes(in(root, backup), orig, atomicfile.Options{Mode: 0o644}); err != nil {
+					return err
+				}
+			}
+			r.Backups = append(r.Backups, backup)
+		}
+		if err := atomicfile.WriteBytes(in(root, f), data, atomicfile.Options{KeepOwner: true}); err != nil {
+			return err
+		}
+		f, orig := f, orig
+		undos = append(undos, func() error {
+			return atomicfile.WriteBytes(in(root, f), orig, atomicfile.Options{KeepOwner: true})
+		})
+		r.Replaced = append(r.Replaced, f)
+	}
+	target := files[0]
+	createdSoname := false
+	for _, link := range []struct{ path string }{{c.SonameLink}, {c.ProviderLink}} {
+		if _, err := os.Lstat(in(root, link.path)); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(in(root, filepath.Dir(link.path)), 0o755); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Dir(link.path), target)
+		if err := os.Symlink(rel, in(root, link.path)); err != nil {
+			return err
+		}
+		p := link.path
+		undos = append(undos, func() error { return os.Remove(in(root, p)) })
+		r.Created = append(r.Created, link.path)
+		if link.path == c.SonameLink {
+			createdSoname = true
+		}
+	}
+	if c.DriverFile == "" {
+		p := filepath.Join(c.ConfigDir, name+".driver")
+		if err := os.MkdirAll(in(root, c.ConfigDir), 0o755); err != nil {
+			return err
+		}
+		if err := atomicfile.WriteBytes(in(root, p), []byte("driver "+name+"\n"), atomicfile.Options{Mode: 0o644}); err != nil {
+			return err
+		}
+		undos = append(undos, func() error { return os.Remove(in(root, p)) })
+		r.Created = append(r.Created, p)
+	}
+	if createdSoname && root == "/" {
+		runLdconfig(ctx, r)
+	}
+	return nil
+}
+
+// runLdconfig refreshes the loader cache after a new soname was created;
+// replacing a file at the same path needs none. A missing or failing
+// ldconfig is a note, never an error.
+func runLdconfig(ctx context.Context, r *Result) {
+	path := ""
+	for _, p := range []string{"/sbin/ldconfig", "/usr/sbin/ldconfig"} {
+		if _, err := os.Stat(p); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		r.Notes = append(r.Notes, "ldconfig not found; the new soname is found through the provider path only")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, path).CombinedOutput(); err != nil {
+		r.Notes = append(r.Notes, fmt.Sprintf("%s failed (%v): %s", path, err, strings.TrimSpace(string(out))))
+		return
+	}
+	r.Notes = append(r.Notes, "ran "+path+" for the new soname")
+}
+
+// fallback is the route for a read-only root or library directory: the
+// host build goes into a writable directory that may hold executable code,
+// under the name libibverbs builds for an RDMAV_DRIVERS entry, and the
+// worker is told where.
+func fallback(root string, o Options, c *Container, data []byte, r *Result) *Result {
+	dir, why := pickFallback(root, o.FallbackDirs)
+	if dir == "" {
+		r.State = "no-route"
+		r.Summary = fmt.Sprintf("cannot swap in the host build: the library directory is not writable and no fallback directory is usable (%s); starting with the container's provider", why)
+		return r
+	}
+	lib := filepath.Join(dir, "lib"+o.Name+".so.1")
+	prov := filepath.Join(dir, fmt.Sprintf("lib%s-rdmav%d.so", o.Name, c.PABI))
+	if cur, err := os.ReadFile(in(root, lib)); err != nil || sum(cur) != sum(data) {
+		if err := atomicfile.WriteBytes(in(root, lib), data, atomicfile.Options{Mode: 0o755}); err != nil {
+			r.State, r.Summary = "no-route", fmt.Sprintf("cannot write %s: %v; starting with the container's provider", lib, err)
+			return r
+		}
+		r.Created = append(r.Created, lib)
+	}
+	if t, err := os.Readlink(in(root, prov)); err != nil || t != filepath.Base(lib) {
+		os.Remove(in(root, prov))
+		if err := os.Symlink(filepath.Base(lib), in(root, prov)); err != nil {
+			r.State, r.Summary = "no-route", fmt.Sprintf("cannot create %s: %v; starting with the container's provider", prov, err)
+			return r
+		}
+		r.Created = append(r.Created, prov)
+	}
+	r.State, r.Route = "fallback", "rdmav-drivers"
+	r.Env = map[string]string{"RDMAV_DRIVERS": filepath.Join(dir, "lib"+o.Name)}
+	r.LibraryPath = dir
+	r.Summary = fmt.Sprintf("library directory not writable; the host build is at %s, loaded through RDMAV_DRIVERS=%s", prov, r.Env["RDMAV_DRIVERS"])
+	return r
+}
+
+// pickFallback returns the first candidate that can be created, is
+// writable, and is not on a noexec mount (dlopen would refuse to map it).
+func pickFallback(root string, cands []string) (string, string) {
+	var whys []string
+	for _, d := range cands {
+		p := in(root, d)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			whys = append(whys, fmt.Sprintf("%s: %v", d, unwrapPath(err)))
+			continue
+		}
+		if err := unix.Access(p, unix.W_OK|unix.X_OK); err != nil {
+			whys = append(whys, fmt.Sprintf("%s: not writable", d))
+			continue
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err == nil && st.Flags&unix.ST_NOEXEC != 0 {
+			whys = append(whys, fmt.Sprintf("%s: mounted noexec", d))
+			continue
+		}
+		if err := unix.Statfs(p, &st); err == nil && st.Flags&unix.ST_RDONLY != 0 {
+			whys = append(whys, fmt.Sprintf("%s: read-only file system", d))
+			continue
+		}
+		return d, ""
+	}
+	if len(whys) == 0 {
+		whys = append(whys, "no candidates")
+	}
+	return "", strings.Join(whys, "; ")
+}
+
+// firstUnwritable is the first directory an in-place swap would write to
+// that cannot be written, for a dry run.
+func firstUnwritable(root string, c *Container) string {
+	dirs := []string{c.LibDir, c.ProviderDir}
+	for _, f := range c.Files {
+		dirs = append(dirs, filepath.Dir(f))
+	}
+	if c.DriverFile == "" {
+		dirs = append(dirs, c.ConfigDir)
+	}
+	for _, d := range dirs {
+		p := in(root, d)
+		var st unix.Statfs_t
+		if unix.Statfs(p, &st) == nil && st.Flags&unix.ST_RDONLY != 0 {
+			return d
+		}
+		if _, err := os.Stat(p); err == nil && unix.Access(p, unix.W_OK) != nil {
+			return d
+		}
+	}
+	return ""
+}
+
+// unwritable reports whether err means "this place cannot be written":
+// then the read-only route is taken instead.
+func unwritable(err error) bool {
+	return errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)
+}
+
+func describeTargets(c *Container) string {
+	if len(c.Files) == 0 {
+		return c.SonameLink + " (new)"
+	}
+	return strings.Join(c.Files, ", ")
+}
+
+func allSame(root string, files []string, want string) bool {
+	for _, f := range files {
+		if s, err := fileSHA256(in(root, f)); err != nil || s != want {
+			return false
+		}
+	}
+	return true
+}
+
+func fileSHA256(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func sum(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
