@@ -258,6 +258,14 @@ func TestKernelABIAndInventory(t *testing.T) {
 	require.Equal(t, "replaced", r.State)
 	assert.Equal(t, []Uverbs{{"uverbs0", "ionic_0", 1}, {"uverbs1", "mlx5_0", 1}}, r.Kernel)
 	require.NotNil(t, r.HostABI, "libmana's range is readable from the binary")
+	assert.Equal(t, &ABIRange{1, 1}, r.HostABI)
+	assert.Empty(t, r.Notes, "both devices speak ABI 1, which the host build supports")
+
+	// A kernel whose driver speaks an ABI the host build does not support
+	// is reported next to the range.
+	require.NoError(t, os.WriteFile(filepath.Join(sys, "class/infiniband_verbs/uverbs0/abi_version"), []byte("4\n"), 0o644))
+	r = Swap(context.Background(), opts(root))
+	assert.Contains(t, r.Notes, "the host build supports kernel ABI 1 to 1 but uverbs0 (ionic_0) speaks 4")
 }
 
 func editBytes(t *testing.T, p, from, to string) {
