@@ -12,11 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
+	"github.com/infera/infera-exec/internal/procgroup"
 	"github.com/infera/infera-exec/lookup"
 )
 
@@ -189,16 +189,11 @@ func ask(ctx context.Context, path string, pr PythonProbe) (int, int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "-I", "-S", "-c", askScript)
+	cmd := procgroup.Command(ctx, path, "-I", "-S", "-c", askScript)
 	if pr.Env != nil {
 		cmd.Env = pr.Env.Slice()
 	}
 	cmd.Dir = pr.Dir
-	// Its own process group, so a wrapper script and whatever it started
-	// die together on timeout.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -8,10 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/procgroup"
 )
 
 // Script is a v0.2.2 patch: an executable Python file in
@@ -68,12 +68,9 @@ func runScript(ctx context.Context, s *Script, python string, env *environ.Env, 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, python, s.Path)
+	cmd := procgroup.Command(ctx, python, s.Path)
 	cmd.Env = env.Slice()
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err := cmd.Run()

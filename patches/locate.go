@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/procgroup"
 )
 
 // Package is where an import name resolves for the worker.
@@ -140,12 +140,9 @@ func (l *Locator) run(ctx context.Context, names []string) (*Location, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, l.Python, append([]string{"-c", probeScript}, names...)...)
+	cmd := procgroup.Command(ctx, l.Python, append([]string{"-c", probeScript}, names...)...)
 	cmd.Env = l.Env.Slice()
 	cmd.Dir = l.Dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
