@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -136,7 +137,7 @@ func Discover(root, name string) (*Container, *Object, error) {
 		c.ProviderDir = filepath.Join(c.LibDir, "libibverbs")
 	case c.PABI == 0:
 		return c, ref, fmt.Errorf("container libibverbs %s: cannot tell its provider directory and private ABI (no lib%%s-rdmav<N>.so string, IBVERBS_PRIVATE versions %v)", c.LibibverbsFile, defined)
-	case len(defined) > 0 && !containsInt(defined, c.PABI):
+	case len(defined) > 0 && !slices.Contains(defined, c.PABI):
 		return c, ref, fmt.Errorf("container libibverbs %s: provider path says private ABI %d but the library defines IBVERBS_PRIVATE_%v", c.LibibverbsFile, c.PABI, defined)
 	}
 
@@ -158,7 +159,7 @@ func Discover(root, name string) (*Container, *Object, error) {
 			return c, ref, fmt.Errorf("container provider %s: %w", l.path, err)
 		}
 		final := out(root, ch[len(ch)-1])
-		if !containsStr(c.Files, final) {
+		if !slices.Contains(c.Files, final) {
 			c.Files = append(c.Files, final)
 		}
 	}
@@ -189,22 +190,4 @@ func driverFile(root, dir, name string) string {
 		f.Close()
 	}
 	return ""
-}
-
-func containsInt(list []int, n int) bool {
-	for _, v := range list {
-		if v == n {
-			return true
-		}
-	}
-	return false
-}
-
-func containsStr(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

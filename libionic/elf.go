@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -787,13 +788,13 @@ func Verify(host *Object, ref *Object, wantSoname string, libDirs []string) (che
 
 	order := []string{}
 	for _, n := range host.Needed {
-		if _, ok := host.Needs[n]; ok && !elfContains(order, n) {
+		if _, ok := host.Needs[n]; ok && !slices.Contains(order, n) {
 			order = append(order, n)
 		}
 	}
 	var rest []string
 	for n := range host.Needs {
-		if !elfContains(order, n) {
+		if !slices.Contains(order, n) {
 			rest = append(rest, n)
 		}
 	}
@@ -818,7 +819,7 @@ func Verify(host *Object, ref *Object, wantSoname string, libDirs []string) (che
 				add(name, false, "needs %s from %s; %s is unusable: %v", v, ln, l.path, l.err)
 			case l.obj == nil:
 				add(name, false, "needs %s from %s%s, but %s", v, ln, weakNote, l.notFound(ln, libDirs))
-			case elfContains(l.obj.Defines, v):
+			case slices.Contains(l.obj.Defines, v):
 				if dh, ok := l.obj.defHash[v]; ok && dh != elfHash(v) {
 					add(name, false, "needs %s from %s; %s defines it but with a hash (0x%08x) that is not the name's (0x%08x): corrupt .gnu.version_d, the loader would not match it", v, ln, l.path, dh, elfHash(v))
 					continue
@@ -849,15 +850,6 @@ func elfTypeName(t elf.Type) string {
 		return "relocatable object (ET_REL), not a shared object"
 	}
 	return fmt.Sprintf("%v, not a shared object", t)
-}
-
-func elfContains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ProviderABIRange reads, where possible, the kernel uverbs ABI range a provider supports, from its

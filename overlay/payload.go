@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -133,7 +134,7 @@ func (p *Payload) Select(f abi.Family) (*Selection, error) {
 		s.AllNative = append(s.AllNative, t.Tree)
 	}
 	want := f.Python.Tree()
-	if !contains(p.PyTrees, want) {
+	if !slices.Contains(p.PyTrees, want) {
 		return nil, &Error{p.Root, fmt.Errorf("no Python tree %s for CPython %s (%s); trees present: %s",
 			want, f.Python.Version(), f.Python.DecidedBy, listOrNone(p.PyTrees))}
 	}
@@ -220,15 +221,6 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, " ")
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func isDir(p string) bool {

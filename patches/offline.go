@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -55,7 +56,7 @@ func LocateOffline(root string, names []string) (*Location, error) {
 			sort.Strings(m)
 			for _, rel := range m {
 				p := filepath.Join(root, rel)
-				if isDir(p) && !contains(sites, p) {
+				if isDir(p) && !slices.Contains(sites, p) {
 					sites = append(sites, p)
 				}
 			}
@@ -67,7 +68,7 @@ func LocateOffline(root string, names []string) (*Location, error) {
 		var found []string
 		for _, site := range sites {
 			for _, dir := range candidates(prefix, site, n) {
-				if isDir(dir) && !contains(found, dir) {
+				if isDir(dir) && !slices.Contains(found, dir) {
 					found = append(found, dir)
 				}
 			}
@@ -172,13 +173,4 @@ func isSiteDir(dir string, names []string) bool {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -70,7 +71,7 @@ func (p *pass) enginePatches(ctx context.Context) error {
 	scripts := patches.Scripts(filepath.Join(p.cfg.PayloadRoot, "patches"))
 	names := set.Packages()
 	for _, s := range scripts {
-		if !contains(names, s.Package) {
+		if !slices.Contains(names, s.Package) {
 			names = append(names, s.Package)
 		}
 	}
@@ -182,7 +183,7 @@ func (p *pass) logPatch(r patches.Result) {
 	case r.Action == "applied":
 		var files []string
 		for _, e := range r.Edits {
-			if e.SHA256Before != e.SHA256After && !contains(files, e.Path) {
+			if e.SHA256Before != e.SHA256After && !slices.Contains(files, e.Path) {
 				files = append(files, e.Path)
 			}
 		}
@@ -226,7 +227,7 @@ func versionDirs(pkg patches.Package, loc *patches.Location, cwd string) []strin
 		if s == "" {
 			s = cwd
 		}
-		if !contains(dirs, s) {
+		if !slices.Contains(dirs, s) {
 			dirs = append(dirs, s)
 		}
 	}
@@ -238,15 +239,6 @@ func orUnknown(v string) string {
 		return "(version unknown)"
 	}
 	return v
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func writable(dir string) bool { return unix.Access(dir, unix.W_OK|unix.X_OK) == nil }
