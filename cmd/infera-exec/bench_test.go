@@ -40,12 +40,13 @@ func benchPayload(b *testing.B) []string {
 		"INFERA_PYTHON="+filepath.Join(dir, "py/python3.12"),
 		"INFERA_REQUIRE_NATIVE=mooncake",
 		"INFERA_EXEC_REPORT=off",
+		"INFERA_SKIP_ENGINE_PATCHES=1", // BenchmarkEnginePatches measures those
 	)
 }
 
-// BenchmarkPlan is the whole pass short of exec, in process: what every
-// pod start pays before its worker runs (no Python is started: the
-// interpreter's name decides).
+// BenchmarkPlan is the whole pass short of exec, in process, without
+// engine patches: what every pod start pays before its worker runs (no
+// Python is started: the interpreter's name decides).
 func BenchmarkPlan(b *testing.B) {
 	env := benchPayload(b)
 	o := options{explain: true, json: true, command: []string{"true"}}
