@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/internal/fixture"
 )
 
@@ -49,7 +50,7 @@ func benchPayload(b *testing.B) []string {
 // Python is started: the interpreter's name decides).
 func BenchmarkPlan(b *testing.B) {
 	env := benchPayload(b)
-	o := options{explain: true, json: true, command: []string{"true"}}
+	o := cli.Options{Explain: true, JSON: true, Command: []string{"true"}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if code := newPass(o, env, io.Discard, io.Discard).run(); code != 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/logging"
@@ -37,7 +38,7 @@ func refuse(code int, err error) error { return &refusal{code, err} }
 // pass is one run: each step reads what earlier steps decided and adds its
 // own decision to the report; none reaches back.
 type pass struct {
-	opt            options
+	opt            cli.Options
 	stdout, stderr io.Writer
 	log            *slog.Logger
 	rec            *logging.Recorder
@@ -53,18 +54,18 @@ type pass struct {
 	sel  *overlay.Selection
 }
 
-func newPass(o options, env []string, stdout, stderr io.Writer) *pass {
-	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.explain, started: time.Now()}
+func newPass(o cli.Options, env []string, stdout, stderr io.Writer) *pass {
+	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, started: time.Now()}
 	p.env0 = environ.New(env)
 	p.env = p.env0.Clone()
 	p.rec = &logging.Recorder{}
 	jsonLog := strings.EqualFold(p.env0.Value("INFERA_EXEC_LOG"), "json")
 	logTo := stderr
-	if p.dry && !o.verbose {
+	if p.dry && !o.Verbose {
 		// The plan lists every warning; the log lines would say it twice.
 		logTo = io.Discard
 	}
-	p.log = logging.New(logTo, jsonLog, o.verbose, p.rec)
+	p.log = logging.New(logTo, jsonLog, o.Verbose, p.rec)
 	mode := "exec"
 	if p.dry {
 		mode = "explain"
@@ -102,7 +103,7 @@ func (p *pass) run() int {
 		return p.finish(exitSoftware, "refused", fmt.Errorf("internal error: %w", err))
 	}
 	if p.dry {
-		if len(p.opt.command) == 0 {
+		if len(p.opt.Command) == 0 {
 			return p.finish(exitUsage, "refused", errors.New("no command given"))
 		}
 		return p.finish(exitOK, "would-start", nil)
@@ -269,14 +270,14 @@ func (p *pass) composeEnv(context.Context) error {
 // directory it will run in. It runs before anything touches the disk, so
 // a typo in the command changes nothing.
 func (p *pass) resolveCommand(context.Context) error {
-	p.rep.Exec = &report.Exec{Command: p.opt.command, Cwd: p.cfg.Chdir}
+	p.rep.Exec = &report.Exec{Command: p.opt.Command, Cwd: p.cfg.Chdir}
 	if err := launch.CheckDir(p.cfg.Chdir); err != nil {
 		return refuse(exitConfig, err)
 	}
-	if len(p.opt.command) == 0 {
+	if len(p.opt.Command) == 0 {
 		return nil
 	}
-	path, err := lookup.Command(p.opt.command[0], p.env.Value("PATH"), p.cfg.Chdir)
+	path, err := lookup.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
 		var le *lookup.Error
 		if errors.As(err, &le) {
@@ -285,7 +286,7 @@ func (p *pass) resolveCommand(context.Context) error {
 		return refuse(exitNotExec, err)
 	}
 	p.rep.Exec.Path = path
-	p.rep.Exec.Argv = p.opt.command
+	p.rep.Exec.Argv = p.opt.Command
 	return nil
 }
 
@@ -335,7 +336,7 @@ func (p *pass) finish(code int, result string, err error) int {
 	}
 	if p.dry {
 		p.rep.Log = p.rec.Entries()
-		if p.opt.json {
+		if p.opt.JSON {
 			b, merr := report.Marshal(p.rep)
 			if merr != nil {
 				fmt.Fprintf(p.stderr, "infera-exec: encode plan: %v\n", merr)

@@ -9,11 +9,11 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/report"
-
-	"golang.org/x/sys/unix"
 )
 
 // patchesDetail is the report's record of the engine-patch step.

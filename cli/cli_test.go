@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	cases := []struct {
+		args []string
+		want Options
+	}{
+		{[]string{"python3", "-m", "infera.engine.vllm", "--model", "/m"}, Options{Command: []string{"python3", "-m", "infera.engine.vllm", "--model", "/m"}}},
+		{[]string{"--explain", "--json", "python3", "--explain"}, Options{Explain: true, JSON: true, Command: []string{"python3", "--explain"}}},
+		{[]string{"--verbose", "--", "--weird"}, Options{Verbose: true, Command: []string{"--weird"}}},
+		{[]string{"--check", "/img"}, Options{Check: "/img"}},
+		{[]string{"--check=/img", "--json"}, Options{Check: "/img", JSON: true}},
+		{[]string{"--install", "/overlay"}, Options{Install: "/overlay"}},
+		{[]string{"--install=/overlay"}, Options{Install: "/overlay"}},
+		{[]string{"-"}, Options{Command: []string{"-"}}},
+		{[]string{"install", "/overlay"}, Options{Command: []string{"install", "/overlay"}}}, // a command named like a mode is a command
+		{nil, Options{}},
+	}
+	for _, c := range cases {
+		got, err := Parse(c.args)
+		require.NoError(t, err, "%q", c.args)
+		assert.Equal(t, c.want, got, "%q", c.args)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--frob", "x"}, "unknown option --frob"},
+		{[]string{"--json", "x"}, "--json goes with --explain or --check"},
+		{[]string{"--check"}, "--check needs a directory"},
+		{[]string{"--check="}, "--check needs a directory"},
+		{[]string{"--install"}, "--install needs the directory"},
+		{[]string{"--check", "/a", "true"}, "--check evaluates patches"},
+		{[]string{"--install", "/a", "--explain"}, "--install copies the payload and runs no command"},
+		{[]string{"--install", "/a", "python3"}, "--install copies the payload and runs no command"},
+	}
+	for _, c := range cases {
+		_, err := Parse(c.args)
+		require.Error(t, err, "%q", c.args)
+		var ue *UsageError
+		assert.ErrorAs(t, err, &ue)
+		assert.Contains(t, err.Error(), c.want, "%q", c.args)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add("--explain\x00python3\x00-m\x00x")
+	f.Add("--check=/a\x00--json")
+	f.Fuzz(func(t *testing.T, joined string) {
+		var args []string
+		for _, a := range splitNUL(joined) {
+			args = append(args, a)
+		}
+		o, err := Parse(args)
+		if err != nil {
+			return
+		}
+		// The command is always a suffix of the arguments, untouched.
+		if len(o.Command) > len(args) {
+			t.Fatalf("command longer than the arguments")
+		}
+		for i := range o.Command {
+			if o.Command[len(o.Command)-1-i] != args[len(args)-1-i] {
+				t.Fatalf("command %q is not a suffix of %q", o.Command, args)
+			}
+		}
+	})
+}
+
+func splitNUL(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
