@@ -6,8 +6,10 @@ LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/infera-exec
 SANDBOX   := build/sandbox
 DEMO      := build/demo
+PAYLOAD   := build/payload
+TREES     ?=
 
-.PHONY: all build demo test unit bench fuzz vet clean
+.PHONY: all build demo payload test bench fuzz vet clean
 
 all: build
 
@@ -22,18 +24,24 @@ $(SANDBOX): FORCE
 # PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM
 # install with pending fixes at /opt/engine, the machine's python3. First
 # the plan (--explain), then the real start, then a restart.
-DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(DEMO)/payload:/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro \
+DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro \
 	-bind $(CURDIR)/$(DEMO)/engine:/opt/engine -nofile 1024 -- \
 	env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m PYTHONPATH=/opt/engine
 
 demo: build $(SANDBOX)
-	$(GO) run ./internal/demo -out $(DEMO) -bin $(BIN)
+	$(GO) run ./internal/mkpayload -out $(PAYLOAD) -bin $(BIN) -demo $(DEMO)
 	@echo; echo '== infera-exec --explain (changes nothing) =='
 	$(DEMO_RUN) /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /models/demo
 	@echo; echo '== infera-exec as PID 1: patches the engine, execs the worker =='
 	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo
 	@echo; echo '== a restart: the patches are in place, nothing is written =='
 	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo 2>&1 | grep -E '^infera-exec: (vllm|patch)'
+
+# A payload directory with its index: the binary, the trees given as
+# TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"
+# (default: the demo trees), and PATCHES=dir of extra patch definitions.
+payload: build
+	$(GO) run ./internal/mkpayload -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
 
 test: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...

@@ -70,6 +70,9 @@ func Open(root string) (*Payload, error) {
 	case !fi.IsDir():
 		return nil, &Error{root, fmt.Errorf("is not a directory (%s); PAYLOAD_ROOT must name the payload directory", kind(fi))}
 	}
+	if Interrupted(root) {
+		return nil, &Error{root, errors.New("an infera-exec --install into it did not finish; run the install again (the init container) before starting the worker")}
+	}
 	p := &Payload{Root: root}
 	entries, err := os.ReadDir(root)
 	if err != nil {

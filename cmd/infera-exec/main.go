@@ -27,6 +27,7 @@ const (
 	exitPatch       = 65  // EX_DATAERR: a required engine patch is not in force
 	exitUnavailable = 69  // EX_UNAVAILABLE: a required capability is missing
 	exitSoftware    = 70  // EX_SOFTWARE: a bug in infera-exec
+	exitCantCreate  = 73  // EX_CANTCREAT: --install cannot write its destination
 	exitConfig      = 78  // EX_CONFIG: payload, interpreter or configuration unusable
 	exitNotExec     = 126 // command found but cannot be executed
 	exitNotFound    = 127 // command not found
@@ -49,6 +50,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case o.Version:
 		fmt.Fprintf(stdout, "infera-exec %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
+	case o.Install != "":
+		return runInstall(o.Install, environ, stdout, stderr)
 	case o.Check != "":
 		return runCheck(o.Check, o.JSON, environ, stdout, stderr)
 	case len(o.Command) == 0 && !o.Explain:

@@ -1,0 +1,288 @@
+package overlay
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/infera/infera-exec/atomicfile"
+)
+
+// Marker files in an install destination. While the first exists an
+// install is under way or was interrupted; the second holds the index of
+// the payload installed there, so a re-run knows what it owns.
+const (
+	installingName = ".infera-installing"
+	installedName  = ".infera-installed.json"
+	stagePrefix    = ".infera-stage-"
+)
+
+// DestError is an install destination that cannot take the payload (a
+// file, a read-only mount, no permission), as opposed to a payload that
+// is not what its index says.
+type DestError struct{ Err error }
+
+func (e *DestError) Error() string { return e.Err.Error() }
+func (e *DestError) Unwrap() error { return e.Err }
+
+// InstallResult is what --install did.
+type InstallResult struct {
+	Source    string   `json:"source"`
+	Dest      string   `json:"dest"`
+	Entries   int      `json:"entries"`
+	Copied    []string `json:"copied,omitempty"`
+	Unchanged int      `json:"unchanged"`
+	Removed   []string `json:"removed,omitempty"` // left by an earlier payload
+}
+
+// Install copies the payload at src into dest (an emptyDir in a pod), so
+// the overlay image needs no shell: every file is checked against src's
+// index while it is copied, modes and symlinks are kept, entries that
+// could land outside dest are refused, files already identical in dest are
+// left alone (a re-run is a no-op), and new content is written into a
+// staging directory inside dest and renamed into place only when all of it
+// has been copied and checked. dest stays marked as incomplete until the
+// last rename, so a worker never starts from half a payload.
+func Install(src, dest string) (*InstallResult, error) {
+	ix, raw, err := ReadIndex(src)
+	if err != nil {
+		return nil, err
+	}
+	r := &InstallResult{Source: src, Dest: dest, Entries: len(ix.Entries)}
+	fi, err := os.Stat(dest)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dest, 0o755); err != nil {
+			return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
+		}
+	case err != nil:
+		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
+	case !fi.IsDir():
+		return nil, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
+	}
+	if same, _ := samePath(src, dest); same {
+		return nil, fmt.Errorf("install destination %s is the payload itself", dest)
+	}
+	if err := os.WriteFile(filepath.Join(dest, installingName), []byte("an infera-exec --install is under way or was interrupted\n"), 0o644); err != nil {
+		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, unwrapPath(err))}
+	}
+	removeStages(dest)
+	stage, err := os.MkdirTemp(dest, stagePrefix)
+	if err != nil {
+		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
+	}
+	defer os.RemoveAll(stage)
+
+	// Copy and check everything that differs into the stage.
+	type staged struct{ e Entry }
+	var todo []staged
+	for _, e := range ix.Entries {
+		if e.Type == "dir" {
+			continue
+		}
+		if identical(filepath.Join(dest, filepath.FromSlash(e.Path)), e) {
+			r.Unchanged++
+			continue
+		}
+		sp := filepath.Join(stage, filepath.FromSlash(e.Path))
+		if err := os.MkdirAll(filepath.Dir(sp), 0o755); err != nil {
+			return nil, err
+		}
+		switch e.Type {
+		case "file":
+			if err := copyChecked(filepath.Join(src, filepath.FromSlash(e.Path)), sp, e); err != nil {
+				return nil, err
+			}
+		case "symlink":
+			if t, err := os.Readlink(filepath.Join(src, filepath.FromSlash(e.Path))); err != nil || t != e.Target {
+				return nil, fmt.Errorf("payload %s: symlink %s %s (index says -> %s)", src, e.Path, describeLink(t, err), e.Target)
+			}
+			if err := os.Symlink(e.Target, sp); err != nil {
+				return nil, err
+			}
+		}
+		todo = append(todo, staged{e})
+	}
+	if err := atomicfile.SyncDir(stage); err != nil {
+		return nil, err
+	}
+
+	// Directories in place (idempotent), then the staged entries renamed
+	// over whatever was there.
+	for _, e := range ix.Entries {
+		if e.Type != "dir" {
+			continue
+		}
+		p := filepath.Join(dest, filepath.FromSlash(e.Path))
+		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+			if err := os.Remove(p); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.MkdirAll(p, e.Perm()|0o700); err != nil {
+			return nil, fmt.Errorf("install %s: %w", p, unwrapPath(err))
+		}
+	}
+	for _, s := range todo {
+		p := filepath.Join(dest, filepath.FromSlash(s.e.Path))
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			if err := os.RemoveAll(p); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.Rename(filepath.Join(stage, filepath.FromSlash(s.e.Path)), p); err != nil {
+			return nil, fmt.Errorf("install %s: %w", p, unwrapPath(err))
+		}
+		r.Copied = append(r.Copied, s.e.Path)
+	}
+	// Directory modes last, so a read-only directory was writable while
+	// it was filled.
+	for _, e := range ix.Entries {
+		if e.Type == "dir" {
+			os.Chmod(filepath.Join(dest, filepath.FromSlash(e.Path)), e.Perm())
+		}
+	}
+	r.Removed = removeStale(dest, ix)
+	if err := atomicfile.WriteBytes(filepath.Join(dest, IndexName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
+		return nil, err
+	}
+	if err := atomicfile.WriteBytes(filepath.Join(dest, installedName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(filepath.Join(dest, installingName)); err != nil {
+		return nil, err
+	}
+	return r, atomicfile.SyncDir(dest)
+}
+
+// copyChecked copies src to dst with the entry's mode, hashing as it goes;
+// a file that differs from the index in size or content is refused.
+func copyChecked(src, dst string, e Entry) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("payload file %s: %w", src, unwrapPath(err))
+	}
+	defer in.Close()
+	if fi, err := in.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("payload file %s: not a regular file %w", src, errMismatch)
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(out, h), in)
+	if err == nil {
+		err = out.Chmod(e.Perm())
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != e.Size || got != e.SHA256 {
+		return fmt.Errorf("payload file %s %w: %d bytes with SHA-256 %s, the index says %d bytes with %s (tampered or truncated; rebuild the payload)", src, errMismatch, n, got, e.Size, e.SHA256)
+	}
+	return nil
+}
+
+// identical reports whether dest already holds exactly entry e.
+func identical(p string, e Entry) bool {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return false
+	}
+	switch e.Type {
+	case "symlink":
+		t, err := os.Readlink(p)
+		return err == nil && t == e.Target
+	case "file":
+		if !fi.Mode().IsRegular() || fi.Size() != e.Size || fi.Mode().Perm() != e.Perm() {
+			return false
+		}
+		sum, err := hashFile(p)
+		return err == nil && sum == e.SHA256
+	}
+	return false
+}
+
+// removeStale deletes what an earlier install put in dest that the new
+// payload no longer has; entries dest had before any install are left.
+func removeStale(dest string, ix *Index) []string {
+	data, err := os.ReadFile(filepath.Join(dest, installedName))
+	if err != nil {
+		return nil
+	}
+	var old Index
+	if json.Unmarshal(data, &old) != nil {
+		return nil
+	}
+	keep := map[string]bool{}
+	for _, e := range ix.Entries {
+		keep[e.Path] = true
+	}
+	var removed []string
+	for i := len(old.Entries) - 1; i >= 0; i-- { // children before parents
+		e := old.Entries[i]
+		if keep[e.Path] || e.check() != nil {
+			continue
+		}
+		p := filepath.Join(dest, filepath.FromSlash(e.Path))
+		if e.Type == "dir" {
+			if os.Remove(p) == nil {
+				removed = append(removed, e.Path)
+			}
+			continue
+		}
+		if os.Remove(p) == nil {
+			removed = append(removed, e.Path)
+		}
+	}
+	return removed
+}
+
+func removeStages(dest string) {
+	entries, _ := os.ReadDir(dest)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), stagePrefix) {
+			os.RemoveAll(filepath.Join(dest, e.Name()))
+		}
+	}
+}
+
+// Interrupted reports whether dir is an install destination whose install
+// did not finish.
+func Interrupted(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, installingName))
+	return err == nil
+}
+
+func samePath(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fa, fb), nil
+}
+
+func describeLink(t string, err error) string {
+	if err != nil {
+		return "cannot be read: " + unwrapPath(err).Error()
+	}
+	return "-> " + t
+}
