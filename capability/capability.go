@@ -118,11 +118,30 @@ func ReadFile(path string) (set Set, notes []string, exists bool, err error) {
 type Requirement struct {
 	Raw   string   `json:"raw"`
 	All   bool     `json:"all,omitempty"`   // 1/true/all: the tree must exist; everything it declares is required
+	Auto  bool     `json:"auto,omitempty"`  // auto: what the worker's arguments imply is required
 	Names []string `json:"names,omitempty"` // explicit list
+	// Sources says where each implied name came from.
+	Sources map[string]string `json:"sources,omitempty"`
 }
 
 // None reports whether nothing is required.
 func (r Requirement) None() bool { return !r.All && len(r.Names) == 0 }
+
+// With adds the implied capabilities to an "auto" requirement; other
+// requirements are returned as they are.
+func (r Requirement) With(implied []Implication) Requirement {
+	if !r.Auto {
+		return r
+	}
+	names := append([]string(nil), r.Names...)
+	r.Sources = map[string]string{}
+	for _, i := range implied {
+		names = append(names, i.Capability)
+		r.Sources[i.Capability] = i.Source
+	}
+	r.Names = newSet(names)
+	return r
+}
 
 func (r Requirement) String() string {
 	switch {
@@ -136,7 +155,8 @@ func (r Requirement) String() string {
 
 // ParseRequirement parses INFERA_REQUIRE_NATIVE: "1", "true" or "all" require
 // the native tree with everything it declares; "0", "false", "none" or empty
-// require nothing; otherwise a comma- or space-separated list of names.
+// require nothing; otherwise a comma- or space-separated list of names, in
+// which "auto" stands for what the worker's arguments imply.
 func ParseRequirement(raw string) (Requirement, error) {
 	r := Requirement{Raw: raw}
 	v := strings.ToLower(strings.TrimSpace(raw))
@@ -149,8 +169,12 @@ func ParseRequirement(raw string) (Requirement, error) {
 	}
 	var names []string
 	for _, w := range strings.FieldsFunc(v, func(c rune) bool { return c == ',' || c == ' ' || c == '\t' }) {
+		if w == "auto" {
+			r.Auto = true
+			continue
+		}
 		if !nameRE.MatchString(w) {
-			return Requirement{}, fmt.Errorf("INFERA_REQUIRE_NATIVE=%q: %q is not a capability name; use 1/true/all, 0/false/none, or a comma-separated list such as \"mooncake,hipfile\"", raw, w)
+			return Requirement{}, fmt.Errorf("INFERA_REQUIRE_NATIVE=%q: %q is not a capability name; use 1/true/all, 0/false/none, auto, or a comma-separated list such as \"mooncake,hipfile\"", raw, w)
 		}
 		names = append(names, w)
 	}
@@ -201,6 +225,9 @@ func (e *Unavailable) Error() string {
 		fmt.Fprintf(&b, "%s [%s]", t.Name, t.Caps)
 	}
 	for _, m := range e.Missing {
+		if src, ok := e.Requirement.Sources[m]; ok {
+			fmt.Fprintf(&b, "; %s is required by INFERA_REQUIRE_NATIVE=auto because the worker was started with %s", m, src)
+		}
 		if m == "hipfile" {
 			b.WriteString("; note: hipfile is vLLM-only by design (SGLang trees never carry it), so do not require it for SGLang workers")
 		}

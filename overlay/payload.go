@@ -36,17 +36,32 @@ var (
 
 // Payload is an opened payload root.
 type Payload struct {
-	Root        string       `json:"root"`
-	PyTrees     []string     `json:"python_trees"`
-	NativeTrees []NativeTree `json:"native_trees"`
-	Bin         string       `json:"bin,omitempty"`
+	Root         string       `json:"root"`
+	ManifestFile string       `json:"manifest,omitempty"` // payload.toml; empty: the v0.2.2 layout
+	PyTrees      []string     `json:"python_trees"`
+	NativeTrees  []NativeTree `json:"native_trees"`
+	Bin          string       `json:"bin,omitempty"`
+	Manifest     *Manifest    `json:"-"`
 }
 
 // NativeTree is one native/rocmN-py3XX directory.
 type NativeTree struct {
 	capability.Tree
-	CapFile  string   `json:"capabilities_file,omitempty"` // empty: no CAPABILITIES file
-	CapNotes []string `json:"capabilities_notes,omitempty"`
+	CapFile  string                `json:"capabilities_file,omitempty"` // empty: no CAPABILITIES file
+	CapNotes []string              `json:"capabilities_notes,omitempty"`
+	Evidence []capability.Evidence `json:"evidence,omitempty"` // manifest trees: what was checked
+	spec     *TreeSpec
+}
+
+// Candidate is a tree considered for this container, and why it was or
+// was not taken.
+type Candidate struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Dir     string `json:"dir"`
+	Matched bool   `json:"matched"`
+	Chosen  bool   `json:"chosen"`
+	Why     string `json:"why"`
 }
 
 // Error is a payload that cannot be used. Every one names the path.
@@ -74,6 +89,12 @@ func Open(root string) (*Payload, error) {
 		return nil, &Error{root, errors.New("an infera-exec --install into it did not finish; run the install again (the init container) before starting the worker")}
 	}
 	p := &Payload{Root: root}
+	if isDir(filepath.Join(root, "bin")) {
+		p.Bin = filepath.Join(root, "bin")
+	}
+	if _, err := os.Lstat(filepath.Join(root, ManifestName)); err == nil {
+		return p, p.openManifest()
+	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, &Error{root, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
@@ -84,9 +105,6 @@ func Open(root string) (*Payload, error) {
 		}
 	}
 	sortTrees(p.PyTrees)
-	if isDir(filepath.Join(root, "bin")) {
-		p.Bin = filepath.Join(root, "bin")
-	}
 
 	nativeDir := filepath.Join(root, "native")
 	entries, err = os.ReadDir(nativeDir)
@@ -125,6 +143,7 @@ type Selection struct {
 	LibraryPath []string          `json:"ld_library_path"` // to prepend
 	Path        []string          `json:"path"`            // to prepend
 	Warnings    []string          `json:"warnings,omitempty"`
+	Considered  []Candidate       `json:"considered,omitempty"`
 	AllNative   []capability.Tree `json:"-"`
 }
 
@@ -136,7 +155,30 @@ func (p *Payload) Select(f abi.Family) (*Selection, error) {
 	for _, t := range p.NativeTrees {
 		s.AllNative = append(s.AllNative, t.Tree)
 	}
+	if p.Manifest != nil {
+		if err := p.selectManifest(f, s); err != nil {
+			return nil, err
+		}
+		if s.Bin != "" {
+			s.Path = append(s.Path, s.Bin)
+		}
+		return s, s.checkReadable()
+	}
 	want := f.Python.Tree()
+	for _, t := range p.PyTrees {
+		c := Candidate{Name: t, Kind: "python", Dir: filepath.Join(p.Root, t), Matched: t == want, Chosen: t == want, Why: "name is not " + want}
+		if c.Matched {
+			c.Why = "name is " + want + " (v0.2.2 layout)"
+		}
+		s.Considered = append(s.Considered, c)
+	}
+	for _, t := range p.NativeTrees {
+		c := Candidate{Name: t.Name, Kind: "native", Dir: t.Dir, Matched: t.Name == f.Name(), Chosen: t.Name == f.Name(), Why: "name is not " + f.Name()}
+		if c.Matched {
+			c.Why = "name is " + f.Name() + " (v0.2.2 layout)"
+		}
+		s.Considered = append(s.Considered, c)
+	}
 	if !slices.Contains(p.PyTrees, want) {
 		return nil, &Error{p.Root, fmt.Errorf("no Python tree %s for CPython %s (%s); trees present: %s",
 			want, f.Python.Version(), f.Python.DecidedBy, listOrNone(p.PyTrees))}
@@ -178,16 +220,20 @@ func (p *Payload) Select(f abi.Family) (*Selection, error) {
 	if s.Bin != "" {
 		s.Path = append(s.Path, s.Bin)
 	}
-	// A directory the worker cannot read is skipped in silence by Python
-	// and the loader; say so now instead of failing at import time.
+	return s, s.checkReadable()
+}
+
+// checkReadable: a directory the worker cannot read is skipped in silence
+// by Python and the loader; say so now instead of failing at import time.
+func (s *Selection) checkReadable() error {
 	for _, list := range [][]string{s.PythonPath, s.LibraryPath, s.Path} {
 		for _, d := range list {
 			if err := readableDir(d); err != nil {
-				return nil, &Error{d, err}
+				return &Error{d, err}
 			}
 		}
 	}
-	return s, nil
+	return nil
 }
 
 func readableDir(d string) error {

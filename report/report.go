@@ -67,10 +67,12 @@ type Tool struct {
 
 // Capabilities is the capability check.
 type Capabilities struct {
-	Tree        string                 `json:"tree,omitempty"`
-	Provided    capability.Set         `json:"provided"`
-	Requirement capability.Requirement `json:"requirement"`
-	Required    capability.Set         `json:"required"`
+	Tree        string                   `json:"tree,omitempty"`
+	Provided    capability.Set           `json:"provided"`
+	Evidence    []capability.Evidence    `json:"evidence,omitempty"`
+	Implied     []capability.Implication `json:"implied,omitempty"` // by the worker's arguments
+	Requirement capability.Requirement   `json:"requirement"`
+	Required    capability.Set           `json:"required"`
 }
 
 // Stage is a pluggable step of the pass (host libionic swap, engine

@@ -60,10 +60,39 @@ func WriteText(w io.Writer, r *Report) {
 		for _, w := range t.Warnings {
 			p("  warning: %s", w)
 		}
+		if len(t.Considered) > 0 {
+			p("  trees considered:")
+		}
+		for _, c := range t.Considered {
+			mark := "  "
+			switch {
+			case c.Chosen:
+				mark = "=>"
+			case c.Matched:
+				mark = " ~"
+			}
+			p("   %s %s (%s, %s): %s", mark, c.Name, c.Kind, c.Dir, c.Why)
+		}
 	}
 	if c := r.Capabilities; c != nil {
 		p("")
 		p("Capabilities: provided %s; required %s (INFERA_REQUIRE_NATIVE=%q)", c.Provided, c.Required, c.Requirement.Raw)
+		for _, e := range c.Evidence {
+			state := "granted"
+			if !e.Granted {
+				state = "NOT granted, missing " + strings.Join(e.Missing, ", ")
+			}
+			var found []string
+			for _, g := range e.Globs {
+				if f, ok := e.Found[g]; ok {
+					found = append(found, g+" -> "+strings.Join(f, " "))
+				}
+			}
+			p("  %s: %s%s", e.Capability, state, map[bool]string{true: "; found " + strings.Join(found, ", "), false: ""}[len(found) > 0])
+		}
+		for _, i := range c.Implied {
+			p("  implied by the worker's arguments: %s (%s)", i.Capability, i.Source)
+		}
 	}
 
 	if len(r.EnvChanges) > 0 {

@@ -229,17 +229,33 @@ func (p *pass) selectTrees(context.Context) error {
 
 func (p *pass) checkCapabilities(context.Context) error {
 	c := &report.Capabilities{Requirement: p.cfg.RequireNative, Provided: capability.Set{}}
-	if t := p.sel.NativeCapTree(); t != nil {
-		c.Tree, c.Provided = t.Name, t.Caps
+	tree := p.sel.NativeCapTree()
+	if tree != nil {
+		c.Tree, c.Provided, c.Evidence = tree.Name, tree.Caps, p.sel.Native.Evidence
 	}
 	p.rep.Capabilities = c
-	required, err := capability.Check(p.cfg.RequireNative, p.sel.NativeCapTree(), p.sel.NoNativeWhy, p.sel.AllNative)
+	c.Implied = capability.Implied(p.opt.Command)
+	req := p.cfg.RequireNative.With(c.Implied)
+	c.Requirement = req
+	required, err := capability.Check(req, tree, p.sel.NoNativeWhy, p.sel.AllNative)
 	if err != nil {
 		return refuse(exitUnavailable, err)
 	}
 	c.Required = required
-	if !p.cfg.RequireNative.None() {
-		p.log.Info(fmt.Sprintf("required capabilities present: %s (INFERA_REQUIRE_NATIVE=%s)", required, p.cfg.RequireNative.Raw))
+	if !req.None() {
+		p.log.Info(fmt.Sprintf("required capabilities present: %s (INFERA_REQUIRE_NATIVE=%s)", required, req.Raw))
+	}
+	// What the arguments imply but nobody required: the worker may still
+	// serve (a test without PD), so a warning that says how to refuse.
+	for _, i := range c.Implied {
+		if req.Auto || (tree != nil && tree.Caps.Has(i.Capability)) {
+			continue
+		}
+		where := "there is no native tree (" + p.sel.NoNativeWhy + ")"
+		if tree != nil {
+			where = fmt.Sprintf("native tree %s does not provide it (it provides: %s)", tree.Name, tree.Caps)
+		}
+		p.log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where))
 	}
 	return nil
 }

@@ -1,0 +1,80 @@
+package capability
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+)
+
+// Evidence is what a manifest says must exist in a tree for a capability
+// to be granted, and what was found: a capability list that can lie is
+// worse than none, so every glob must match at least one file.
+type Evidence struct {
+	Capability string              `json:"capability"`
+	Globs      []string            `json:"globs"`
+	Found      map[string][]string `json:"found,omitempty"`   // glob -> matching files (a few)
+	Missing    []string            `json:"missing,omitempty"` // globs that matched nothing
+	Granted    bool                `json:"granted"`
+}
+
+// CheckGlob refuses an evidence glob that is not a valid pattern or could
+// match outside the tree.
+func CheckGlob(g string) error {
+	switch {
+	case g == "":
+		return fmt.Errorf("empty evidence glob")
+	case strings.HasPrefix(g, "/"):
+		return fmt.Errorf("evidence glob %q is absolute; globs are relative to the tree", g)
+	case !doublestar.ValidatePattern(g):
+		return fmt.Errorf("evidence glob %q is not a valid pattern", g)
+	}
+	for _, part := range strings.Split(g, "/") {
+		if part == ".." {
+			return fmt.Errorf("evidence glob %q leaves the tree", g)
+		}
+	}
+	if path.Clean(g) != g && !strings.HasSuffix(g, "/") {
+		return fmt.Errorf("evidence glob %q is not a clean path pattern", g)
+	}
+	return nil
+}
+
+// Verify checks each capability's evidence in dir and returns the granted
+// set and, per capability, what was found and what was missing.
+func Verify(dir string, decl map[string][]string) (Set, []Evidence) {
+	names := make([]string, 0, len(decl))
+	for n := range decl {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	// Globbing an fs.FS rooted at the tree: nothing outside it can match,
+	// whatever the pattern.
+	fsys := os.DirFS(dir)
+	var granted []string
+	var out []Evidence
+	for _, n := range names {
+		ev := Evidence{Capability: n, Globs: decl[n], Found: map[string][]string{}}
+		for _, g := range decl[n] {
+			matches, err := doublestar.Glob(fsys, g, doublestar.WithFilesOnly(), doublestar.WithFailOnIOErrors())
+			if err != nil || len(matches) == 0 {
+				ev.Missing = append(ev.Missing, g)
+				continue
+			}
+			sort.Strings(matches)
+			if len(matches) > 3 {
+				matches = matches[:3]
+			}
+			ev.Found[g] = matches
+		}
+		ev.Granted = len(decl[n]) > 0 && len(ev.Missing) == 0
+		if ev.Granted {
+			granted = append(granted, n)
+		}
+		out = append(out, ev)
+	}
+	return newSet(granted), out
+}
