@@ -17,6 +17,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/fixture"
 	"github.com/infera/infera-exec/internal/sandbox"
+	"github.com/infera/infera-exec/overlay"
 )
 
 // The test binary doubles as two programs the stories run: the sandbox
@@ -26,6 +27,14 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"sandbox":     func() { os.Exit(sandbox.Main()) },
 		"show-worker": showWorker,
+		// infera-exec-index DIR: write DIR's payload index, as make payload does.
+		"infera-exec-index": func() {
+			if _, err := overlay.WriteIndex(os.Args[1]); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		},
 	})
 }
 
