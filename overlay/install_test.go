@@ -80,8 +80,11 @@ func TestInstallRefusesTamperedPayload(t *testing.T) {
 	for name, damage := range map[string]func(string){
 		"changed":   func(src string) { put(t, filepath.Join(src, "py312/pkg/__init__.py"), "x = 2\n", 0o644) },
 		"truncated": func(src string) { put(t, filepath.Join(src, "bin/infera-exec"), "#!st", 0o755) },
-		"relinked":  func(src string) { os.Remove(filepath.Join(src, "native/rocm7-py312/lib/libdemo.so.1")); os.Symlink("other", filepath.Join(src, "native/rocm7-py312/lib/libdemo.so.1")) },
-		"missing":   func(src string) { os.Remove(filepath.Join(src, "bin/infera-exec")) },
+		"relinked": func(src string) {
+			os.Remove(filepath.Join(src, "native/rocm7-py312/lib/libdemo.so.1"))
+			os.Symlink("other", filepath.Join(src, "native/rocm7-py312/lib/libdemo.so.1"))
+		},
+		"missing": func(src string) { os.Remove(filepath.Join(src, "bin/infera-exec")) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			src := payloadDir(t)
