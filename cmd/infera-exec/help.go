@@ -27,6 +27,9 @@ Options (before COMMAND; the first word that is not an option starts it):
                plan and the exact argv, env and cwd; exit 0 if the worker
                would start, else the code it would refuse with
   --json       with --explain or --check: print the result as JSON
+  --install DEST
+               copy the payload this binary belongs to into DEST (an
+               emptyDir), checked against payload.index.json; no command
   --check ROOT evaluate the engine patches against an unpacked image or a
                site-packages directory, without Python, writing nothing;
                exit 65 if a patch drifted
@@ -42,7 +45,8 @@ Environment:
   INFERA_PYTHON_TIMEOUT        how long it may take to answer (default 10s)
   INFERA_REQUIRE_NATIVE        capabilities the deployment needs: a list such
                                as "mooncake,hipfile"; 1/true/all = the native
-                               tree and all it declares; 0/false/none/empty = none
+                               tree and all it declares; auto = what the
+                               worker's arguments imply; 0/false/none/empty = none
   INFERA_ENGINE_READY_TIMEOUT  seconds the worker waits for engine /health:
                                "2400", "90.5", "90m" or "2h" (default 1800);
                                passed to the worker as whole seconds
@@ -65,6 +69,7 @@ Exit codes (the worker's own once it runs):
   65   a required engine patch is not in force (--check: a patch drifted)
   69   a required capability is unavailable
   70   internal error in infera-exec
+  73   --install: the destination cannot be written
   78   payload, interpreter or configuration unusable
   126  the command was found but cannot be executed
   127  the command was not found on the composed PATH
