@@ -7,9 +7,12 @@ BIN       := bin/infera-exec
 SANDBOX   := build/sandbox
 DEMO      := build/demo
 PAYLOAD   := build/payload
+OCI       := build/overlay-oci
+ARCHIVE   := build/overlay.tar
+IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 TREES     ?=
 
-.PHONY: all build demo payload test bench fuzz vet clean
+.PHONY: all build demo payload overlay-image test bench fuzz vet clean
 
 all: build
 
@@ -43,11 +46,32 @@ demo: build $(SANDBOX)
 payload: build
 	$(GO) run ./internal/mkpayload -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
 
+# The overlay image, without a Docker daemon: FROM scratch, the payload as
+# its root filesystem, ENTRYPOINT infera-exec --install, CMD /overlay.
+# Written as an OCI image layout (oci:$(OCI):latest) and a docker-archive
+# tarball (docker load -i $(ARCHIVE)). Reproducible: set SOURCE_DATE_EPOCH
+# to stamp another time than the epoch. Dockerfile.overlay builds the same.
+overlay-image: payload
+	$(GO) run ./internal/mkimage -payload $(PAYLOAD) -oci $(OCI) -archive $(ARCHIVE) \
+		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH)
+
+# The main module, then the Kubernetes examples' checks (a module of their
+# own, so k8s.io/api never enters the shim's build).
 test: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
+	cd deploy/k8s/check && $(GO) test -count=1 ./...
 
 bench: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -benchtime 50x ./...
+
+# Every fuzz target for FUZZTIME each (go test runs only their seed corpus).
+FUZZTIME ?= 30s
+fuzz:
+	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
 
 vet:
 	$(GO) vet ./...

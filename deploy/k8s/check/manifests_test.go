@@ -1,0 +1,294 @@
+package check
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/patches"
+)
+
+// The examples this module checks, relative to it.
+const manifestDir = ".."
+
+func testContext(t *testing.T) Context {
+	t.Helper()
+	defs, err := patches.Builtin()
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	for _, d := range defs {
+		ids[d.ID] = true
+	}
+	return Context{PatchIDs: ids}
+}
+
+// checkFile runs every check on one file's content.
+func checkFile(t *testing.T, name string, data []byte) ([]string, Stats) {
+	t.Helper()
+	problems := Placeholders(name, data)
+	docs, errs := Decode(name, data)
+	problems = append(problems, errs...)
+	more, stats := Check(docs, testContext(t))
+	return append(problems, more...), stats
+}
+
+func TestManifests(t *testing.T) {
+	files, err := ManifestFiles(manifestDir)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	require.Subset(t, names, []string{"vllm-aggregated.yaml", "sglang-pd.yaml", "vllm-image-volume.yaml"})
+
+	var total Stats
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			problems, stats := checkFile(t, f, data)
+			for _, p := range problems {
+				t.Error(p)
+			}
+			t.Logf("checked: %+v", stats)
+			// Every example runs at least one worker through infera-exec;
+			// a file where nothing matched would pass vacuously.
+			assert.Positive(t, stats.Engines, "no container runs a worker through infera-exec")
+			total.Engines += stats.Engines
+			total.Installers += stats.Installers
+			total.ImageVols += stats.ImageVols
+		})
+	}
+	assert.Positive(t, total.Installers, "no init container installs the overlay")
+	assert.Positive(t, total.ImageVols, "no engine runs from an image volume")
+}
+
+// TestNoPlaceholders: no file under deploy/k8s other than this module's
+// Go sources (whose tests spell placeholders on purpose) keeps a template
+// placeholder such as <NODE>, comments included.
+func TestNoPlaceholders(t *testing.T) {
+	n := 0
+	err := filepath.WalkDir(manifestDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch filepath.Ext(p) {
+		case ".go", ".mod", ".sum":
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n++
+		for _, problem := range Placeholders(p, data) {
+			t.Error(problem)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, 3)
+}
+
+// base is a small manifest that passes every check; each case below breaks
+// one thing in it.
+const base = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: worker
+spec:
+  selector:
+    matchLabels:
+      app: worker
+  template:
+    metadata:
+      labels:
+        app: worker
+    spec:
+      initContainers:
+        - name: overlay
+          image: registry.example.com/infera/overlay:v1
+          args: ["/overlay"]
+          volumeMounts:
+            - name: overlay
+              mountPath: /overlay
+      containers:
+        - name: vllm
+          image: registry.example.com/rocm/vllm:v1
+          command:
+            - /overlay/bin/infera-exec
+            - python3
+            - -m
+            - infera.engine.vllm
+            - --model
+            - /models/m
+          env:
+            - name: INFERA_ENGINE_READY_TIMEOUT
+              value: "1800"
+          ports:
+            - name: http
+              containerPort: 8000
+          startupProbe:
+            httpGet:
+              path: /health
+              port: http
+            periodSeconds: 10
+            failureThreshold: 180
+          readinessProbe:
+            httpGet:
+              path: /health
+              port: http
+          volumeMounts:
+            - name: overlay
+              mountPath: /overlay
+              readOnly: true
+            - name: dshm
+              mountPath: /dev/shm
+      volumes:
+        - name: overlay
+          emptyDir: {}
+        - name: dshm
+          emptyDir:
+            medium: Memory
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: worker
+spec:
+  selector:
+    app: worker
+  ports:
+    - name: http
+      port: 8000
+      targetPort: http
+`
+
+// TestChecksCatch shows that the check fails for what it is meant to
+// catch: each case changes the base manifest in one place.
+func TestChecksCatch(t *testing.T) {
+	problems, stats := checkFile(t, "base.yaml", []byte(base))
+	require.Empty(t, problems, "the base manifest must pass")
+	require.Equal(t, Stats{Engines: 1, Installers: 1}, stats)
+
+	const worker = "            - infera.engine.vllm\n"
+	cases := []struct {
+		name, old, new, want string
+	}{
+		{"misspelt field", "          volumeMounts:\n            - name: overlay\n              mountPath: /overlay\n      containers:",
+			"          volumeMount:\n            - name: overlay\n              mountPath: /overlay\n      containers:", `unknown field "spec.template.spec.initContainers[0].volumeMount"`},
+		{"field in the wrong case", "          command:", "          Command:", `unknown field "spec.template.spec.containers[0].Command"`},
+		{"duplicate key", "  name: worker\nspec:\n  selector:", "  name: worker\n  name: other\nspec:\n  selector:", `key "name" already set`},
+		{"unknown kind", "kind: Deployment", "kind: Deploymnet", `unknown kind "Deploymnet"`},
+		{"unknown apiVersion", "apiVersion: apps/v1", "apiVersion: apps/v1beta2", `unknown kind "Deployment" of apiVersion "apps/v1beta2"`},
+		{"invalid quantity", "            medium: Memory", "            medium: Memory\n            sizeLimit: 16 GB", "quantities must match"},
+		{"unknown infera-exec option", "            - /overlay/bin/infera-exec\n", "            - /overlay/bin/infera-exec\n            - --explian\n", "unknown option --explian"},
+		{"infera-exec mode instead of a worker", "            - /overlay/bin/infera-exec\n", "            - /overlay/bin/infera-exec\n            - --version\n", "runs no worker"},
+		{"--install with a worker", `args: ["/overlay"]`, `args: ["/overlay", "python3"]`, "--install copies the payload and runs no command"},
+		{"install destination not the engine's mount", `args: ["/overlay"]`, `args: ["/payload"]`, "--install /payload: no volume is mounted there"},
+		{"an unused volume is harmless", "          emptyDir: {}\n", "          emptyDir: {}\n        - name: other\n          emptyDir: {}\n",
+			""}, // no problem expected
+		{"engine runs from a volume nobody fills", "            - name: overlay\n              mountPath: /overlay\n              readOnly: true",
+			"            - name: other\n              mountPath: /overlay\n              readOnly: true", `volumeMount "other" at /overlay names no volume`},
+		{"payload mounted writable", "              mountPath: /overlay\n              readOnly: true", "              mountPath: /overlay", "mount the payload (/overlay) read-only"},
+		{"payload root elsewhere", "            - name: INFERA_ENGINE_READY_TIMEOUT\n", "            - name: PAYLOAD_ROOT\n              value: /payload\n            - name: INFERA_ENGINE_READY_TIMEOUT\n", "the payload root /payload (PAYLOAD_ROOT) is not a volume mount"},
+		{"undeclared volume", "            - name: dshm\n              mountPath: /dev/shm", "            - name: shm\n              mountPath: /dev/shm", `volumeMount "shm" at /dev/shm names no volume of the pod`},
+		{"template placeholder", "  name: worker\nspec:\n  selector:", "  name: worker\n  # node: <NODE>\nspec:\n  selector:", "template placeholder <NODE> left in"},
+		{"unexpanded variable", worker, worker + "            - --host\n            - $(POD_IP)\n", "command refers to $(POD_IP)"},
+		{"bad downward field", "          env:\n", "          env:\n            - name: POD_IP\n              valueFrom:\n                fieldRef:\n                  fieldPath: status.podIp\n", `fieldRef "status.podIp" is not a field the downward API offers`},
+		{"implied capability not required", worker, worker + "            - --disaggregation-mode\n            - prefill\n", "need mooncake, but INFERA_REQUIRE_NATIVE"},
+		{"mooncake without RDMA wiring", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: mooncake\n", "needs hostNetwork: true"},
+		{"malformed capability list", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: moon-cake!\n", "infera-exec would refuse its environment"},
+		{"malformed ready timeout", `value: "1800"`, `value: "soon"`, "infera-exec would warn: INFERA_ENGINE_READY_TIMEOUT"},
+		{"startup probe shorter than the ready timeout", "failureThreshold: 180", "failureThreshold: 60", "startupProbe allows 600 s but the worker waits up to 1800 s"},
+		{"unknown required patch", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_PATCHES\n              value: no-such-patch\n", `names "no-such-patch", which is no built-in patch`},
+		{"service port that does not exist", "      targetPort: http", "      targetPort: web", `targetPort web is not a container port`},
+		{"selector that misses the template", "      labels:\n        app: worker\n", "      labels:\n        app: wroker\n", "does not select the pod template's labels"},
+		{"probe on an unnamed port", "              port: http\n            periodSeconds: 10", "              port: metrics\n            periodSeconds: 10", `startupProbe uses port "metrics"`},
+		{"infera-exec behind a shell", "            - /overlay/bin/infera-exec\n            - python3\n", "            - /bin/sh\n            - -c\n            - exec /overlay/bin/infera-exec python3\n", "mentions infera-exec but does not run it"},
+		{"port name too long", "            - name: http\n              containerPort: 8000", "            - name: http-metrics-port\n              containerPort: 8000", `port name "http-metrics-port": must be no more than 15 characters`},
+		{"invalid label value", "        app: worker\n    spec:", "        app: worker!\n    spec:", `spec.template.metadata.labels: Invalid value: "worker!"`},
+		{"service name that is no DNS label", "kind: Service\nmetadata:\n  name: worker", "kind: Service\nmetadata:\n  name: worker.v1", `metadata.name "worker.v1"`},
+		{"image without a tag", "image: registry.example.com/rocm/vllm:v1", "image: registry.example.com/rocm/vllm", "has no tag or digest"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Contains(t, base, tc.old, "the case must change the base")
+			broken := strings.Replace(base, tc.old, tc.new, 1)
+			problems, _ := checkFile(t, "broken.yaml", []byte(broken))
+			if tc.want == "" {
+				assert.Empty(t, problems)
+				return
+			}
+			assert.True(t, containsAny(problems, tc.want), "want a problem containing %q, got:\n%s", tc.want, strings.Join(problems, "\n"))
+		})
+	}
+}
+
+// The image-volume wiring: the engine's payload is the overlay image
+// mounted as a volume, and nothing else will do.
+func TestImageVolume(t *testing.T) {
+	iv := strings.Replace(base, "          emptyDir: {}\n", "          image:\n            reference: registry.example.com/infera/overlay:v1\n            pullPolicy: IfNotPresent\n", 1)
+	iv = strings.Replace(iv, "      initContainers:\n        - name: overlay\n          image: registry.example.com/infera/overlay:v1\n          args: [\"/overlay\"]\n          volumeMounts:\n            - name: overlay\n              mountPath: /overlay\n", "", 1)
+	problems, stats := checkFile(t, "iv.yaml", []byte(iv))
+	require.Empty(t, problems)
+	assert.Equal(t, Stats{Engines: 1, ImageVols: 1}, stats)
+
+	other := strings.Replace(iv, "reference: registry.example.com/infera/overlay:v1", "reference: registry.example.com/tools/busybox:1", 1)
+	problems, _ = checkFile(t, "iv.yaml", []byte(other))
+	assert.True(t, containsAny(problems, "not the overlay image"), strings.Join(problems, "\n"))
+
+	typo := strings.Replace(iv, "            pullPolicy: IfNotPresent\n", "            pullpolicy: IfNotPresent\n", 1)
+	problems, _ = checkFile(t, "iv.yaml", []byte(typo))
+	assert.True(t, containsAny(problems, `unknown field "spec.template.spec.volumes[0].image.pullpolicy"`), strings.Join(problems, "\n"))
+}
+
+func TestExpand(t *testing.T) {
+	vals := map[string]string{"POD_IP": "10.0.0.7"}
+	for _, tc := range []struct{ in, out, undef string }{
+		{"$(POD_IP)", "10.0.0.7", ""},
+		{"--host=$(POD_IP):8998", "--host=10.0.0.7:8998", ""},
+		{"$$(POD_IP)", "$(POD_IP)", ""},
+		{"$(NODE)", "$(NODE)", "NODE"},
+		{"cost $5", "cost $5", ""},
+		{"$(unterminated", "$(unterminated", ""},
+		{"$", "$", ""},
+	} {
+		out, undef := expand(tc.in, vals)
+		assert.Equal(t, tc.out, out, tc.in)
+		if tc.undef == "" {
+			assert.Empty(t, undef, tc.in)
+		} else {
+			assert.Equal(t, []string{tc.undef}, undef, tc.in)
+		}
+	}
+}
+
+func TestOverlayImage(t *testing.T) {
+	for ref, want := range map[string]bool{
+		"REGISTRY/infera/overlay:TAG":                 true,
+		"registry.example.com:5000/infera/overlay:v1": true,
+		"infera/overlay@sha256:0123":                  true,
+		"registry.example.com/infera/overlay-dev:v1":  false,
+		"registry.example.com/other/overlay:v1":       false,
+		"registry.example.com/rocm/vllm:v1":           false,
+	} {
+		assert.Equal(t, want, isOverlayImage(ref), ref)
+	}
+	assert.False(t, hasTagOrDigest("registry.example.com:5000/rocm/vllm"))
+	assert.True(t, hasTagOrDigest("rocm/vllm@sha256:0123"))
+}
+
+func containsAny(list []string, sub string) bool {
+	for _, s := range list {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}

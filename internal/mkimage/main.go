@@ -1,0 +1,540 @@
+// Command mkimage builds the overlay image from a payload directory (what
+// `make payload` writes), without a Docker daemon:
+//
+//	FROM scratch
+//	one layer whose root filesystem is the payload: /bin/infera-exec,
+//	/py3XX/..., /native/..., /payload.index.json
+//	ENTRYPOINT ["/bin/infera-exec", "--install"]
+//	CMD ["/overlay"]
+//	ENV PATH=/bin
+//
+// so an init container running the image with an emptyDir at /overlay
+// copies the payload there and exits. It writes the image twice: as an OCI
+// image layout (-oci, tagged with -tag through the index annotation
+// org.opencontainers.image.ref.name) and as a docker-archive tarball
+// (-archive, the form `docker load` and `k3s ctr images import` take,
+// named -name). Both hold the same config and layer blobs.
+//
+// The build is reproducible: the layer's tar entries are sorted, owned by
+// 0:0 with no user or group names, stamped with one time
+// (SOURCE_DATE_EPOCH, else the epoch) and carry only the payload's modes;
+// the config's creation time is the same time. Two builds of the same
+// payload give the same digest.
+//
+// The payload is checked first: every entry on disk must be what its
+// index (payload.index.json) says, in type, mode, size and SHA-256, with
+// nothing missing and nothing extra, and bin/infera-exec must be a static
+// executable for the image's architecture (the image has no libc).
+//
+// Dockerfile.overlay describes the same image for people who build with
+// Docker; a test keeps the two in step.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/infera/infera-exec/overlay"
+)
+
+// What the image runs. Dockerfile.overlay states the same; the test
+// TestDockerfileInStep compares them.
+var (
+	imageEntrypoint = []string{"/bin/infera-exec", "--install"}
+	imageCmd        = []string{"/overlay"}
+	imageEnv        = []string{"PATH=/bin"}
+)
+
+const (
+	binaryPath  = "bin/infera-exec"
+	imageTitle  = "infera-exec overlay"
+	refNameKey  = "org.opencontainers.image.ref.name"
+	labelTitle  = "org.opencontainers.image.title"
+	labelVer    = "org.opencontainers.image.version"
+	labelRev    = "org.opencontainers.image.revision"
+	defaultRepo = "infera/overlay"
+	historyText = "infera-exec mkimage: the payload as the root filesystem"
+)
+
+// options are the inputs of one build.
+type options struct {
+	Payload  string    // payload directory, with payload.index.json
+	OCI      string    // OCI image layout directory to write (replaced); empty: none
+	Archive  string    // docker-archive tarball to write (replaced); empty: none
+	Tag      string    // ref name of the image in the OCI layout
+	Name     string    // repository:tag of the image in the docker-archive
+	Version  string    // org.opencontainers.image.version
+	Revision string    // org.opencontainers.image.revision
+	Arch     string    // config architecture
+	OS       string    // config os
+	Created  time.Time // every timestamp in the image
+}
+
+// result is what was built.
+type result struct {
+	Digest  v1.Hash // manifest digest: the image's identity in a registry and the layout
+	Config  v1.Hash // config digest: the image id `docker load` shows
+	DiffID  v1.Hash // the uncompressed layer
+	Entries int     // tar entries in the layer
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+}
+
+func run(args, env []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("mkimage", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	var o options
+	fl.StringVar(&o.Payload, "payload", "build/payload", "payload DIRECTORY with its index, as make payload writes it")
+	fl.StringVar(&o.OCI, "oci", "build/overlay-oci", "OCI image layout directory to write (replaced); empty for none")
+	fl.StringVar(&o.Archive, "archive", "build/overlay.tar", "docker-archive tarball to write (replaced); empty for none")
+	fl.StringVar(&o.Tag, "tag", "latest", "the image's ref name in the OCI layout (oci:DIR:TAG)")
+	fl.StringVar(&o.Name, "name", "", "the image's repository:tag in the docker-archive (default "+defaultRepo+":VERSION)")
+	fl.StringVar(&o.Version, "version", "dev", "image version label")
+	fl.StringVar(&o.Revision, "revision", "unknown", "image revision label (the commit)")
+	fl.StringVar(&o.Arch, "arch", "amd64", "image architecture; must match bin/infera-exec")
+	fl.StringVar(&o.OS, "os", "linux", "image operating system")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 64
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "mkimage: unexpected argument %q\n", fl.Arg(0))
+		return 64
+	}
+	created, err := sourceDate(env)
+	if err != nil {
+		fmt.Fprintf(stderr, "mkimage: %v\n", err)
+		return 64
+	}
+	o.Created = created
+	if o.Name == "" {
+		o.Name = defaultRepo + ":" + tagSafe(o.Version)
+	}
+	r, err := build(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "mkimage: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "overlay image %s (config %s, %d entries, %s/%s)\n", r.Digest, r.Config, r.Entries, o.OS, o.Arch)
+	if o.OCI != "" {
+		fmt.Fprintf(stdout, "  OCI layout      %s  (oci:%s:%s)\n", o.OCI, o.OCI, o.Tag)
+	}
+	if o.Archive != "" {
+		fmt.Fprintf(stdout, "  docker-archive  %s  (%s)\n", o.Archive, o.Name)
+	}
+	return 0
+}
+
+// sourceDate is SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/),
+// else the Unix epoch.
+func sourceDate(env []string) (time.Time, error) {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == "SOURCE_DATE_EPOCH" {
+			v = val
+		}
+	}
+	if v == "" {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > 1<<33-1 { // the largest time a ustar header holds
+		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q: want seconds since the epoch, a non-negative integer", v)
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+// refName is the grammar of org.opencontainers.image.ref.name in the OCI
+// image layout specification.
+var refName = regexp.MustCompile(`^[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*(?:/[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)*$`)
+
+var tagUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// tagSafe turns a version such as v0.3.0-4-gabc+dirty into a Docker tag.
+func tagSafe(v string) string {
+	t := tagUnsafe.ReplaceAllString(v, "-")
+	t = strings.TrimLeft(t, ".-")
+	if len(t) > 128 {
+		t = t[:128]
+	}
+	if t == "" {
+		t = "dev"
+	}
+	return t
+}
+
+func build(o options) (*result, error) {
+	if o.Arch == "" || o.OS == "" {
+		return nil, errors.New("-arch and -os must not be empty")
+	}
+	if !refName.MatchString(o.Tag) {
+		return nil, fmt.Errorf("-tag %q: want a ref name such as latest or v1.2.3", o.Tag)
+	}
+	ref, err := name.NewTag(o.Name)
+	if err != nil {
+		return nil, fmt.Errorf("-name %q: %w", o.Name, err)
+	}
+	ix, err := verify(o.Payload)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBinary(filepath.Join(o.Payload, filepath.FromSlash(binaryPath)), o.Arch); err != nil {
+		return nil, err
+	}
+
+	tmp, err := os.CreateTemp("", "infera-overlay-layer-*.tar.gz")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	n, err := writeLayer(tmp, o.Payload, ix, o.Created)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	layerFile := tmp.Name()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return os.Open(layerFile) },
+		tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+
+	img, err := image(layer, o)
+	if err != nil {
+		return nil, err
+	}
+	r := &result{Entries: n}
+	if r.Digest, err = img.Digest(); err != nil {
+		return nil, err
+	}
+	if r.Config, err = img.ConfigName(); err != nil {
+		return nil, err
+	}
+	if r.DiffID, err = layer.DiffID(); err != nil {
+		return nil, err
+	}
+	if o.OCI != "" {
+		if err := writeLayout(o.OCI, img, o); err != nil {
+			return nil, fmt.Errorf("OCI layout %s: %w", o.OCI, err)
+		}
+	}
+	if o.Archive != "" {
+		if err := writeArchive(o.Archive, img, ref); err != nil {
+			return nil, fmt.Errorf("docker-archive %s: %w", o.Archive, err)
+		}
+	}
+	return r, nil
+}
+
+// image is scratch plus the payload layer, with OCI media types.
+func image(layer v1.Layer, o options) (v1.Image, error) {
+	cf := &v1.ConfigFile{
+		Architecture: o.Arch,
+		OS:           o.OS,
+		Created:      v1.Time{Time: o.Created},
+		RootFS:       v1.RootFS{Type: "layers"},
+		Config: v1.Config{
+			Entrypoint: append([]string(nil), imageEntrypoint...),
+			Cmd:        append([]string(nil), imageCmd...),
+			Env:        append([]string(nil), imageEnv...),
+			Labels: map[string]string{
+				labelTitle: imageTitle,
+				labelVer:   o.Version,
+				labelRev:   o.Revision,
+			},
+		},
+	}
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	base, err := mutate.ConfigFile(base, cf)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Append(base, mutate.Addendum{
+		Layer:     layer,
+		MediaType: types.OCILayer,
+		History:   v1.History{Created: v1.Time{Time: o.Created}, CreatedBy: historyText},
+	})
+}
+
+// verify reads the payload's index and checks the payload against it:
+// the same entries, each of the same type and mode, files of the same size
+// and SHA-256, symlinks with the same target. Entries that are not a
+// directory, regular file or symlink are refused (overlay.BuildIndex).
+func verify(root string) (*overlay.Index, error) {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("payload %s: %w", root, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("payload %s is not a directory", root)
+	}
+	want, _, err := overlay.ReadIndex(root)
+	if err != nil {
+		return nil, err
+	}
+	have, err := overlay.BuildIndex(root)
+	if err != nil {
+		return nil, err
+	}
+	onDisk := map[string]overlay.Entry{}
+	for _, e := range have.Entries {
+		onDisk[e.Path] = e
+	}
+	var bad []string
+	for _, w := range want.Entries {
+		h, ok := onDisk[w.Path]
+		delete(onDisk, w.Path)
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s: in the index, missing from the payload", w.Path))
+		case h.Type != w.Type:
+			bad = append(bad, fmt.Sprintf("%s: a %s, the index says %s", w.Path, h.Type, w.Type))
+		case h.Type != "symlink" && h.Perm() != w.Perm():
+			bad = append(bad, fmt.Sprintf("%s: mode %04o, the index says %04o", w.Path, h.Perm(), w.Perm()))
+		case h.Type == "file" && (h.Size != w.Size || h.SHA256 != w.SHA256):
+			bad = append(bad, fmt.Sprintf("%s: %d bytes with SHA-256 %s, the index says %d bytes with %s", w.Path, h.Size, h.SHA256, w.Size, w.SHA256))
+		case h.Type == "symlink" && h.Target != w.Target:
+			bad = append(bad, fmt.Sprintf("%s: -> %s, the index says -> %s", w.Path, h.Target, w.Target))
+		}
+	}
+	extra := make([]string, 0, len(onDisk))
+	for p := range onDisk {
+		extra = append(extra, p)
+	}
+	sort.Strings(extra)
+	for _, p := range extra {
+		bad = append(bad, fmt.Sprintf("%s: in the payload, not in the index", p))
+	}
+	if len(bad) > 0 {
+		const show = 10
+		msg := strings.Join(bad[:min(len(bad), show)], "\n  ")
+		if len(bad) > show {
+			msg += fmt.Sprintf("\n  ... and %d more", len(bad)-show)
+		}
+		return nil, fmt.Errorf("payload %s does not match its index %s (rebuild it with `make payload`):\n  %s", root, overlay.IndexName, msg)
+	}
+	return want, nil
+}
+
+// checkBinary refuses a shim the image could not run: the image has no
+// libc and no loader, so it must be a static ELF executable for the
+// image's architecture.
+func checkBinary(p, arch string) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return fmt.Errorf("%s: %w (the image's entrypoint must be the static infera-exec)", p, err)
+	}
+	defer f.Close()
+	machines := map[string]elf.Machine{
+		"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386, "arm": elf.EM_ARM,
+		"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV,
+	}
+	if m, ok := machines[arch]; ok && f.Machine != m {
+		return fmt.Errorf("%s is built for %s, the image is for %s", p, f.Machine, arch)
+	}
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return fmt.Errorf("%s is not an executable (%s)", p, f.Type)
+	}
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked (it has a program interpreter) and cannot run in a FROM scratch image: build it with CGO_ENABLED=0 (`make build`)", p)
+		}
+	}
+	return nil
+}
+
+// writeLayer writes the payload as a gzipped tar to w: the index's entries
+// in path order with payload.index.json among them, each owned by 0:0
+// with no names, stamped with mtime, with the payload's mode. Every file
+// is hashed again while it is written, so a payload changed after
+// verify() is refused rather than shipped.
+func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time) (int, error) {
+	fi, err := os.Lstat(filepath.Join(root, overlay.IndexName))
+	if err != nil {
+		return 0, err
+	}
+	indexData, err := os.ReadFile(filepath.Join(root, overlay.IndexName))
+	if err != nil {
+		return 0, err
+	}
+	sum := sha256.Sum256(indexData)
+	entries := append([]overlay.Entry(nil), ix.Entries...)
+	entries = append(entries, overlay.Entry{
+		Path: overlay.IndexName, Type: "file", Mode: fmt.Sprintf("%04o", fi.Mode().Perm()),
+		Size: int64(len(indexData)), SHA256: hex.EncodeToString(sum[:]),
+	})
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
+
+	zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
+	if err != nil {
+		return 0, err
+	}
+	tw := tar.NewWriter(zw)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.Path, ModTime: mtime, Mode: int64(e.Perm())}
+		switch e.Type {
+		case "dir":
+			h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
+		case "symlink":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.Target, 0o777
+		case "file":
+			h.Typeflag, h.Size = tar.TypeReg, e.Size
+		default:
+			return 0, fmt.Errorf("payload %s: %s is a %q; the image holds directories, files and symlinks only", root, e.Path, e.Type)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return 0, fmt.Errorf("layer entry %s: %w", e.Path, err)
+		}
+		if e.Type != "file" {
+			continue
+		}
+		if e.Path == overlay.IndexName {
+			if _, err := tw.Write(indexData); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if err := copyChecked(tw, filepath.Join(root, filepath.FromSlash(e.Path)), e); err != nil {
+			return 0, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return 0, err
+	}
+	return len(entries), zw.Close()
+}
+
+func copyChecked(w io.Writer, p string, e overlay.Entry) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, e.Size))
+	if err != nil {
+		return fmt.Errorf("layer entry %s: %w", e.Path, err)
+	}
+	var more [1]byte
+	if m, _ := f.Read(more[:]); n != e.Size || m != 0 || hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
+		return fmt.Errorf("payload file %s changed while the image was built: it no longer matches the index", p)
+	}
+	return nil
+}
+
+// writeLayout replaces dir with an OCI image layout holding img, tagged
+// through the ref name annotation.
+func writeLayout(dir string, img v1.Image, o options) error {
+	tmp, err := stageDir(dir)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	p, err := layout.Write(tmp, empty.Index)
+	if err != nil {
+		return err
+	}
+	// The blobs, then a descriptor of our own: AppendImage would add an
+	// artifactType, which belongs to artifacts, not images.
+	if err := p.WriteImage(img); err != nil {
+		return err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return err
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return err
+	}
+	digest, size, err := v1.SHA256(bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	if err := p.AppendDescriptor(v1.Descriptor{
+		MediaType:   mt,
+		Size:        size,
+		Digest:      digest,
+		Annotations: map[string]string{refNameKey: o.Tag},
+		Platform:    &v1.Platform{OS: o.OS, Architecture: o.Arch},
+	}); err != nil {
+		return err
+	}
+	// Plain modes: go-containerregistry writes some files executable.
+	if err := filepath.WalkDir(tmp, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.Chmod(p, 0o755)
+		}
+		return os.Chmod(p, 0o644)
+	}); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
+// writeArchive replaces file with a docker-archive tarball of img named ref.
+func writeArchive(file string, img v1.Image, ref name.Tag) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	err = tarball.Write(ref, img, f)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), file)
+}
+
+func stageDir(dir string) (string, error) {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(parent, "."+filepath.Base(dir)+".tmp-")
+}
