@@ -1,0 +1,164 @@
+// Package preflight turns the hangs of a misconfigured deployment into a
+// refusal with a reason, before the worker starts. The worst failures of
+// these deployments do not error: every pod is Ready and the client waits
+// until its own timeout. Most can be seen from inside the container in
+// milliseconds. Each check says what it saw, why it matters and what to do.
+package preflight
+
+import (
+	"sort"
+	"strings"
+)
+
+// Severity of a failed check: an error refuses the start, a warning is
+// logged, info is reported only.
+type Severity string
+
+const (
+	Error Severity = "error"
+	Warn  Severity = "warn"
+	Info  Severity = "info"
+)
+
+// Status of a check.
+type Status string
+
+const (
+	Pass    Status = "pass"
+	Fail    Status = "fail"
+	Skipped Status = "skipped" // disabled by INFERA_PREFLIGHT_SKIP, or nothing to look at
+)
+
+// Result is one check's outcome.
+type Result struct {
+	Name     string   `json:"name"`
+	Status   Status   `json:"status"`
+	Severity Severity `json:"severity,omitempty"` // of a failure
+	Seen     string   `json:"seen"`
+	Why      string   `json:"why,omitempty"`
+	Do       string   `json:"do,omitempty"`
+}
+
+// Failed reports whether r failed with severity s.
+func (r Result) Failed(s Severity) bool { return r.Status == Fail && r.Severity == s }
+
+// Input is everything the checks look at; the pass fills it from the
+// composed environment and the worker command, tests from fixtures.
+type Input struct {
+	Argv         []string          // the worker command
+	Env          map[string]string // the worker's environment
+	Sysfs        string            // /sys, or SYSFS_PATH
+	DevDir       string            // /dev/infiniband
+	ShmDir       string            // /dev/shm
+	NofileHard   uint64
+	ReadyTimeout int                                           // seconds
+	ReadyDefault bool                                          // INFERA_ENGINE_READY_TIMEOUT was not set
+	ProviderABI  func(ibdev string) (min, max uint32, ok bool) // the provider build the worker will use, per device
+	Statfs       func(path string) (FS, error)                 // a seam for tests; nil: the real statfs(2)
+	Interfaces   func() ([]Interface, error)                   // a seam for tests; nil: the machine's
+}
+
+// Check is a named check.
+type Check struct {
+	Name string
+	What string // one line, for --help and the README
+	Run  func(in *Input) Result
+}
+
+// Checks are all checks, in the order they run and are reported.
+var Checks []Check
+
+func register(c Check) { Checks = append(Checks, c) }
+
+// Names lists the check names.
+func Names() []string {
+	var out []string
+	for _, c := range Checks {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// Run runs every check not in skip. Unknown names in skip are returned so
+// the caller can warn about a misspelt INFERA_PREFLIGHT_SKIP.
+func Run(in *Input, skip map[string]bool) (results []Result, unknown []string) {
+	known := map[string]bool{}
+	for _, c := range Checks {
+		known[c.Name] = true
+		if skip[c.Name] {
+			results = append(results, Result{Name: c.Name, Status: Skipped, Seen: "disabled by INFERA_PREFLIGHT_SKIP"})
+			continue
+		}
+		r := c.Run(in)
+		r.Name = c.Name
+		results = append(results, r)
+	}
+	for n := range skip {
+		if !known[n] {
+			unknown = append(unknown, n)
+		}
+	}
+	sort.Strings(unknown)
+	return results, unknown
+}
+
+// ParseSkip reads INFERA_PREFLIGHT_SKIP: names separated by commas or
+// spaces.
+func ParseSkip(v string) map[string]bool {
+	m := map[string]bool{}
+	for _, n := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+		m[n] = true
+	}
+	return m
+}
+
+// flagValue finds --name VALUE or --name=VALUE in argv; the last wins.
+func flagValue(argv []string, names ...string) (string, bool) {
+	val, found := "", false
+	for i := 0; i < len(argv); i++ {
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(argv[i], name+"="); ok {
+				val, found = v, true
+			} else if argv[i] == name && i+1 < len(argv) {
+				val, found = argv[i+1], true
+			}
+		}
+	}
+	return val, found
+}
+
+func pass(seen string) Result { return Result{Status: Pass, Seen: seen} }
+
+func skipped(seen string) Result { return Result{Status: Skipped, Seen: seen} }
+
+func fail(sev Severity, seen, why, do string) Result {
+	return Result{Status: Fail, Severity: sev, Seen: seen, Why: why, Do: do}
+}
+
+// FS is what statfs says of a filesystem.
+type FS struct {
+	Magic   int64  `json:"magic"`
+	Type    string `json:"type"`    // nfs, cifs, fuse, ceph, lustre, overlay, tmpfs, ext4, xfs, ...
+	Network bool   `json:"network"` // reads cross a network: slow for multi-terabyte checkpoints
+}
+
+// Interface is a network interface with its addresses.
+type Interface struct {
+	Name     string
+	Addrs    []string // IP addresses, without prefix length
+	Up       bool
+	Loopback bool
+}
+
+// PD tells whether the worker is one side of a prefill/decode pair, from
+// its arguments: vLLM --kv-transfer-config with a Mooncake connector, or
+// SGLang --disaggregation-mode prefill|decode. engine is vllm or sglang.
+func PD(argv []string) (engine, source string, ok bool) {
+	if cfg, found := flagValue(argv, "--kv-transfer-config"); found && strings.Contains(strings.ToLower(cfg), "mooncake") {
+		return "vllm", "--kv-transfer-config with a Mooncake connector", true
+	}
+	if mode, found := flagValue(argv, "--disaggregation-mode"); found && (mode == "prefill" || mode == "decode") {
+		return "sglang", "--disaggregation-mode " + mode, true
+	}
+	return "", "", false
+}
