@@ -11,10 +11,10 @@ import (
 
 // Options is a parsed command line.
 type Options struct {
-	Help, Version, Explain, JSON, Verbose bool
-	Check                                 string   // --check ROOT
-	Install                               string   // --install DEST
-	Command                               []string // the worker command and its arguments
+	Help, Version, Explain, Doctor, JSON, Verbose bool
+	Check                                         string   // --check ROOT
+	Install                                       string   // --install DEST
+	Command                                       []string // the worker command and its arguments
 }
 
 // UsageError is a command line that cannot be run.
@@ -72,6 +72,8 @@ func Parse(args []string) (Options, error) {
 			o.Version = true
 		case "--explain":
 			o.Explain = true
+		case "--doctor":
+			o.Doctor = true
 		case "--json":
 			o.JSON = true
 		case "--verbose":
@@ -81,14 +83,16 @@ func Parse(args []string) (Options, error) {
 		}
 	}
 	modes := 0
-	for _, on := range []bool{o.Explain, o.Check != "", o.Install != ""} {
+	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Install != ""} {
 		if on {
 			modes++
 		}
 	}
 	switch {
-	case o.JSON && !o.Explain && o.Check == "":
-		return o, &UsageError{"--json goes with --explain or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	case o.JSON && !o.Explain && !o.Doctor && o.Check == "":
+		return o, &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	case o.Doctor && modes > 1:
+		return o, &UsageError{"--doctor runs the preflight checks on the command that follows it; use it without --explain, --check or --install"}
 	case o.Check != "" && (modes > 1 || len(o.Command) > 0):
 		return o, &UsageError{"--check evaluates patches against a directory and runs no command; use it alone (with --json if wanted)"}
 	case o.Install != "" && (modes > 1 || len(o.Command) > 0):

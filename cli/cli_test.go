@@ -19,6 +19,7 @@ func TestParse(t *testing.T) {
 		{[]string{"--check=/img", "--json"}, Options{Check: "/img", JSON: true}},
 		{[]string{"--install", "/overlay"}, Options{Install: "/overlay"}},
 		{[]string{"--install=/overlay"}, Options{Install: "/overlay"}},
+		{[]string{"--doctor", "--json", "python3", "-m", "x"}, Options{Doctor: true, JSON: true, Command: []string{"python3", "-m", "x"}}},
 		{[]string{"-"}, Options{Command: []string{"-"}}},
 		{[]string{"install", "/overlay"}, Options{Command: []string{"install", "/overlay"}}}, // a command named like a mode is a command
 		{nil, Options{}},
@@ -36,7 +37,8 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--frob", "x"}, "unknown option --frob"},
-		{[]string{"--json", "x"}, "--json goes with --explain or --check"},
+		{[]string{"--json", "x"}, "--json goes with --explain, --doctor or --check"},
+		{[]string{"--doctor", "--explain", "x"}, "--doctor runs the preflight checks"},
 		{[]string{"--check"}, "--check needs a directory"},
 		{[]string{"--check="}, "--check needs a directory"},
 		{[]string{"--install"}, "--install needs the directory"},

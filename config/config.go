@@ -37,14 +37,17 @@ type Config struct {
 	RequireNative     capability.Requirement `json:"require_native"`
 	ReadyTimeout      int                    `json:"ready_timeout_seconds"`
 	ReadyTimeoutFrom  string                 `json:"ready_timeout_from"`
+	ReadyTimeoutSet   bool                   `json:"ready_timeout_set"` // given, and accepted
 	Chdir             string                 `json:"chdir"`
 	HostLibionic      string                 `json:"host_libionic"`
 	RDMAProvider      string                 `json:"rdma_provider"` // provider name the host build replaces
 	Sysfs             string                 `json:"sysfs"`         // SYSFS_PATH, as libibverbs reads it
 	SkipEnginePatches bool                   `json:"skip_engine_patches"`
 	RequirePatches    []string               `json:"require_patches,omitempty"`
-	StateDir          string                 `json:"state_dir,omitempty"`   // empty: /run/infera-exec, else /tmp/infera-exec
-	ReportPath        string                 `json:"report_path,omitempty"` // empty: default location
+	PreflightOff      bool                   `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
+	PreflightSkip     []string               `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
+	StateDir          string                 `json:"state_dir,omitempty"`      // empty: /run/infera-exec, else /tmp/infera-exec
+	ReportPath        string                 `json:"report_path,omitempty"`    // empty: default location
 	ReportOff         bool                   `json:"report_off,omitempty"`
 	ROCmRoots         []string               `json:"rocm_roots"`
 	ABIFamily         *abi.Family            `json:"-"` // INFERA_ABI_FAMILY, when set
@@ -118,7 +121,7 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 			warns = append(warns, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%q %v; using %d", v, err, DefaultReadyTimeout))
 			c.ReadyTimeoutFrom = fmt.Sprintf("default (INFERA_ENGINE_READY_TIMEOUT=%q rejected)", v)
 		} else {
-			c.ReadyTimeout, c.ReadyTimeoutFrom = secs, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%s", v)
+			c.ReadyTimeout, c.ReadyTimeoutFrom, c.ReadyTimeoutSet = secs, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%s", v), true
 		}
 	}
 
@@ -143,6 +146,15 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	if v := env.Value("SYSFS_PATH"); v != "" {
 		c.Sysfs = abs(v, cwd)
 	}
+
+	switch v := env.Value("INFERA_PREFLIGHT"); strings.ToLower(v) {
+	case "", "on", "1", "true":
+	case "off", "0", "false":
+		c.PreflightOff = true
+	default:
+		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT=%q is not on or off; running the preflight checks", v))
+	}
+	c.PreflightSkip = strings.FieldsFunc(env.Value("INFERA_PREFLIGHT_SKIP"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 
 	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
 	c.RequirePatches = strings.FieldsFunc(env.Value("INFERA_REQUIRE_PATCHES"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })

@@ -426,3 +426,18 @@ func unwrapPath(err error) error {
 	}
 	return err
 }
+
+// ProviderRange is the kernel ABI range of the provider name the
+// container's libibverbs would load, read from the binary; ok is false
+// when there is no such provider or its range cannot be read.
+func ProviderRange(root, name string) (min, max uint32, ok bool) {
+	c, _, err := Discover(root, name)
+	if err != nil || len(c.ProviderChain) == 0 {
+		return 0, 0, false
+	}
+	obj, err := Inspect(in(root, c.ProviderChain[len(c.ProviderChain)-1]))
+	if err != nil {
+		return 0, 0, false
+	}
+	return ProviderABIRange(obj, name)
+}

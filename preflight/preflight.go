@@ -140,6 +140,8 @@ type FS struct {
 	Magic   int64  `json:"magic"`
 	Type    string `json:"type"`    // nfs, cifs, fuse, ceph, lustre, overlay, tmpfs, ext4, xfs, ...
 	Network bool   `json:"network"` // reads cross a network: slow for multi-terabyte checkpoints
+	Size    uint64 `json:"size"`    // bytes: blocks times block size
+	Noexec  bool   `json:"noexec"`  // mounted noexec
 }
 
 // Interface is a network interface with its addresses.

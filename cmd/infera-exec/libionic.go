@@ -36,6 +36,7 @@ func (p *pass) hostLibionic(ctx context.Context) error {
 		FallbackDirs: fallbacks,
 		DryRun:       p.dry,
 	})
+	p.ionic = res
 	inv := libionic.ReadInventory(p.cfg.Sysfs, "/dev/infiniband")
 	st := report.Stage{Name: "host libionic", State: res.State, Summary: res.Summary, Detail: libionicDetail{res, inv}}
 

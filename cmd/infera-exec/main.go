@@ -50,6 +50,8 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case o.Version:
 		fmt.Fprintf(stdout, "infera-exec %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
+	case o.Doctor:
+		return runDoctor(o.Command, o.JSON, environ, stdout, stderr)
 	case o.Install != "":
 		return runInstall(o.Install, environ, stdout, stderr)
 	case o.Check != "":

@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/report"
@@ -46,12 +47,13 @@ type pass struct {
 	dry            bool
 	started        time.Time
 
-	env0 *environ.Env // as the container started us
-	env  *environ.Env // what the worker gets
-	cwd  string       // where we were started
-	cfg  config.Config
-	fam  abi.Family
-	sel  *overlay.Selection
+	env0  *environ.Env // as the container started us
+	env   *environ.Env // what the worker gets
+	cwd   string       // where we were started
+	cfg   config.Config
+	fam   abi.Family
+	ionic *libionic.Result // what the host-provider step decided
+	sel   *overlay.Selection
 }
 
 func newPass(o cli.Options, env []string, stdout, stderr io.Writer) *pass {
@@ -124,6 +126,7 @@ func (p *pass) prepare(ctx context.Context) error {
 		{"environment", p.composeEnv},
 		{"command", p.resolveCommand},
 		{"libionic", p.hostLibionic},
+		{"preflight", p.preflight},
 		{"patches", p.enginePatches},
 		{"limits", p.limits},
 	}

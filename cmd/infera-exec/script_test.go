@@ -170,6 +170,8 @@ func TestScripts(t *testing.T) {
 			// Engine patches have their own stories; elsewhere the stand-in
 			// interpreters could not answer the package probe.
 			env.Setenv("INFERA_SKIP_ENGINE_PATCHES", "1")
+			// Likewise the preflight checks, which look at this machine.
+			env.Setenv("INFERA_PREFLIGHT", "off")
 			env.Setenv("GOARCH", runtime.GOARCH)
 			env.Setenv("TREES", trees) // engine package trees shaped like the real ones
 			return nil

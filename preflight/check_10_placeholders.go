@@ -1,0 +1,95 @@
+package preflight
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+func init() {
+	register(Check{
+		Name: "placeholders",
+		What: "template placeholders such as <MODEL_DIR> left in the command or environment",
+		Run:  checkPlaceholders,
+	})
+}
+
+// placeholderRE is a template placeholder: an upper-case name in angle
+// brackets, alone or inside a word (/models/<MODEL>/config). Lower-case
+// <foo> and a<b are left alone.
+var placeholderRE = regexp.MustCompile(`<[A-Z][A-Z0-9_]*>`)
+
+// placeholdersShown is how many findings Seen names before "and N more".
+const placeholdersShown = 5
+
+func checkPlaceholders(in *Input) Result {
+	if len(in.Argv) == 0 && len(in.Env) == 0 {
+		return skipped("no command and no environment to look at")
+	}
+	var found []string
+	for i, arg := range in.Argv {
+		for _, tok := range uniqueTokens(arg) {
+			found = append(found, fmt.Sprintf("%s in argv[%d]%s", tok, i, argWhere(in.Argv, i)))
+		}
+	}
+	names := make([]string, 0, len(in.Env))
+	for name := range in.Env {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, tok := range uniqueTokens(in.Env[name]) {
+			found = append(found, fmt.Sprintf("%s in env %s", tok, name))
+		}
+	}
+	if len(found) == 0 {
+		return pass(fmt.Sprintf("no <UPPER_CASE> placeholder in %s and %s",
+			plural(len(in.Argv), "argument"), plural(len(in.Env), "environment variable")))
+	}
+	shown := found
+	if len(shown) > placeholdersShown {
+		shown = shown[:placeholdersShown]
+	}
+	seen := strings.Join(shown, "; ")
+	if more := len(found) - len(shown); more > 0 {
+		seen += fmt.Sprintf("; and %d more", more)
+	}
+	return fail(Error, seen,
+		"The manifest was applied with a template placeholder still in it. "+
+			"The worker would fail minutes later, at mount or load time or on "+
+			"a host name that does not resolve, instead of now.",
+		"Substitute every <NAME> placeholder in the manifest (envsubst, Helm "+
+			"or Kustomize values) and apply it again.")
+}
+
+// uniqueTokens are the placeholders in s, each once, in order.
+func uniqueTokens(s string) []string {
+	var out []string
+	for _, tok := range placeholderRE.FindAllString(s, -1) {
+		dup := false
+		for _, o := range out {
+			dup = dup || o == tok
+		}
+		if !dup {
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+// argWhere names the option argv[i] belongs to, if any: ", the value of
+// --model" for "--model=/m/<M>" and for "/m/<M>" after "--model".
+func argWhere(argv []string, i int) string {
+	arg := argv[i]
+	if strings.HasPrefix(arg, "-") {
+		if name, _, ok := strings.Cut(arg, "="); ok {
+			return ", the value of " + name
+		}
+		return ""
+	}
+	if i > 0 && strings.HasPrefix(argv[i-1], "-") && !strings.Contains(argv[i-1], "=") && len(argv[i-1]) > 1 {
+		return ", the value of " + argv[i-1]
+	}
+	return ""
+}

@@ -1,0 +1,333 @@
+package preflight
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// The advertise check: a prefill/decode worker tells its peer on the
+// other node where to connect. An address that is the unspecified one
+// (0.0.0.0, ::), a loopback one (127.0.0.0/8, ::1, localhost) or an
+// unexpanded Kubernetes $(VAR) cannot be reached from there, and requests
+// hang until the connector's 480 s timeout instead of failing.
+
+func init() {
+	register(Check{
+		Name: "advertise",
+		What: "a prefill/decode worker advertises an address its peer on another node can reach",
+		Run:  checkAdvertise,
+	})
+}
+
+// addrKind is what a configured address is, judged without DNS.
+type addrKind int
+
+const (
+	addrRoutable    addrKind = iota // a literal IP, neither unspecified nor loopback
+	addrUnspecified                 // 0.0.0.0, ::
+	addrLoopback                    // 127.0.0.0/8, ::1, localhost
+	addrHostname                    // a name: not resolved here
+	addrUnexpanded                  // $(VAR) left by Kubernetes: VAR is not defined
+	addrEmpty
+)
+
+// k8sVarRef is a Kubernetes dependent-variable reference, $(VAR), which
+// the kubelet leaves as is when VAR is not defined before it.
+var k8sVarRef = regexp.MustCompile(`\$\(([-._A-Za-z0-9]+)\)`)
+
+// localhostNames are names that mean the loopback interface; they are
+// judged without a lookup.
+var localhostNames = map[string]bool{
+	"localhost": true, "localhost.localdomain": true, "ip6-localhost": true, "ip6-loopback": true,
+}
+
+// classifyAddr judges an address (a literal IP, optionally in brackets,
+// or a name) without any lookup. varName is set for addrUnexpanded; note
+// says what the value is, for Seen.
+func classifyAddr(v string) (kind addrKind, varName, note string) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return addrEmpty, "", "empty"
+	}
+	if m := k8sVarRef.FindStringSubmatch(v); m != nil {
+		return addrUnexpanded, m[1], "an unexpanded reference: " + m[1] + " is not defined"
+	}
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
+		a = a.Unmap()
+		switch {
+		case a.IsUnspecified():
+			return addrUnspecified, "", "the unspecified address: a bind address, nobody can connect to it"
+		case a.IsLoopback():
+			return addrLoopback, "", "loopback: reachable from this pod only"
+		}
+		return addrRoutable, "", ""
+	}
+	name := strings.ToLower(strings.TrimSuffix(v, "."))
+	if localhostNames[name] || strings.HasSuffix(name, ".localhost") {
+		return addrLoopback, "", "a name of the loopback address"
+	}
+	return addrHostname, "", "not resolved (preflight makes no DNS queries)"
+}
+
+// advFinding is one address the worker will use, and the verdict on it.
+type advFinding struct {
+	seen   string   // "--host 127.0.0.1: loopback: reachable from this pod only"
+	sev    Severity // "" when fine
+	target string   // what to change, for Do
+	kind   addrKind
+	varRef string // for addrUnexpanded
+}
+
+type advCheck struct {
+	in       *Input
+	findings []advFinding
+}
+
+// addr judges one configured address. A literal routable IP or an
+// unresolved name is fine; loopback, unspecified, unexpanded or empty is
+// an error.
+func (a *advCheck) addr(label, target, v string) addrKind {
+	kind, ref, note := classifyAddr(v)
+	f := advFinding{seen: label + " " + v, target: target, kind: kind, varRef: ref}
+	if v == "" {
+		f.seen = label + " is empty"
+	} else if note != "" {
+		f.seen += ": " + note
+	}
+	switch kind {
+	case addrUnspecified, addrLoopback, addrUnexpanded, addrEmpty:
+		f.sev = Error
+	}
+	a.findings = append(a.findings, f)
+	return kind
+}
+
+func (a *advCheck) note(seen string) {
+	a.findings = append(a.findings, advFinding{seen: seen})
+}
+
+func checkAdvertise(in *Input) Result {
+	engine, source, ok := PD(in.Argv)
+	if !ok {
+		return skipped("not a prefill/decode worker")
+	}
+	a := &advCheck{in: in}
+	if engine == "vllm" {
+		a.vllm()
+	} else {
+		a.sglang()
+	}
+	return a.result(engine, source)
+}
+
+// vllm: --data-parallel-address (required: without it vLLM falls back to
+// 127.0.0.1), addresses inside --kv-transfer-config, VLLM_HOST_IP.
+func (a *advCheck) vllm() {
+	argv := a.in.Argv
+	if v, ok := flagValue(argv, "--data-parallel-address", "-dpa"); ok {
+		a.addr("--data-parallel-address", "--data-parallel-address", v)
+	} else {
+		a.findings = append(a.findings, advFinding{
+			seen:   "--data-parallel-address not set (vLLM then uses 127.0.0.1)",
+			sev:    Error,
+			target: "--data-parallel-address",
+			kind:   addrLoopback,
+		})
+	}
+	if cfg, ok := flagValue(argv, "--kv-transfer-config"); ok {
+		var doc any
+		if err := json.Unmarshal([]byte(cfg), &doc); err != nil {
+			a.note("--kv-transfer-config is not JSON: addresses in it not checked")
+		} else {
+			for _, kv := range advConfigAddrs(doc, "") {
+				a.addr("--kv-transfer-config "+kv[0], kv[0]+" in --kv-transfer-config", kv[1])
+			}
+		}
+	}
+	if v := a.in.Env["VLLM_HOST_IP"]; v != "" {
+		a.addr("VLLM_HOST_IP", "VLLM_HOST_IP", v)
+	}
+}
+
+// advConfigKeys are the keys of --kv-transfer-config (at any depth, e.g.
+// in kv_connector_extra_config or a MultiConnector's list) that hold an
+// address the peer is given.
+var advConfigKeys = map[string]bool{"kv_ip": true, "kv_host": true, "host": true}
+
+// advConfigAddrs returns [path, value] of every string under an address
+// key, keys in sorted order.
+func advConfigAddrs(v any, path string) [][2]string {
+	var out [][2]string
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if s, ok := t[k].(string); ok && advConfigKeys[k] {
+				out = append(out, [2]string{p, s})
+				continue
+			}
+			out = append(out, advConfigAddrs(t[k], p)...)
+		}
+	case []any:
+		for i, e := range t {
+			out = append(out, advConfigAddrs(e, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	}
+	return out
+}
+
+// sglang: --host binds the HTTP and bootstrap servers (default 127.0.0.1);
+// SGLANG_HOST_IP or --disaggregation-bootstrap-host say what is
+// advertised; --dist-init-addr is the host:port of multi-node init.
+func (a *advCheck) sglang() {
+	argv, env := a.in.Argv, a.in.Env
+	advertised := "" // a routable address (or name) given explicitly
+	if v, ok := flagValue(argv, "--disaggregation-bootstrap-host"); ok {
+		if k := a.addr("--disaggregation-bootstrap-host", "--disaggregation-bootstrap-host", v); k == addrRoutable || k == addrHostname {
+			advertised = "--disaggregation-bootstrap-host " + v
+		}
+	}
+	for _, name := range []string{"SGLANG_HOST_IP", "VLLM_HOST_IP"} {
+		if v := env[name]; v != "" {
+			if k := a.addr(name, name, v); (k == addrRoutable || k == addrHostname) && name == "SGLANG_HOST_IP" {
+				advertised = name + " " + v
+			}
+		}
+	}
+	if v, ok := flagValue(argv, "--dist-init-addr"); ok {
+		host := v
+		if h, _, err := net.SplitHostPort(v); err == nil {
+			host = h
+		}
+		a.addr("--dist-init-addr host", "the host of --dist-init-addr", host)
+	}
+	host, ok := flagValue(argv, "--host")
+	if !ok {
+		a.findings = append(a.findings, advFinding{
+			seen:   "--host not set (SGLang then binds 127.0.0.1)",
+			sev:    Error,
+			target: "--host",
+			kind:   addrLoopback,
+		})
+		return
+	}
+	if kind, _, _ := classifyAddr(host); kind == addrUnspecified {
+		if advertised != "" {
+			a.note("--host " + host + ": a bind address, fine: " + advertised + " is advertised")
+			return
+		}
+		a.findings = append(a.findings, advFinding{
+			seen:   "--host " + host + " with neither SGLANG_HOST_IP nor --disaggregation-bootstrap-host set",
+			sev:    Warn,
+			target: "SGLANG_HOST_IP",
+			kind:   addrUnspecified,
+		})
+		return
+	}
+	a.addr("--host", "--host", host)
+}
+
+// result folds the findings: the worst severity decides; Seen lists every
+// address looked at.
+func (a *advCheck) result(engine, source string) Result {
+	var seen []string
+	worst := Severity("")
+	for _, f := range a.findings {
+		seen = append(seen, f.seen)
+		if f.sev == Error || (f.sev == Warn && worst == "") {
+			worst = f.sev
+		}
+	}
+	if worst == "" {
+		return pass(strings.Join(seen, "; "))
+	}
+
+	var targets, undefined []string
+	loopOrAny, unexpanded := false, false
+	for _, f := range a.findings {
+		if f.sev != worst {
+			continue
+		}
+		if f.kind == addrUnexpanded {
+			unexpanded = true
+			undefined = advAppendUnique(undefined, f.varRef)
+			continue
+		}
+		loopOrAny = true
+		targets = advAppendUnique(targets, f.target)
+	}
+
+	var why, do []string
+	if worst == Warn {
+		why = append(why, "A bind address such as 0.0.0.0 only says where to "+
+			"listen. Without SGLANG_HOST_IP SGLang advertises an address it guesses, "+
+			"which on a node with CNI bridges or several NICs may be one the peer "+
+			"cannot reach.")
+	} else {
+		if loopOrAny {
+			why = append(why, "The "+advEngineName[engine]+" worker on the other node ("+source+
+				") connects to the address this one advertises; it cannot reach "+
+				"0.0.0.0, 127.0.0.0/8 or ::1, and requests hang until the "+
+				"connector's 480 s timeout.")
+		}
+		if unexpanded {
+			why = append(why, "Kubernetes passes $(VAR) on unchanged when VAR is not "+
+				"defined before it in the container's env, so the engine gets the text, "+
+				"not an address.")
+		}
+	}
+	if len(targets) > 0 {
+		do = append(do, "Set "+advJoin(targets)+" to this pod's routable address: "+a.podIPHint()+".")
+	}
+	if len(undefined) > 0 {
+		do = append(do, "Define "+advJoin(undefined)+" in the container's env before "+
+			"the entries that refer to it (for the pod's address: valueFrom "+
+			"fieldRef status.podIP).")
+	}
+	return fail(worst, strings.Join(seen, "; "), strings.Join(why, " "), strings.Join(do, " "))
+}
+
+var advEngineName = map[string]string{"vllm": "vLLM", "sglang": "SGLang"}
+
+// podIPHint suggests $(POD_IP) with its value when the pod has one.
+func (a *advCheck) podIPHint() string {
+	if ip := a.in.Env["POD_IP"]; ip != "" {
+		if kind, _, _ := classifyAddr(ip); kind == addrRoutable {
+			return "use $(POD_IP) = " + ip
+		}
+	}
+	return "e.g. $(POD_IP), with POD_IP from the downward API (fieldRef status.podIP)"
+}
+
+func advAppendUnique(list []string, s string) []string {
+	for _, e := range list {
+		if e == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// advJoin joins "a", "a and b", "a, b and c".
+func advJoin(list []string) string {
+	switch len(list) {
+	case 0:
+		return ""
+	case 1:
+		return list[0]
+	}
+	return strings.Join(list[:len(list)-1], ", ") + " and " + list[len(list)-1]
+}

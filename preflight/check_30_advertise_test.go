@@ -1,0 +1,183 @@
+package preflight
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const advMooncake = `{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}`
+
+func advVLLM(extra ...string) []string {
+	return append([]string{"python3", "-m", "infera.engine.vllm", "--model", "/models/X",
+		"--kv-transfer-config", advMooncake}, extra...)
+}
+
+func advSGLang(extra ...string) []string {
+	return append([]string{"python3", "-m", "infera.engine.sglang", "--model-path", "/models/X",
+		"--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "mooncake"}, extra...)
+}
+
+func TestClassifyAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    addrKind
+		varName string
+	}{
+		{"10.1.2.3", addrRoutable, ""},
+		{"fd00::7", addrRoutable, ""},
+		{"[fd00::7]", addrRoutable, ""},
+		{"0.0.0.0", addrUnspecified, ""},
+		{"::", addrUnspecified, ""},
+		{"127.0.0.1", addrLoopback, ""},
+		{"127.3.4.5", addrLoopback, ""},
+		{"::1", addrLoopback, ""},
+		{"[::1]", addrLoopback, ""},
+		{"::ffff:127.0.0.1", addrLoopback, ""},
+		{"localhost", addrLoopback, ""},
+		{"LocalHost.", addrLoopback, ""},
+		{"localhost.localdomain", addrLoopback, ""},
+		{"ip6-localhost", addrLoopback, ""},
+		{"prefill-0.infera.svc", addrHostname, ""},
+		{"$(POD_IP)", addrUnexpanded, "POD_IP"},
+		{"$(NODE_IP):8998", addrUnexpanded, "NODE_IP"},
+		{"", addrEmpty, ""},
+	} {
+		kind, ref, _ := classifyAddr(tc.in)
+		assert.Equal(t, tc.want, kind, tc.in)
+		assert.Equal(t, tc.varName, ref, tc.in)
+	}
+}
+
+func TestAdvertise(t *testing.T) {
+	podIP := map[string]string{"POD_IP": "10.1.2.3"}
+	for _, tc := range []struct {
+		name   string
+		argv   []string
+		env    map[string]string
+		status Status
+		sev    Severity
+		seen   []string
+		do     []string
+		notDo  []string
+	}{
+		{name: "aggregated vLLM", argv: []string{"python3", "-m", "infera.engine.vllm", "--host", "0.0.0.0"},
+			status: Skipped, seen: []string{"not a prefill/decode worker"}},
+		{name: "vLLM 0.0.0.0", argv: advVLLM("--data-parallel-address", "0.0.0.0"), env: podIP,
+			status: Fail, sev: Error,
+			seen: []string{"--data-parallel-address 0.0.0.0: the unspecified address"},
+			do:   []string{"Set --data-parallel-address to this pod's routable address: use $(POD_IP) = 10.1.2.3."}},
+		{name: "vLLM 127.0.0.1", argv: advVLLM("--data-parallel-address=127.0.0.1"), env: podIP,
+			status: Fail, sev: Error, seen: []string{"--data-parallel-address 127.0.0.1: loopback"}},
+		{name: "vLLM 127/8", argv: advVLLM("--data-parallel-address", "127.0.1.1"),
+			status: Fail, sev: Error, seen: []string{"127.0.1.1: loopback"},
+			do: []string{"e.g. $(POD_IP), with POD_IP from the downward API (fieldRef status.podIP)"}},
+		{name: "vLLM ::1", argv: advVLLM("-dpa", "::1"), env: podIP,
+			status: Fail, sev: Error, seen: []string{"--data-parallel-address ::1: loopback"}},
+		{name: "vLLM routable", argv: advVLLM("--data-parallel-address", "10.1.2.3"), env: podIP,
+			status: Pass, seen: []string{"--data-parallel-address 10.1.2.3"}},
+		{name: "vLLM hostname", argv: advVLLM("--data-parallel-address", "prefill-0.infera.svc"),
+			status: Pass, seen: []string{"prefill-0.infera.svc: not resolved (preflight makes no DNS queries)"}},
+		{name: "vLLM $(POD_IP) unexpanded", argv: advVLLM("--data-parallel-address", "$(POD_IP)"),
+			status: Fail, sev: Error,
+			seen:  []string{"--data-parallel-address $(POD_IP): an unexpanded reference: POD_IP is not defined"},
+			do:    []string{"Define POD_IP in the container's env"},
+			notDo: []string{"use $(POD_IP) ="}},
+		{name: "vLLM without --data-parallel-address", argv: advVLLM(), env: podIP,
+			status: Fail, sev: Error,
+			seen: []string{"--data-parallel-address not set (vLLM then uses 127.0.0.1)"},
+			do:   []string{"Set --data-parallel-address to this pod's routable address: use $(POD_IP) = 10.1.2.3."}},
+		{name: "vLLM kv_ip loopback in the config",
+			argv: []string{"vllm", "serve", "--data-parallel-address", "10.1.2.3", "--kv-transfer-config",
+				`{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer","kv_ip":"127.0.0.1"}`},
+			status: Fail, sev: Error, seen: []string{"--kv-transfer-config kv_ip 127.0.0.1: loopback"},
+			do: []string{"Set kv_ip in --kv-transfer-config to"}},
+		{name: "vLLM nested host in a MultiConnector",
+			argv: []string{"vllm", "serve", "--data-parallel-address", "10.1.2.3", "--kv-transfer-config",
+				`{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"host":"localhost"}}]}}`},
+			status: Fail, sev: Error,
+			seen: []string{"--kv-transfer-config kv_connector_extra_config.connectors[0].kv_connector_extra_config.host localhost"}},
+		{name: "vLLM kv_ip routable",
+			argv: []string{"vllm", "serve", "--data-parallel-address", "10.1.2.3", "--kv-transfer-config",
+				`{"kv_connector":"MooncakeConnector","kv_ip":"10.1.2.3"}`},
+			status: Pass, seen: []string{"--kv-transfer-config kv_ip 10.1.2.3"}},
+		{name: "vLLM VLLM_HOST_IP 0.0.0.0", argv: advVLLM("--data-parallel-address", "10.1.2.3"),
+			env:    map[string]string{"VLLM_HOST_IP": "0.0.0.0"},
+			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP 0.0.0.0"}, do: []string{"Set VLLM_HOST_IP to"}},
+		{name: "SGLang 0.0.0.0 with SGLANG_HOST_IP", argv: advSGLang("--host", "0.0.0.0"),
+			env:    map[string]string{"SGLANG_HOST_IP": "10.1.2.3", "POD_IP": "10.1.2.3"},
+			status: Pass, seen: []string{"--host 0.0.0.0: a bind address, fine: SGLANG_HOST_IP 10.1.2.3 is advertised"}},
+		{name: "SGLang 0.0.0.0 with a bootstrap host", argv: advSGLang("--host", "0.0.0.0", "--disaggregation-bootstrap-host", "10.1.2.4"),
+			status: Pass, seen: []string{"fine: --disaggregation-bootstrap-host 10.1.2.4 is advertised"}},
+		{name: "SGLang 0.0.0.0 alone", argv: advSGLang("--host", "0.0.0.0"), env: podIP,
+			status: Fail, sev: Warn,
+			seen: []string{"--host 0.0.0.0 with neither SGLANG_HOST_IP nor --disaggregation-bootstrap-host set"},
+			do:   []string{"Set SGLANG_HOST_IP to this pod's routable address: use $(POD_IP) = 10.1.2.3."}},
+		{name: "SGLang 0.0.0.0 with a loopback SGLANG_HOST_IP", argv: advSGLang("--host", "0.0.0.0"),
+			env:    map[string]string{"SGLANG_HOST_IP": "127.0.0.1"},
+			status: Fail, sev: Error, seen: []string{"SGLANG_HOST_IP 127.0.0.1: loopback"}},
+		{name: "SGLang SGLANG_HOST_IP unexpanded", argv: advSGLang("--host", "0.0.0.0"),
+			env:    map[string]string{"SGLANG_HOST_IP": "$(POD_IP)"},
+			status: Fail, sev: Error, seen: []string{"SGLANG_HOST_IP $(POD_IP): an unexpanded reference"},
+			do: []string{"Define POD_IP"}},
+		{name: "SGLang --host unexpanded", argv: advSGLang("--host", "$(POD_IP)", "--port", "30000"),
+			status: Fail, sev: Error, seen: []string{"--host $(POD_IP): an unexpanded reference: POD_IP is not defined"}},
+		{name: "SGLang --host loopback", argv: advSGLang("--host", "127.0.0.1"),
+			env:    map[string]string{"SGLANG_HOST_IP": "10.1.2.3"},
+			status: Fail, sev: Error, seen: []string{"--host 127.0.0.1: loopback"}, do: []string{"Set --host to"}},
+		{name: "SGLang --host localhost", argv: advSGLang("--host=localhost"),
+			status: Fail, sev: Error, seen: []string{"--host localhost: a name of the loopback address"}},
+		{name: "SGLang without --host", argv: advSGLang(),
+			env:    map[string]string{"SGLANG_HOST_IP": "10.1.2.3"},
+			status: Fail, sev: Error, seen: []string{"--host not set (SGLang then binds 127.0.0.1)"}},
+		{name: "SGLang routable", argv: advSGLang("--host", "10.1.2.3"),
+			env:    map[string]string{"SGLANG_HOST_IP": "10.1.2.3"},
+			status: Pass, seen: []string{"--host 10.1.2.3", "SGLANG_HOST_IP 10.1.2.3"}},
+		{name: "SGLang --dist-init-addr loopback", argv: advSGLang("--host", "10.1.2.3", "--dist-init-addr", "127.0.0.1:5000"),
+			status: Fail, sev: Error, seen: []string{"--dist-init-addr host 127.0.0.1: loopback"},
+			do: []string{"Set the host of --dist-init-addr to"}},
+		{name: "SGLang --dist-init-addr ::1", argv: advSGLang("--host", "10.1.2.3", "--dist-init-addr", "[::1]:5000"),
+			status: Fail, sev: Error, seen: []string{"--dist-init-addr host ::1: loopback"}},
+		{name: "SGLang --dist-init-addr routable", argv: advSGLang("--host", "10.1.2.3", "--dist-init-addr", "10.1.2.9:5000"),
+			status: Pass, seen: []string{"--dist-init-addr host 10.1.2.9"}},
+		{name: "SGLang VLLM_HOST_IP loopback", argv: advSGLang("--host", "10.1.2.3"),
+			env:    map[string]string{"VLLM_HOST_IP": "127.0.0.1"},
+			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP 127.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := checkAdvertise(&Input{Argv: tc.argv, Env: tc.env})
+			assert.Equal(t, tc.status, r.Status, "%+v", r)
+			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
+			for _, s := range tc.seen {
+				assert.Contains(t, r.Seen, s)
+			}
+			for _, s := range tc.do {
+				assert.Contains(t, r.Do, s)
+			}
+			for _, s := range tc.notDo {
+				assert.NotContains(t, r.Do, s)
+			}
+			if r.Status == Fail {
+				assert.NotEmpty(t, r.Why)
+				assert.NotEmpty(t, r.Do)
+			}
+			if r.Severity == Error && !strings.Contains(r.Seen, "unexpanded") {
+				assert.Contains(t, r.Why, "480 s")
+			}
+		})
+	}
+}
+
+func TestAdvertiseRegistered(t *testing.T) {
+	idx := map[string]int{}
+	for i, n := range Names() {
+		idx[n] = i + 1
+	}
+	require.NotZero(t, idx["advertise"])
+	require.NotZero(t, idx["advertise-ip"])
+	require.NotZero(t, idx["rdma"])
+	assert.Less(t, idx["advertise"], idx["advertise-ip"])
+	assert.Less(t, idx["advertise-ip"], idx["rdma"])
+}

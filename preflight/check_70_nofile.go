@@ -1,0 +1,51 @@
+package preflight
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+func init() {
+	register(Check{
+		Name: "nofile",
+		What: "the open-file hard limit is high enough for a router with many in-flight requests",
+		Run:  checkNofile,
+	})
+}
+
+// defaultNofileMin is the smallest open-file hard limit that does not
+// warn, unless INFERA_PREFLIGHT_NOFILE_MIN says otherwise.
+const defaultNofileMin = 65536
+
+// rlimInfinity is RLIM_INFINITY as getrlimit(2) returns it in a uint64.
+const rlimInfinity = ^uint64(0)
+
+func checkNofile(in *Input) Result {
+	min, note := uint64(defaultNofileMin), ""
+	if v := strings.TrimSpace(in.Env["INFERA_PREFLIGHT_NOFILE_MIN"]); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			note = fmt.Sprintf("; INFERA_PREFLIGHT_NOFILE_MIN=%q is not a number, %d used", v, min)
+		} else {
+			min = n
+		}
+	}
+	switch hard := in.NofileHard; {
+	case hard == 0:
+		return skipped("the open-file hard limit is unknown" + note)
+	case hard == rlimInfinity:
+		return pass("open-file hard limit unlimited" + note)
+	case hard < min:
+		return fail(Warn, fmt.Sprintf("open-file hard limit %d, below the %d minimum%s", hard, min, note),
+			"A router or API server holds a socket per in-flight request "+
+				"besides the engine's own files; at the limit accept() fails "+
+				"and clients hang until their own timeout.",
+			"Raise the container runtime's nofile limit: LimitNOFILE=1048576 "+
+				"in the containerd or docker systemd unit, or docker run "+
+				"--ulimit nofile=1048576:1048576. infera-exec raises the soft "+
+				"limit to the hard one but cannot raise the hard one.")
+	default:
+		return pass(fmt.Sprintf("open-file hard limit %d (minimum %d)%s", hard, min, note))
+	}
+}
