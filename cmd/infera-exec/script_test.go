@@ -51,7 +51,7 @@ func showWorker() {
 	fmt.Printf("uid=%d\n", os.Getuid())
 	fmt.Printf("cwd=%s\n", cwd)
 	fmt.Printf("nofile.soft=%d\nnofile.hard=%d\nnofile.raised=%t\n", lim.Cur, lim.Max, lim.Cur == lim.Max)
-	for _, k := range []string{"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "INFERA_ENGINE_READY_TIMEOUT", "RDMAV_DRIVERS"} {
+	for _, k := range []string{"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "INFERA_ENGINE_READY_TIMEOUT", "RDMAV_DRIVERS", "INFERA_ADVERTISE_IP"} {
 		v, ok := os.LookupEnv(k)
 		if !ok {
 			v = "(unset)"

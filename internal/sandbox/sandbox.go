@@ -28,8 +28,9 @@ const innerMarker = "INFERA_SANDBOX_INNER"
 type Spec struct {
 	Binds    []Bind
 	Tmpfs    []string
-	Noexec   map[string]bool // tmpfs mounted noexec
-	Overlays []string        // host directories made writable by an overlay, changes kept in memory
+	Noexec   map[string]bool   // tmpfs mounted noexec
+	TmpSize  map[string]string // tmpfs size= option
+	Overlays []string          // host directories made writable by an overlay, changes kept in memory
 	ReadOnly bool
 	FakeDev  bool    // /dev is a tmpfs with only the basic nodes, so fixtures can add /dev/infiniband
 	User     *[2]int // uid, gid
@@ -50,7 +51,7 @@ var own = map[string]bool{"proc": true, "dev": true, "run": true, "opt": true, "
 
 const usage = `usage: sandbox [flags] -- COMMAND [ARG...]
   -bind SRC:DST[:ro|:rw]  bind a host path at DST (repeatable)
-  -tmpfs DST[:noexec]     fresh tmpfs at DST (repeatable)
+  -tmpfs DST[:OPT,...]    fresh tmpfs at DST (repeatable); OPT: noexec, size=64m
   -overlay DST            DST (a host directory) writable, changes in a tmpfs (repeatable)
   -ro                     read-only root: every mount but :rw binds and -tmpfs
   -fakedev                /dev holds only null, zero, full, random, urandom, tty, pts, shm
@@ -101,16 +102,28 @@ func parse(args []string) (*Spec, error) {
 		return nil
 	})
 	fs.Func("tmpfs", "", func(v string) error {
-		dst, opt, _ := strings.Cut(v, ":")
-		if !filepath.IsAbs(dst) || (opt != "" && opt != "noexec") {
-			return fmt.Errorf("-tmpfs %q: want /DST or /DST:noexec", v)
+		dst, opts, _ := strings.Cut(v, ":")
+		if !filepath.IsAbs(dst) {
+			return fmt.Errorf("-tmpfs %q: want /DST[:noexec,size=N]", v)
 		}
-		s.Tmpfs = append(s.Tmpfs, filepath.Clean(dst))
-		if opt == "noexec" {
-			if s.Noexec == nil {
-				s.Noexec = map[string]bool{}
+		dst = filepath.Clean(dst)
+		s.Tmpfs = append(s.Tmpfs, dst)
+		for _, o := range strings.Split(opts, ",") {
+			switch {
+			case o == "":
+			case o == "noexec":
+				if s.Noexec == nil {
+					s.Noexec = map[string]bool{}
+				}
+				s.Noexec[dst] = true
+			case strings.HasPrefix(o, "size="):
+				if s.TmpSize == nil {
+					s.TmpSize = map[string]string{}
+				}
+				s.TmpSize[dst] = o
+			default:
+				return fmt.Errorf("-tmpfs %q: option %q is not noexec or size=N", v, o)
 			}
-			s.Noexec[filepath.Clean(dst)] = true
 		}
 		return nil
 	})
@@ -299,7 +312,11 @@ func inner(s *Spec) error {
 			if s.Noexec[f.dst] {
 				flags |= unix.MS_NOEXEC
 			}
-			if err := unix.Mount("tmpfs", target, "tmpfs", flags, "mode=1777"); err != nil {
+			data := "mode=1777"
+			if sz := s.TmpSize[f.dst]; sz != "" {
+				data += "," + sz
+			}
+			if err := unix.Mount("tmpfs", target, "tmpfs", flags, data); err != nil {
 				return fmt.Errorf("mount tmpfs on %s: %w", f.dst, err)
 			}
 			rw[f.dst] = true
