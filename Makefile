@@ -25,20 +25,24 @@ $(SANDBOX): FORCE
 
 # The binary as the entrypoint of a container-like sandbox: private mounts,
 # PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM
-# install with pending fixes at /opt/engine, the machine's python3. First
-# the plan (--explain), then the real start, then a restart.
+# install with pending fixes at /opt/engine, a model at /opt/models/demo,
+# the machine's python3. First the preflight checks (--doctor; it exits 1
+# when only warnings failed, which does not stop the demo), the plan
+# (--explain), then the real start, then a restart.
 DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro \
-	-bind $(CURDIR)/$(DEMO)/engine:/opt/engine -nofile 1024 -- \
+	-bind $(CURDIR)/$(DEMO)/engine:/opt/engine -bind $(CURDIR)/$(DEMO)/models:/opt/models:ro -nofile 1024 -- \
 	env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m PYTHONPATH=/opt/engine
 
 demo: build $(SANDBOX)
 	$(GO) run ./internal/mkpayload -out $(PAYLOAD) -bin $(BIN) -demo $(DEMO)
+	@echo; echo '== infera-exec --doctor: the preflight checks alone =='
+	-$(DEMO_RUN) /overlay/bin/infera-exec --doctor python3 -m infera_demo.worker --model /opt/models/demo
 	@echo; echo '== infera-exec --explain (changes nothing) =='
-	$(DEMO_RUN) /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /models/demo
+	$(DEMO_RUN) /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /opt/models/demo
 	@echo; echo '== infera-exec as PID 1: patches the engine, execs the worker =='
-	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo
+	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /opt/models/demo
 	@echo; echo '== a restart: the patches are in place, nothing is written =='
-	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /models/demo 2>&1 | grep -E '^infera-exec: (vllm|patch)'
+	$(DEMO_RUN) /overlay/bin/infera-exec python3 -m infera_demo.worker --model /opt/models/demo 2>&1 | grep -E '^infera-exec: (vllm|patch)'
 
 # A payload directory with its index: the binary, the trees given as
 # TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"

@@ -20,13 +20,17 @@ In one pass, before exec:
   4. swap in the host's RDMA provider (when /host-libionic/libionic.so is
      mounted and will load) and apply the engine patches (anchored fixes
      to the installed vLLM/SGLang source, located by one interpreter run)
-  5. chdir, raise the open-file soft limit to the hard limit, write a report
+  5. run the preflight checks (a misconfiguration that would hang is refused)
+  6. chdir, raise the open-file soft limit to the hard limit, write a report
 
 Options (before COMMAND; the first word that is not an option starts it):
   --explain    run every detection and check, change nothing, print the
                plan and the exact argv, env and cwd; exit 0 if the worker
                would start, else the code it would refuse with
   --json       with --explain or --check: print the result as JSON
+  --doctor     run only the preflight checks on the command that follows:
+               placeholders, model-dir, advertise, advertise-ip, rdma, shm,
+               nofile; exit 0, 1 (warnings) or 78 (errors)
   --install DEST
                copy the payload this binary belongs to into DEST (an
                emptyDir), checked against payload.index.json; no command
@@ -59,6 +63,9 @@ Environment:
   INFERA_REQUIRE_PATCHES       patch ids that must be in force, else exit 65
   INFERA_EXEC_STATE_DIR        cache of the engine location (default
                                /run/infera-exec, else /tmp/infera-exec)
+  INFERA_PREFLIGHT             off: skip the preflight checks
+  INFERA_PREFLIGHT_SKIP        preflight checks to skip, e.g. rdma,shm
+  INFERA_ALLOW_TCP_KV          1: prefill/decode without RDMA only warns
   INFERA_EXEC_LOG              text (default) or json log lines on stderr
   INFERA_EXEC_REPORT           report file (default /run/infera-exec/report.json,
                                else /tmp/infera-exec/report.json); off = none
@@ -70,7 +77,8 @@ Exit codes (the worker's own once it runs):
   69   a required capability is unavailable
   70   internal error in infera-exec
   73   --install: the destination cannot be written
-  78   payload, interpreter or configuration unusable
+  78   payload, interpreter or configuration unusable, or a preflight
+       check failed with an error
   126  the command was found but cannot be executed
   127  the command was not found on the composed PATH
 `

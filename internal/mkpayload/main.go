@@ -129,6 +129,13 @@ func fixtures(dir, engine string) error {
 	if err := copyTree(engine, filepath.Join(dir, "engine")); err != nil {
 		return err
 	}
+	// A model directory for the model-dir check: one small shard.
+	if err := os.MkdirAll(filepath.Join(dir, "models", "demo"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "models", "demo", "model-00001-of-00001.safetensors"), make([]byte, 1<<20), 0o644); err != nil {
+		return err
+	}
 	fmt.Printf("fake ROCm 7 in %s, engine in %s\n", filepath.Join(dir, "rocm"), filepath.Join(dir, "engine"))
 	return nil
 }
