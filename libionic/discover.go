@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/linkchain"
 )
 
@@ -164,7 +165,7 @@ func Discover(root, name string) (*Container, *Object, error) {
 		}
 	}
 	if len(c.ProviderChain) > 0 {
-		c.ProviderSHA256, _ = fileSHA256(in(root, c.ProviderChain[len(c.ProviderChain)-1]))
+		c.ProviderSHA256, _ = digest.File(in(root, c.ProviderChain[len(c.ProviderChain)-1]))
 	}
 	return c, ref, nil
 }

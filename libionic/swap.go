@@ -2,11 +2,8 @@ package libionic
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // Options say what to swap and where.
@@ -135,7 +133,7 @@ func Swap(ctx context.Context, o Options) *Result {
 		r.State, r.Summary = "refused", fmt.Sprintf("read host build: %v", err)
 		return r
 	}
-	r.HostSHA256 = sum(data)
+	r.HostSHA256 = digest.Bytes(data)
 
 	if c.DriverFile != "" && len(c.SonameChain) > 0 && len(c.ProviderChain) > 0 && c.ProviderSHA256 == r.HostSHA256 && allSame(root, c.Files, r.HostSHA256) {
 		r.State, r.Route = "unchanged", "in-place"
@@ -205,7 +203,7 @@ func inPlace(ctx context.Context, root, name string, c *Container, data []byte, 
 		if err != nil {
 			return err
 		}
-		if sum(orig) == sum(data) {
+		if digest.Bytes(orig) == digest.Bytes(data) {
 			continue
 		}
 		backup := filepath.Join(filepath.Dir(f), "."+filepath.Base(f)+".infera-orig")
@@ -303,7 +301,7 @@ func fallback(root string, o Options, c *Container, data []byte, r *Result) *Res
 	}
 	lib := filepath.Join(dir, "lib"+o.Name+".so.1")
 	prov := filepath.Join(dir, fmt.Sprintf("lib%s-rdmav%d.so", o.Name, c.PABI))
-	if cur, err := os.ReadFile(in(root, lib)); err != nil || sum(cur) != sum(data) {
+	if cur, err := os.ReadFile(in(root, lib)); err != nil || digest.Bytes(cur) != digest.Bytes(data) {
 		if err := atomicfile.WriteBytes(in(root, lib), data, atomicfile.Options{Mode: 0o755}); err != nil {
 			r.State, r.Summary = "no-route", fmt.Sprintf("cannot write %s: %v; starting with the container's provider", lib, err)
 			return r
@@ -394,29 +392,11 @@ func describeTargets(c *Container) string {
 
 func allSame(root string, files []string, want string) bool {
 	for _, f := range files {
-		if s, err := fileSHA256(in(root, f)); err != nil || s != want {
+		if s, err := digest.File(in(root, f)); err != nil || s != want {
 			return false
 		}
 	}
 	return true
-}
-
-func fileSHA256(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func sum(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }
 
 func unwrapPath(err error) error {

@@ -1,12 +1,9 @@
 package overlay
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -16,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // IndexName is the payload index at the payload root: every entry with
@@ -70,7 +68,7 @@ func BuildIndex(root string) (*Index, error) {
 		case fi.Mode().IsRegular():
 			e.Type = "file"
 			e.Size = fi.Size()
-			if e.SHA256, err = hashFile(p); err != nil {
+			if e.SHA256, err = digest.File(p); err != nil {
 				return err
 			}
 		case fi.Mode()&fs.ModeSymlink != 0:
@@ -163,19 +161,6 @@ func (e Entry) check() error {
 		return fmt.Errorf("entry %s: type %q is not dir, file or symlink", e.Path, e.Type)
 	}
 	return nil
-}
-
-func hashFile(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 var errMismatch = errors.New("does not match the payload index")

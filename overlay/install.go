@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // Marker files in an install destination. While the first exists an
@@ -211,7 +212,7 @@ func identical(p string, e Entry) bool {
 		if !fi.Mode().IsRegular() || fi.Size() != e.Size || fi.Mode().Perm() != e.Perm() {
 			return false
 		}
-		sum, err := hashFile(p)
+		sum, err := digest.File(p)
 		return err == nil && sum == e.SHA256
 	}
 	return false

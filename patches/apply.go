@@ -1,9 +1,7 @@
 package patches
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // Result is what happened to one patch.
@@ -138,7 +137,7 @@ func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
 		default:
 			er.Path = t.path
 			er.Evaluation = Evaluate(e, t.content)
-			er.SHA256Before = sum(t.original)
+			er.SHA256Before = digest.Bytes(t.original)
 		}
 		states = append(states, er.State)
 		r.Edits = append(r.Edits, er)
@@ -285,7 +284,7 @@ func fillAfter(r *Result, files map[string]*target) {
 	for i := range r.Edits {
 		e := &r.Edits[i]
 		if t, ok := files[e.Path]; ok && t.exists {
-			e.SHA256After = sum([]byte(t.content))
+			e.SHA256After = digest.Bytes([]byte(t.content))
 		} else {
 			e.SHA256After = e.SHA256Before
 		}
@@ -302,11 +301,6 @@ func firstWhy(edits []EditResult, s State) string {
 		}
 	}
 	return ""
-}
-
-func sum(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }
 
 // removePycs deletes the cached bytecode of a patched module. After a
