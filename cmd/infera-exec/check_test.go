@@ -11,12 +11,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/fixture"
 )
 
 // Every test tree states the patch states --check must find in it, one
 // "<id> <state>" line per patch, in its EXPECTED file.
 func TestCheckMatchesExpected(t *testing.T) {
-	trees, err := filepath.Glob("../../patches/testdata/trees/*")
+	dir := t.TempDir()
+	require.NoError(t, fixture.Trees("../../patches/testdata/trees", dir))
+	trees, err := filepath.Glob(filepath.Join(dir, "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, trees)
 	for _, tree := range trees {

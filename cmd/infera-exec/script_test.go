@@ -148,8 +148,9 @@ func TestScripts(t *testing.T) {
 			}
 		}
 	}
-	trees, err := filepath.Abs("../../patches/testdata/trees")
-	if err != nil {
+	// The package trees, variants assembled over their base.
+	trees := filepath.Join(t.TempDir(), "trees")
+	if err := fixture.Trees("../../patches/testdata/trees", trees); err != nil {
 		t.Fatal(err)
 	}
 	testscript.Run(t, testscript.Params{

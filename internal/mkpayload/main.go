@@ -17,8 +17,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,11 +64,11 @@ func build(out, bin, src, patches string, ts trees) error {
 	if err := os.RemoveAll(out); err != nil {
 		return err
 	}
-	if err := copyFile(bin, filepath.Join(out, "bin", "infera-exec"), 0o755); err != nil {
+	if err := fixture.CopyFile(bin, filepath.Join(out, "bin", "infera-exec"), 0o755); err != nil {
 		return err
 	}
 	if patches != "" {
-		if err := copyTree(patches, filepath.Join(out, "patches")); err != nil {
+		if err := fixture.CopyTree(patches, filepath.Join(out, "patches")); err != nil {
 			return err
 		}
 	}
@@ -80,7 +78,7 @@ func build(out, bin, src, patches string, ts trees) error {
 			if !ok || to == "" || filepath.IsAbs(to) || strings.Contains(to, "..") {
 				return fmt.Errorf("-tree %q: want SRC:DEST with DEST relative, e.g. build/py312:py312", t)
 			}
-			if err := copyTree(from, filepath.Join(out, to)); err != nil {
+			if err := fixture.CopyTree(from, filepath.Join(out, to)); err != nil {
 				return err
 			}
 		}
@@ -97,7 +95,7 @@ func build(out, bin, src, patches string, ts trees) error {
 
 func demoTrees(out, src string) error {
 	for minor := 9; minor <= 14; minor++ {
-		if err := copyTree(src, filepath.Join(out, fmt.Sprintf("py3%d", minor))); err != nil {
+		if err := fixture.CopyTree(src, filepath.Join(out, fmt.Sprintf("py3%d", minor))); err != nil {
 			return err
 		}
 	}
@@ -126,7 +124,7 @@ func fixtures(dir, engine string) error {
 	if err := fixture.ROCm(filepath.Join(dir, "rocm"), 7, "7.1.70100"); err != nil {
 		return err
 	}
-	if err := copyTree(engine, filepath.Join(dir, "engine")); err != nil {
+	if err := fixture.CopyTree(engine, filepath.Join(dir, "engine")); err != nil {
 		return err
 	}
 	// A model directory for the model-dir check: one small shard.
@@ -138,58 +136,4 @@ func fixtures(dir, engine string) error {
 	}
 	fmt.Printf("fake ROCm 7 in %s, engine in %s\n", filepath.Join(dir, "rocm"), filepath.Join(dir, "engine"))
 	return nil
-}
-
-// copyTree copies regular files, directories and symlinks; __pycache__ is
-// left out.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			if d.Name() == "__pycache__" {
-				return filepath.SkipDir
-			}
-			return os.MkdirAll(target, 0o755)
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		return copyFile(p, target, fi.Mode().Perm())
-	})
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Chmod(mode); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
