@@ -47,6 +47,7 @@ var (
 // PythonProbe says how to find and, if needed, ask the interpreter.
 type PythonProbe struct {
 	Interpreter string        // INFERA_PYTHON, default python3
+	Path        string        // Interpreter resolved; "" = resolve it here
 	Env         *environ.Env  // environment the interpreter is run with
 	Dir         string        // working directory (pyenv reads .python-version there)
 	Timeout     time.Duration // for asking the interpreter
@@ -65,9 +66,11 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 	if p.Interpreter == "" {
 		p.Interpreter = "python3"
 	}
-	path, err := lookup.Command(p.Interpreter, pathOf(pr.Env), pr.Dir)
-	if err != nil {
-		return p, fmt.Errorf("python interpreter (INFERA_PYTHON): %w; install it or set INFERA_PYTHON to its path", err)
+	path, err := pr.Path, error(nil)
+	if path == "" {
+		if path, err = Interpreter(p.Interpreter, pathOf(pr.Env), pr.Dir); err != nil {
+			return p, err
+		}
 	}
 	// With an empty or relative Dir the lookup answers relative to this
 	// process's cwd. Run that very file: exec would search PATH again for a
@@ -129,6 +132,18 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 		p.DecidedBy += "; asked because " + strings.Join(s, ", ") + ", which disagree"
 	}
 	return p, checkMajor(p)
+}
+
+// Interpreter resolves name (INFERA_PYTHON) on pathList as exec will,
+// relative to dir, the directory it will run in.
+func Interpreter(name, pathList, dir string) (string, error) {
+	path, err := lookup.Command(name, pathList, dir)
+	if err != nil {
+		// %v: the lookup's 126/127 are the worker's codes, not the
+		// interpreter's, which is configuration (78).
+		return "", fmt.Errorf("python interpreter (INFERA_PYTHON): %v; install it or set INFERA_PYTHON to its path", err)
+	}
+	return path, nil
 }
 
 func checkMajor(p Python) error {

@@ -6,6 +6,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -24,36 +25,54 @@ const (
 	DefaultChdir         = "/"
 	DefaultHostLibionic  = "/host-libionic/libionic.so"
 	DefaultPython        = "python3"
+	DefaultRDMAProvider  = "ionic"
+	DefaultSysfs         = "/sys"
+	DefaultShmMin        = 1 << 30 // bytes of /dev/shm below which the shm check warns
+	DefaultNofileMin     = 65536   // open-file hard limit below which the nofile check warns
 )
 
 var providerRE = regexp.MustCompile(`^[a-z0-9_]+$`)
 
 // Config is the run's configuration.
 type Config struct {
-	PayloadRoot       string                 `json:"payload_root"`
-	PayloadRootFrom   string                 `json:"payload_root_from"`
-	Python            string                 `json:"python"`
-	PythonTimeout     string                 `json:"python_timeout"`
-	RequireNative     capability.Requirement `json:"require_native"`
-	ReadyTimeout      int                    `json:"ready_timeout_seconds"`
-	ReadyTimeoutFrom  string                 `json:"ready_timeout_from"`
-	ReadyTimeoutSet   bool                   `json:"ready_timeout_set"` // given, and accepted
-	Chdir             string                 `json:"chdir"`
-	HostLibionic      string                 `json:"host_libionic"`
-	RDMAProvider      string                 `json:"rdma_provider"` // provider name the host build replaces
-	Sysfs             string                 `json:"sysfs"`         // SYSFS_PATH, as libibverbs reads it
-	SkipEnginePatches bool                   `json:"skip_engine_patches"`
-	RequirePatches    []string               `json:"require_patches,omitempty"`
-	PreflightOff      bool                   `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
-	PreflightSkip     []string               `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
-	StateDir          string                 `json:"state_dir,omitempty"`      // empty: /run/infera-exec, else /tmp/infera-exec
-	ReportPath        string                 `json:"report_path,omitempty"`    // empty: default location
-	ReportOff         bool                   `json:"report_off,omitempty"`
-	ROCmRoots         []string               `json:"rocm_roots"`
-	ABIFamily         *abi.Family            `json:"-"` // INFERA_ABI_FAMILY, when set
-	LogJSON           bool                   `json:"log_json"`
+	PayloadRoot        string                 `json:"payload_root"`
+	PayloadRootFrom    string                 `json:"payload_root_from"`
+	Python             string                 `json:"python"`
+	PythonTimeout      string                 `json:"python_timeout"`
+	RequireNative      capability.Requirement `json:"require_native"`
+	ReadyTimeout       int                    `json:"ready_timeout_seconds"`
+	ReadyTimeoutFrom   string                 `json:"ready_timeout_from"`
+	ReadyTimeoutSet    bool                   `json:"ready_timeout_set"` // given, and accepted
+	Chdir              string                 `json:"chdir"`
+	HostLibionic       string                 `json:"host_libionic"`
+	RDMAProvider       string                 `json:"rdma_provider"` // provider name the host build replaces
+	Sysfs              string                 `json:"sysfs"`         // SYSFS_PATH, as libibverbs reads it
+	SkipEnginePatches  bool                   `json:"skip_engine_patches"`
+	RequirePatches     []string               `json:"require_patches,omitempty"`
+	PreflightOff       bool                   `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
+	PreflightSkip      []string               `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
+	PreflightShmMin    uint64                 `json:"preflight_shm_min"`        // INFERA_PREFLIGHT_SHM_MIN, bytes
+	PreflightNofileMin uint64                 `json:"preflight_nofile_min"`     // INFERA_PREFLIGHT_NOFILE_MIN
+	AllowTCPKV         bool                   `json:"allow_tcp_kv,omitempty"`   // INFERA_ALLOW_TCP_KV=1
+	StateDir           string                 `json:"state_dir,omitempty"`      // empty: /run/infera-exec, else /tmp/infera-exec
+	ReportPath         string                 `json:"report_path,omitempty"`    // empty: default location
+	ReportOff          bool                   `json:"report_off,omitempty"`
+	ROCmRoots          []string               `json:"rocm_roots"`
+	ABIFamily          *abi.Family            `json:"-"` // INFERA_ABI_FAMILY, when set
+	LogJSON            bool                   `json:"log_json"`
+	StartDir           string                 `json:"start_dir"` // where infera-exec was started
 
 	pythonTimeout time.Duration
+}
+
+// WorkDir is where a process that stands in for the worker runs (the
+// interpreter asked for its version): the worker's working directory when
+// it exists, else the directory infera-exec was started in.
+func (c Config) WorkDir() string {
+	if fi, err := os.Stat(c.Chdir); err == nil && fi.IsDir() {
+		return c.Chdir
+	}
+	return c.StartDir
 }
 
 // PythonTimeoutDuration is how long the interpreter may take to answer.
@@ -69,12 +88,29 @@ type Error struct{ Msg string }
 
 func (e *Error) Error() string { return e.Msg }
 
+// FromProcess loads the configuration of this process: its environment,
+// the resolved path of its binary and the directory it was started in.
+func FromProcess(env *environ.Env) (Config, []string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = "/"
+	}
+	return Load(env, exe, cwd)
+}
+
 // Load reads the configuration from env. exe is the resolved path of the
 // running binary and cwd the directory it was started in. Malformed values
 // with a safe default produce a warning; values without one are an error.
 func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	var warns []string
-	c := Config{}
+	c := Config{StartDir: cwd}
 
 	// First, so that a refusal below still reaches the report.
 	switch v := env.Value("INFERA_EXEC_REPORT"); strings.ToLower(v) {
@@ -118,7 +154,7 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	if v, ok := env.Get("INFERA_ENGINE_READY_TIMEOUT"); ok && v != "" {
 		secs, err := readySeconds(v)
 		if err != nil {
-			warns = append(warns, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%q %v; using %d", v, err, DefaultReadyTimeout))
+			warns = append(warns, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%v; using %d", err, DefaultReadyTimeout))
 			c.ReadyTimeoutFrom = fmt.Sprintf("default (INFERA_ENGINE_READY_TIMEOUT=%q rejected)", v)
 		} else {
 			c.ReadyTimeout, c.ReadyTimeoutFrom, c.ReadyTimeoutSet = secs, fmt.Sprintf("INFERA_ENGINE_READY_TIMEOUT=%s", v), true
@@ -135,14 +171,14 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		c.HostLibionic = abs(v, cwd)
 	}
 
-	c.RDMAProvider = "ionic"
+	c.RDMAProvider = DefaultRDMAProvider
 	if v := env.Value("INFERA_RDMA_PROVIDER"); v != "" {
 		if !providerRE.MatchString(v) {
 			return c, warns, &Error{fmt.Sprintf("INFERA_RDMA_PROVIDER=%q: a provider name is lower-case letters, digits and '_' (ionic, mana, mlx5)", v)}
 		}
 		c.RDMAProvider = v
 	}
-	c.Sysfs = "/sys"
+	c.Sysfs = DefaultSysfs
 	if v := env.Value("SYSFS_PATH"); v != "" {
 		c.Sysfs = abs(v, cwd)
 	}
@@ -154,10 +190,27 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	default:
 		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT=%q is not on or off; running the preflight checks", v))
 	}
-	c.PreflightSkip = strings.FieldsFunc(env.Value("INFERA_PREFLIGHT_SKIP"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	c.PreflightSkip = splitList(env.Value("INFERA_PREFLIGHT_SKIP"))
+	c.PreflightShmMin = DefaultShmMin
+	if v := strings.TrimSpace(env.Value("INFERA_PREFLIGHT_SHM_MIN")); v != "" {
+		if n, err := ParseByteSize(v); err != nil {
+			warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_SHM_MIN=%q is not a size such as 8Gi (%v); using %d bytes", v, err, c.PreflightShmMin))
+		} else {
+			c.PreflightShmMin = n
+		}
+	}
+	c.PreflightNofileMin = DefaultNofileMin
+	if v := strings.TrimSpace(env.Value("INFERA_PREFLIGHT_NOFILE_MIN")); v != "" {
+		if n, err := strconv.ParseUint(v, 10, 64); err != nil {
+			warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_NOFILE_MIN=%q is not a number; using %d", v, c.PreflightNofileMin))
+		} else {
+			c.PreflightNofileMin = n
+		}
+	}
+	c.AllowTCPKV = env.Value("INFERA_ALLOW_TCP_KV") == "1"
 
 	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
-	c.RequirePatches = strings.FieldsFunc(env.Value("INFERA_REQUIRE_PATCHES"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+	c.RequirePatches = splitList(env.Value("INFERA_REQUIRE_PATCHES"))
 	if v := env.Value("INFERA_EXEC_STATE_DIR"); v != "" {
 		c.StateDir = abs(v, cwd)
 	}
@@ -187,6 +240,11 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	return c, warns, nil
 }
 
+// splitList reads a list given with commas or blanks.
+func splitList(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+}
+
 func abs(p, cwd string) string {
 	if filepath.IsAbs(p) {
 		return filepath.Clean(p)
@@ -196,13 +254,13 @@ func abs(p, cwd string) string {
 
 // ParseSeconds reads a duration given as seconds ("90", "90.5") or as a Go
 // duration ("90m", "2h", "1h30m").
-func ParseSeconds(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
+func ParseSeconds(raw string) (time.Duration, error) {
+	s := strings.TrimSpace(raw)
 	// Whole seconds exactly: through float64, n*1e9 loses the last
 	// nanoseconds once it needs more than 53 bits.
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		if n > math.MaxInt64/int64(time.Second) || n < math.MinInt64/int64(time.Second) {
-			return 0, fmt.Errorf("is out of range")
+			return 0, fmt.Errorf("%q is out of range", raw)
 		}
 		return time.Duration(n) * time.Second, nil
 	}
@@ -211,13 +269,13 @@ func ParseSeconds(s string) (time.Duration, error) {
 		// beyond does not fit a Duration (converting it wraps negative).
 		ns := f * float64(time.Second)
 		if math.IsNaN(f) || math.IsInf(f, 0) || ns >= float64(math.MaxInt64) || ns < float64(math.MinInt64) {
-			return 0, fmt.Errorf("is out of range")
+			return 0, fmt.Errorf("%q is out of range", raw)
 		}
 		return time.Duration(ns), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("is neither seconds nor a duration such as 90m or 2h")
+		return 0, fmt.Errorf("%q is neither seconds nor a duration such as 90m or 2h", raw)
 	}
 	return d, nil
 }
@@ -230,11 +288,48 @@ func readySeconds(v string) (int, error) {
 		return 0, err
 	}
 	if d <= 0 {
-		return 0, fmt.Errorf("is not positive")
+		return 0, fmt.Errorf("%q is not positive", v)
 	}
 	secs := int64(math.Ceil(d.Seconds()))
 	if secs > math.MaxInt32 {
-		return 0, fmt.Errorf("is out of range")
+		return 0, fmt.Errorf("%q is out of range (at most %d seconds)", v, math.MaxInt32)
 	}
 	return int(secs), nil
+}
+
+// ParseByteSize reads a size as Kubernetes quantities write it: bytes
+// (1073741824), binary suffixes (512Mi, 8Gi) or decimal ones (2G, 500M),
+// with an optional B (8GiB, 2GB) and fractions (1.5Gi).
+func ParseByteSize(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	num := strings.TrimRightFunc(s, func(r rune) bool {
+		return (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+	})
+	unit := strings.ToLower(s[len(num):])
+	num = strings.TrimSpace(num)
+	unit = strings.TrimSuffix(unit, "b")
+	mult := 1.0
+	if unit != "" {
+		i := strings.IndexByte("kmgtp", unit[0])
+		if i < 0 || len(unit) > 2 || (len(unit) == 2 && unit[1] != 'i') {
+			return 0, fmt.Errorf("unknown unit in %q", s)
+		}
+		base := 1000.0
+		if len(unit) == 2 {
+			base = 1024
+		}
+		mult = math.Pow(base, float64(i+1))
+	}
+	if n, err := strconv.ParseUint(num, 10, 64); err == nil && mult == 1 {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsNaN(f) || f < 0 {
+		return 0, fmt.Errorf("not a size: %q", s)
+	}
+	v := f * mult
+	if v >= math.MaxUint64 {
+		return 0, fmt.Errorf("too large: %q", s)
+	}
+	return uint64(v), nil
 }

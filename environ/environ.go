@@ -59,20 +59,6 @@ func (e *Env) Set(name, value string) {
 	e.vals[name] = value
 }
 
-// Unset removes name.
-func (e *Env) Unset(name string) {
-	if _, ok := e.vals[name]; !ok {
-		return
-	}
-	delete(e.vals, name)
-	for i, k := range e.keys {
-		if k == name {
-			e.keys = append(e.keys[:i], e.keys[i+1:]...)
-			break
-		}
-	}
-}
-
 // Slice returns KEY=VALUE strings for execve.
 func (e *Env) Slice() []string {
 	out := make([]string, 0, len(e.keys))
@@ -159,4 +145,48 @@ func Diff(base, e *Env) []Change {
 		out = append(out, c)
 	}
 	return out
+}
+
+// Edit is one change a step of the pass asks for in the worker's
+// environment; steps return edits and the pass applies them, so every
+// change is visible in one place. Make them with Set, SetDefault and
+// Prepend.
+type Edit struct {
+	Name    string
+	Value   string   // for a set
+	Prepend []string // for a prepend, as PrependPaths
+	op      editOp
+}
+
+type editOp int
+
+const (
+	opSet editOp = iota
+	opDefault
+	opPrepend
+)
+
+// Set sets name to value.
+func Set(name, value string) Edit { return Edit{Name: name, Value: value, op: opSet} }
+
+// SetDefault sets name to value only when it is not set at all.
+func SetDefault(name, value string) Edit { return Edit{Name: name, Value: value, op: opDefault} }
+
+// Prepend puts dirs first in the list variable name (see PrependPaths).
+func Prepend(name string, dirs ...string) Edit { return Edit{Name: name, Prepend: dirs, op: opPrepend} }
+
+// Apply makes the edits in order.
+func (e *Env) Apply(edits ...Edit) {
+	for _, ed := range edits {
+		switch ed.op {
+		case opPrepend:
+			e.PrependPaths(ed.Name, ed.Prepend...)
+		case opDefault:
+			if _, set := e.Get(ed.Name); !set {
+				e.Set(ed.Name, ed.Value)
+			}
+		default:
+			e.Set(ed.Name, ed.Value)
+		}
+	}
 }

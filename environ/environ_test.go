@@ -49,7 +49,7 @@ func TestGetValue(t *testing.T) {
 	assert.Equal(t, "", e.Value("MISSING"))
 }
 
-func TestSetUnsetOrder(t *testing.T) {
+func TestSetOrder(t *testing.T) {
 	e := New([]string{"A=1", "B=2", "C=3"})
 
 	e.Set("B", "two")
@@ -58,24 +58,6 @@ func TestSetUnsetOrder(t *testing.T) {
 	e.Set("D", "4")
 	assert.Equal(t, []string{"A=1", "B=two", "C=3", "D=4"}, e.Slice(), "Set of a new name appends")
 
-	e.Unset("A")
-	assert.Equal(t, []string{"B=two", "C=3", "D=4"}, e.Slice())
-	_, ok := e.Get("A")
-	assert.False(t, ok)
-
-	e.Unset("C")
-	assert.Equal(t, []string{"B=two", "D=4"}, e.Slice())
-
-	e.Unset("NOPE")
-	assert.Equal(t, []string{"B=two", "D=4"}, e.Slice(), "Unset of a missing name is a no-op")
-
-	e.Set("A", "again")
-	assert.Equal(t, []string{"B=two", "D=4", "A=again"}, e.Slice(), "a name set again after Unset goes to the end")
-
-	e.Unset("D")
-	e.Unset("B")
-	e.Unset("A")
-	assert.Equal(t, []string{}, e.Slice())
 }
 
 func TestCloneIsIndependent(t *testing.T) {
@@ -83,14 +65,13 @@ func TestCloneIsIndependent(t *testing.T) {
 	c := e.Clone()
 
 	c.Set("A", "changed")
-	c.Unset("B")
 	c.Set("D", "4")
 
 	assert.Equal(t, []string{"A=1", "B=2", "C=3"}, e.Slice())
-	assert.Equal(t, []string{"A=changed", "C=3", "D=4"}, c.Slice())
+	assert.Equal(t, []string{"A=changed", "B=2", "C=3", "D=4"}, c.Slice())
 
-	e.Unset("A")
-	assert.Equal(t, []string{"A=changed", "C=3", "D=4"}, c.Slice())
+	e.Set("B", "other")
+	assert.Equal(t, []string{"A=changed", "B=2", "C=3", "D=4"}, c.Slice())
 }
 
 func TestSplitList(t *testing.T) {
@@ -229,9 +210,8 @@ func strp(s string) *string { return &s }
 
 func TestDiff(t *testing.T) {
 	base := New([]string{"PATH=/usr/bin", "KEEP=same", "GONE=x", "EMPTY=", "ZED=1"})
-	e := base.Clone()
+	e := New([]string{"PATH=/usr/bin", "KEEP=same", "EMPTY=", "ZED=1"}) // GONE removed
 	e.PrependPaths("PATH", "/p/bin")
-	e.Unset("GONE")
 	e.Set("NEW", "n")
 	e.Set("EMPTY", "now")
 	e.Set("ALSO", "") // unset -> set to empty is a change
@@ -268,4 +248,17 @@ func TestDiffPointersAreIndependent(t *testing.T) {
 	assert.Equal(t, "x", *got[0].After)
 	assert.Equal(t, "2", *got[1].Before)
 	assert.Equal(t, "y", *got[1].After)
+}
+
+func TestApplyEdits(t *testing.T) {
+	e := New([]string{"PATH=/usr/bin", "KEPT=mine"})
+	e.Apply(
+		SetDefault("PATH", "/default"), // set: kept
+		SetDefault("NEW", "d"),         // unset: set
+		Prepend("PATH", "/p/bin"),
+		Prepend("PYTHONPATH"), // nothing to prepend: stays unset
+		Set("KEPT", "theirs"),
+		Prepend("RDMAV_DRIVERS", "/x/libionic"),
+	)
+	assert.Equal(t, []string{"PATH=/p/bin:/usr/bin", "KEPT=theirs", "NEW=d", "RDMAV_DRIVERS=/x/libionic"}, e.Slice())
 }

@@ -89,8 +89,8 @@ func Open(root string) (*Payload, error) {
 		return nil, &Error{root, errors.New("an infera-exec --install into it did not finish; run the install again (the init container) before starting the worker")}
 	}
 	p := &Payload{Root: root}
-	if isDir(filepath.Join(root, "bin")) {
-		p.Bin = filepath.Join(root, "bin")
+	if isDir(BinDir(root)) {
+		p.Bin = BinDir(root)
 	}
 	if _, err := os.Lstat(filepath.Join(root, ManifestName)); err == nil {
 		return p, p.openManifest()

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/procgroup"
 )
 
@@ -219,7 +218,7 @@ var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYT
 // directory they happen in (its mtime and, for a replaced directory, its
 // inode), so a changed answer always shows in the fingerprint.
 func (l *Locator) fingerprint(sysPath []string, pkgs map[string]Package) string {
-	h := sha256.New()
+	h := &strings.Builder{}
 	fmt.Fprintf(h, "v%s\x00%s\x00%s\x00", probeVersion, l.Python, statKey(l.Python))
 	for _, k := range fingerprintEnv {
 		v, ok := l.Env.Get(k)
@@ -242,7 +241,7 @@ func (l *Locator) fingerprint(sysPath []string, pkgs map[string]Package) string 
 			fmt.Fprintf(h, "pkg=%s:%s:%s\x00", n, d, statKey(d))
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return digest.Bytes([]byte(h.String()))
 }
 
 func statKey(p string) string {
@@ -254,8 +253,7 @@ func statKey(p string) string {
 }
 
 func (l *Locator) key(names []string) string {
-	h := sha256.Sum256([]byte(l.Python + "\x00" + l.Dir + "\x00" + strings.Join(names, ",")))
-	return hex.EncodeToString(h[:8])
+	return digest.Bytes([]byte(l.Python + "\x00" + l.Dir + "\x00" + strings.Join(names, ",")))[:16]
 }
 
 func (l *Locator) cached(file string) (*Location, bool) {
@@ -331,13 +329,6 @@ func metadataVersion(path string) string {
 		}
 	}
 	return ""
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return "built-in"
-	}
-	return *s
 }
 
 func tail(s string) string {

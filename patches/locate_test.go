@@ -71,10 +71,15 @@ func venv(t *testing.T, systemSite bool) (string, string) {
 }
 
 func envWith(kv ...string) *environ.Env {
-	e := environ.New(os.Environ())
-	for _, k := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "VIRTUAL_ENV"} {
-		e.Unset(k)
+	var kept []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "VIRTUAL_ENV":
+		default:
+			kept = append(kept, kv)
+		}
 	}
+	e := environ.New(kept)
 	for i := 0; i+1 < len(kv); i += 2 {
 		e.Set(kv[i], kv[i+1])
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/infera/infera-exec/config"
 )
 
 func init() {
@@ -24,8 +26,6 @@ func init() {
 const (
 	localLoadRate   = 1.5e12 / (8 * 60)  // bytes per second, ~3.1 GB/s
 	networkLoadRate = 1.5e12 / (95 * 60) // bytes per second, ~0.26 GB/s
-
-	defaultReadySeconds = 1800 // INFERA_ENGINE_READY_TIMEOUT when not set
 
 	// readyHeadroom: a loading estimate times this must fit the default
 	// timeout, which also covers imports, compilation and warm-up; it is
@@ -189,9 +189,9 @@ func checkModelDir(in *Input) Result {
 	full, shown := arg, arg
 	if !filepath.IsAbs(arg) {
 		// Relative to the directory the worker runs in.
-		cwd := in.Env["INFERA_EXEC_CHDIR"]
+		cwd := in.Chdir
 		if cwd == "" {
-			cwd = "/"
+			cwd = config.DefaultChdir
 		}
 		full = filepath.Join(cwd, arg)
 		shown = fmt.Sprintf("%s (%s)", arg, full)
@@ -265,7 +265,7 @@ func checkModelDir(in *Input) Result {
 	est := time.Duration(float64(scan.size) / rate * float64(time.Second))
 	timeout := in.ReadyTimeout
 	if timeout <= 0 {
-		timeout = defaultReadySeconds
+		timeout = config.DefaultReadyTimeout
 	}
 	limit := float64(timeout)
 	if in.ReadyDefault {

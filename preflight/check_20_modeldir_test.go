@@ -225,13 +225,13 @@ func TestModelDirUnreadable(t *testing.T) {
 func TestModelDirRelative(t *testing.T) {
 	cwd := modelDir(t, map[string]int64{"models/m/model.safetensors": 2e9})
 	in := modelInput("./models/m", magicExt4)
-	in.Env = map[string]string{"INFERA_EXEC_CHDIR": cwd}
+	in.Chdir = cwd
 	r := checkModelDir(in)
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, "./models/m ("+cwd+"/models/m) on ext4, 1 shard (*.safetensors), 2.00 GB", r.Seen)
 
 	in = modelInput("../m", magicExt4)
-	in.Env = map[string]string{"INFERA_EXEC_CHDIR": filepath.Join(cwd, "models", "x")}
+	in.Chdir = filepath.Join(cwd, "models", "x")
 	r = checkModelDir(in)
 	assert.Equal(t, Pass, r.Status, r.Seen)
 

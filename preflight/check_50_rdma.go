@@ -48,7 +48,7 @@ func checkRDMA(in *Input) Result {
 	}
 	sysfs, devDir := sysfsOf(in), ibDevDirOf(in)
 	inv := libionic.ReadInventory(sysfs, devDir)
-	allowTCP := in.Env[AllowTCPVar] == "1"
+	allowTCP := in.AllowTCP
 
 	var devs []string
 	var usable int

@@ -120,7 +120,7 @@ func TestRDMA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sysfs, devDir := rdmaFake(t, tc.devs, tc.entries)
-			r := checkRDMA(&Input{Argv: tc.argv, Env: tc.env, Sysfs: sysfs, DevDir: devDir, ProviderABI: tc.provider})
+			r := checkRDMA(&Input{Argv: tc.argv, Env: tc.env, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, DevDir: devDir, ProviderABI: tc.provider})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {

@@ -4,10 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
-	"strconv"
-	"strings"
 )
 
 func init() {
@@ -17,10 +14,6 @@ func init() {
 		Run:  checkShm,
 	})
 }
-
-// defaultShmMin is the smallest /dev/shm that does not warn, unless
-// INFERA_PREFLIGHT_SHM_MIN says otherwise.
-const defaultShmMin = 1 << 30
 
 const (
 	shmWhySmall = "NCCL/RCCL and the engines' IPC put tensors in /dev/shm; " +
@@ -42,15 +35,7 @@ func checkShm(in *Input) Result {
 	if dir == "" {
 		dir = "/dev/shm"
 	}
-	min, note := uint64(defaultShmMin), ""
-	if v := strings.TrimSpace(in.Env["INFERA_PREFLIGHT_SHM_MIN"]); v != "" {
-		n, err := parseByteSize(v)
-		if err != nil {
-			note = fmt.Sprintf("; INFERA_PREFLIGHT_SHM_MIN=%q is not a size such as 8Gi, %s used", v, formatIEC(min))
-		} else {
-			min = n
-		}
-	}
+	min, note := in.ShmMin, ""
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -81,43 +66,6 @@ func checkShm(in *Input) Result {
 	}
 	return pass(fmt.Sprintf("%s is %s (%s), not noexec (minimum %s)%s",
 		dir, formatIEC(fsys.Size), fsys.Type, formatIEC(min), note))
-}
-
-// parseByteSize reads a size as Kubernetes quantities write it: bytes
-// (1073741824), binary suffixes (512Mi, 8Gi) or decimal ones (2G, 500M),
-// with an optional B (8GiB, 2GB) and fractions (1.5Gi).
-func parseByteSize(s string) (uint64, error) {
-	s = strings.TrimSpace(s)
-	num := strings.TrimRightFunc(s, func(r rune) bool {
-		return (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
-	})
-	unit := strings.ToLower(s[len(num):])
-	num = strings.TrimSpace(num)
-	unit = strings.TrimSuffix(unit, "b")
-	mult := 1.0
-	if unit != "" {
-		i := strings.IndexByte("kmgtp", unit[0])
-		if i < 0 || len(unit) > 2 || (len(unit) == 2 && unit[1] != 'i') {
-			return 0, fmt.Errorf("unknown unit in %q", s)
-		}
-		base := 1000.0
-		if len(unit) == 2 {
-			base = 1024
-		}
-		mult = math.Pow(base, float64(i+1))
-	}
-	if n, err := strconv.ParseUint(num, 10, 64); err == nil && mult == 1 {
-		return n, nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) || f < 0 {
-		return 0, fmt.Errorf("not a size: %q", s)
-	}
-	v := f * mult
-	if v >= math.MaxUint64 {
-		return 0, fmt.Errorf("too large: %q", s)
-	}
-	return uint64(v), nil
 }
 
 // formatIEC is a byte count in binary units: 64 MiB, 1 GiB, 23.5 GiB.

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/config"
 )
 
 func shmStatfs(size uint64, noexec bool) func(string) (FS, error) {
@@ -22,22 +24,26 @@ func shmStatfs(size uint64, noexec bool) func(string) (FS, error) {
 	}
 }
 
-func shmInput(t *testing.T, size uint64, noexec bool, env map[string]string) *Input {
-	return &Input{ShmDir: t.TempDir(), Statfs: shmStatfs(size, noexec), Env: env}
+func shmInput(t *testing.T, size uint64, noexec bool, min ...uint64) *Input {
+	in := &Input{ShmDir: t.TempDir(), Statfs: shmStatfs(size, noexec), ShmMin: config.DefaultShmMin}
+	if len(min) > 0 {
+		in.ShmMin = min[0]
+	}
+	return in
 }
 
 func TestShmPass(t *testing.T) {
-	in := shmInput(t, 16<<30, false, nil)
+	in := shmInput(t, 16<<30, false)
 	r := checkShm(in)
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, in.ShmDir+" is 16 GiB (tmpfs), not noexec (minimum 1 GiB)", r.Seen)
 
-	in = shmInput(t, 1<<30, false, nil) // exactly the minimum
+	in = shmInput(t, 1<<30, false) // exactly the minimum
 	assert.Equal(t, Pass, checkShm(in).Status)
 }
 
 func TestShmDockerDefault(t *testing.T) {
-	in := shmInput(t, 64<<20, false, nil)
+	in := shmInput(t, 64<<20, false)
 	r := checkShm(in)
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Warn, r.Severity)
@@ -47,7 +53,7 @@ func TestShmDockerDefault(t *testing.T) {
 }
 
 func TestShmNoexec(t *testing.T) {
-	in := shmInput(t, 16<<30, true, nil)
+	in := shmInput(t, 16<<30, true)
 	r := checkShm(in)
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Warn, r.Severity)
@@ -55,7 +61,7 @@ func TestShmNoexec(t *testing.T) {
 	assert.Equal(t, "Libraries that map executable code from /dev/shm fail to load when it is mounted noexec.", r.Why)
 	assert.Equal(t, "Mount /dev/shm without noexec: a memory emptyDir is; with Docker, --ipc=host or --tmpfs /dev/shm:exec,size=16g.", r.Do)
 
-	in = shmInput(t, 64<<20, true, nil)
+	in = shmInput(t, 64<<20, true)
 	r = checkShm(in)
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, in.ShmDir+" is 64 MiB (tmpfs), below the 1 GiB minimum, and mounted noexec", r.Seen)
@@ -64,52 +70,42 @@ func TestShmNoexec(t *testing.T) {
 	assert.Equal(t, "Mount a memory emptyDir at /dev/shm (emptyDir: {medium: Memory, sizeLimit: 16Gi}), which is not noexec; with Docker, --ipc=host or --tmpfs /dev/shm:exec,size=16g.", r.Do)
 }
 
-func TestShmMinimumFromEnv(t *testing.T) {
-	in := shmInput(t, 4<<30, false, map[string]string{"INFERA_PREFLIGHT_SHM_MIN": "8Gi"})
+func TestShmMinimum(t *testing.T) {
+	in := shmInput(t, 4<<30, false, 8<<30)
 	r := checkShm(in)
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, in.ShmDir+" is 4 GiB (tmpfs), below the 8 GiB minimum", r.Seen)
 
-	in = shmInput(t, 64<<20, false, map[string]string{"INFERA_PREFLIGHT_SHM_MIN": "64Mi"})
+	in = shmInput(t, 64<<20, false, 64<<20)
 	r = checkShm(in)
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, in.ShmDir+" is 64 MiB (tmpfs), not noexec (minimum 64 MiB)", r.Seen)
 
-	in = shmInput(t, 64<<20, false, map[string]string{"INFERA_PREFLIGHT_SHM_MIN": "0"})
+	in = shmInput(t, 64<<20, false, 0)
 	assert.Equal(t, Pass, checkShm(in).Status)
-
-	in = shmInput(t, 64<<20, false, map[string]string{"INFERA_PREFLIGHT_SHM_MIN": "lots"})
-	r = checkShm(in)
-	require.Equal(t, Fail, r.Status)
-	assert.Equal(t, in.ShmDir+` is 64 MiB (tmpfs), below the 1 GiB minimum; INFERA_PREFLIGHT_SHM_MIN="lots" is not a size such as 8Gi, 1 GiB used`, r.Seen)
-
-	in = shmInput(t, 2<<30, false, map[string]string{"INFERA_PREFLIGHT_SHM_MIN": "1Gx"})
-	r = checkShm(in)
-	assert.Equal(t, Pass, r.Status)
-	assert.Contains(t, r.Seen, `INFERA_PREFLIGHT_SHM_MIN="1Gx" is not a size`)
 }
 
 func TestShmMissingOrBroken(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "shm")
-	r := checkShm(&Input{ShmDir: missing, Statfs: shmStatfs(16<<30, false)})
+	r := checkShm(&Input{ShmDir: missing, Statfs: shmStatfs(16<<30, false), ShmMin: config.DefaultShmMin})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Warn, r.Severity)
 	assert.Equal(t, missing+" does not exist", r.Seen)
 
 	file := filepath.Join(t.TempDir(), "shm")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	r = checkShm(&Input{ShmDir: file, Statfs: shmStatfs(16<<30, false)})
+	r = checkShm(&Input{ShmDir: file, Statfs: shmStatfs(16<<30, false), ShmMin: config.DefaultShmMin})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, file+" is not a directory", r.Seen)
 
 	dir := t.TempDir()
-	r = checkShm(&Input{ShmDir: dir, Statfs: func(string) (FS, error) { return FS{}, errors.New("boom") }})
+	r = checkShm(&Input{ShmDir: dir, Statfs: func(string) (FS, error) { return FS{}, errors.New("boom") }, ShmMin: config.DefaultShmMin})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "statfs "+dir+": boom", r.Seen)
 }
 
 func TestShmReal(t *testing.T) {
-	r := checkShm(&Input{ShmDir: "/dev/shm"})
+	r := checkShm(&Input{ShmDir: "/dev/shm", ShmMin: config.DefaultShmMin})
 	require.NotEqual(t, Skipped, r.Status, r.Seen)
 	assert.True(t, strings.HasPrefix(r.Seen, "/dev/shm "), r.Seen)
 	fs, err := RealStatfs("/dev/shm")
@@ -135,13 +131,13 @@ func TestParseByteSize(t *testing.T) {
 		"100B":       100,
 	}
 	for in, want := range good {
-		got, err := parseByteSize(in)
+		got, err := config.ParseByteSize(in)
 		if assert.NoError(t, err, in) {
 			assert.Equal(t, want, got, in)
 		}
 	}
 	for _, in := range []string{"", "lots", "Gi", "-1", "-1Gi", "1Gx", "1Gib2", "8Xi", "NaN", "Inf", "1e400", "99999999999Pi", "1.2.3"} {
-		_, err := parseByteSize(in)
+		_, err := config.ParseByteSize(in)
 		assert.Error(t, err, in)
 	}
 }
@@ -290,8 +286,8 @@ func statfsChild(t *testing.T, dir string) {
 	require.NoError(t, err)
 	out.Large, err = RealStatfs(large)
 	require.NoError(t, err)
-	out.SmallShm = checkShm(&Input{ShmDir: small})
-	out.LargeShm = checkShm(&Input{ShmDir: large})
+	out.SmallShm = checkShm(&Input{ShmDir: small, ShmMin: config.DefaultShmMin})
+	out.LargeShm = checkShm(&Input{ShmDir: large, ShmMin: config.DefaultShmMin})
 	data, err := json.Marshal(out)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "out.json"), data, 0o644))

@@ -2,8 +2,6 @@ package preflight
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 )
 
 func init() {
@@ -14,23 +12,11 @@ func init() {
 	})
 }
 
-// defaultNofileMin is the smallest open-file hard limit that does not
-// warn, unless INFERA_PREFLIGHT_NOFILE_MIN says otherwise.
-const defaultNofileMin = 65536
-
 // rlimInfinity is RLIM_INFINITY as getrlimit(2) returns it in a uint64.
 const rlimInfinity = ^uint64(0)
 
 func checkNofile(in *Input) Result {
-	min, note := uint64(defaultNofileMin), ""
-	if v := strings.TrimSpace(in.Env["INFERA_PREFLIGHT_NOFILE_MIN"]); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			note = fmt.Sprintf("; INFERA_PREFLIGHT_NOFILE_MIN=%q is not a number, %d used", v, min)
-		} else {
-			min = n
-		}
-	}
+	min, note := in.NofileMin, ""
 	switch hard := in.NofileHard; {
 	case hard == 0:
 		return skipped("the open-file hard limit is unknown" + note)

@@ -53,6 +53,10 @@ type Input struct {
 	NofileHard   uint64
 	ReadyTimeout int                                           // seconds
 	ReadyDefault bool                                          // INFERA_ENGINE_READY_TIMEOUT was not set
+	Chdir        string                                        // the worker's working directory (INFERA_EXEC_CHDIR)
+	ShmMin       uint64                                        // bytes of /dev/shm below which shm warns
+	NofileMin    uint64                                        // hard limit below which nofile warns
+	AllowTCP     bool                                          // INFERA_ALLOW_TCP_KV=1
 	ProviderABI  func(ibdev string) (min, max uint32, ok bool) // the provider build the worker will use, per device
 	Statfs       func(path string) (FS, error)                 // a seam for tests; nil: the real statfs(2)
 	Interfaces   func() ([]Interface, error)                   // a seam for tests; nil: the machine's
@@ -79,9 +83,13 @@ func Names() []string {
 	return out
 }
 
-// Run runs every check not in skip. Unknown names in skip are returned so
-// the caller can warn about a misspelt INFERA_PREFLIGHT_SKIP.
-func Run(in *Input, skip map[string]bool) (results []Result, unknown []string) {
+// Run runs every check not named in skip (INFERA_PREFLIGHT_SKIP). Unknown
+// names in skip are returned so the caller can warn about a misspelling.
+func Run(in *Input, skipList []string) (results []Result, unknown []string) {
+	skip := map[string]bool{}
+	for _, n := range skipList {
+		skip[n] = true
+	}
 	known := map[string]bool{}
 	for _, c := range Checks {
 		known[c.Name] = true
@@ -100,16 +108,6 @@ func Run(in *Input, skip map[string]bool) (results []Result, unknown []string) {
 	}
 	sort.Strings(unknown)
 	return results, unknown
-}
-
-// ParseSkip reads INFERA_PREFLIGHT_SKIP: names separated by commas or
-// spaces.
-func ParseSkip(v string) map[string]bool {
-	m := map[string]bool{}
-	for _, n := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
-		m[n] = true
-	}
-	return m
 }
 
 // flagValue finds --name VALUE or --name=VALUE in argv; the last wins.

@@ -23,39 +23,45 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/patches"
+	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/statedir"
 )
 
 // Schema is bumped when a field changes meaning or disappears.
-const Schema = 1
+const Schema = 2
 
-// Default report locations, tried in order: /run is tmpfs on most hosts and
-// in most pods; /tmp is writable for a non-root user.
-var DefaultPaths = []string{"/run/infera-exec/report.json", "/tmp/infera-exec/report.json"}
+// DefaultPaths are the report's locations when INFERA_EXEC_REPORT does not
+// name one, tried in order.
+var DefaultPaths = statedir.Sub("", "report.json")
 
 // Report is one run of infera-exec.
 type Report struct {
-	Schema       int                `json:"schema"`
-	Tool         Tool               `json:"tool"`
-	Mode         string             `json:"mode"` // exec or explain
-	Started      time.Time          `json:"started"`
-	PID          int                `json:"pid"`
-	UID          int                `json:"uid"`
-	GID          int                `json:"gid"`
-	Args         []string           `json:"args"`
-	Config       *config.Config     `json:"config,omitempty"`
-	Family       string             `json:"family,omitempty"`
-	ABI          *abi.Family        `json:"abi,omitempty"`
-	Payload      *overlay.Payload   `json:"payload,omitempty"`
-	Trees        *overlay.Selection `json:"trees,omitempty"`
-	Capabilities *Capabilities      `json:"capabilities,omitempty"`
-	EnvChanges   []environ.Change   `json:"env_changes,omitempty"`
-	Stages       []Stage            `json:"stages,omitempty"`
-	Exec         *Exec              `json:"exec,omitempty"`
-	Log          []logging.Entry    `json:"log"`
-	Timings      []Timing           `json:"timings"`
-	Resources    *Resources         `json:"resources,omitempty"`
-	Outcome      Outcome            `json:"outcome"`
+	Schema       int                 `json:"schema"`
+	Tool         Tool                `json:"tool"`
+	Mode         string              `json:"mode"` // exec or explain
+	Started      time.Time           `json:"started"`
+	PID          int                 `json:"pid"`
+	UID          int                 `json:"uid"`
+	GID          int                 `json:"gid"`
+	Args         []string            `json:"args"`
+	Config       *config.Config      `json:"config,omitempty"`
+	Family       string              `json:"family,omitempty"`
+	ABI          *abi.Family         `json:"abi,omitempty"`
+	Payload      *overlay.Payload    `json:"payload,omitempty"`
+	Trees        *overlay.Selection  `json:"trees,omitempty"`
+	Capabilities *capability.Outcome `json:"capabilities,omitempty"`
+	EnvChanges   []environ.Change    `json:"env_changes,omitempty"`
+	Libionic     *libionic.Outcome   `json:"libionic,omitempty"`
+	Preflight    *preflight.Outcome  `json:"preflight,omitempty"`
+	Patches      *patches.Outcome    `json:"patches,omitempty"`
+	Exec         *Exec               `json:"exec,omitempty"`
+	Log          []logging.Entry     `json:"log"`
+	Timings      []Timing            `json:"timings"`
+	Resources    *Resources          `json:"resources,omitempty"`
+	Outcome      Outcome             `json:"outcome"`
 }
 
 // Tool identifies the binary.
@@ -65,24 +71,26 @@ type Tool struct {
 	Go      string `json:"go"`
 }
 
-// Capabilities is the capability check.
-type Capabilities struct {
-	Tree        string                   `json:"tree,omitempty"`
-	Provided    capability.Set           `json:"provided"`
-	Evidence    []capability.Evidence    `json:"evidence,omitempty"`
-	Implied     []capability.Implication `json:"implied,omitempty"` // by the worker's arguments
-	Requirement capability.Requirement   `json:"requirement"`
-	Required    capability.Set           `json:"required"`
+// Section is a step's outcome as --explain prints it: a heading and the
+// lines under it.
+type Section interface {
+	Heading() (name, state, summary string)
+	TextLines() []string
 }
 
-// Stage is a pluggable step of the pass (host libionic swap, engine
-// patches): its name, what it decided, and the details it wants reported.
-type Stage struct {
-	Name    string   `json:"name"`
-	State   string   `json:"state"`
-	Summary string   `json:"summary"`
-	Lines   []string `json:"lines,omitempty"` // what --explain prints under the summary
-	Detail  any      `json:"detail,omitempty"`
+// sections are the steps with a section of their own, in pass order.
+func (r *Report) sections() []Section {
+	var out []Section
+	if r.Libionic != nil {
+		out = append(out, r.Libionic)
+	}
+	if r.Preflight != nil {
+		out = append(out, r.Preflight)
+	}
+	if r.Patches != nil {
+		out = append(out, r.Patches)
+	}
+	return out
 }
 
 // Exec is what is (or would be) executed.

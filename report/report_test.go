@@ -48,8 +48,8 @@ func sampleReport() *Report {
 	}
 }
 
-func TestSchemaIsOne(t *testing.T) {
-	assert.Equal(t, 1, Schema)
+func TestSchemaIsTwo(t *testing.T) {
+	assert.Equal(t, 2, Schema)
 }
 
 func TestWriteExplicitPath(t *testing.T) {
@@ -70,7 +70,7 @@ func TestWriteExplicitPath(t *testing.T) {
 
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(data, &m), "valid JSON")
-	assert.Equal(t, float64(1), m["schema"])
+	assert.Equal(t, float64(2), m["schema"])
 	assert.Equal(t, "exec", m["mode"])
 	assert.Equal(t, "rocm7-py312", m["family"])
 	ex, ok := m["exec"].(map[string]any)
@@ -222,7 +222,7 @@ func TestMarshalKeepsEnvForExplain(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, bytes.HasSuffix(data, []byte("\n")))
 	assert.Contains(t, string(data), "HF_TOKEN="+secret, "--explain --json shows the full environment")
-	assert.Contains(t, string(data), "\n  \"schema\": 1,")
+	assert.Contains(t, string(data), "\n  \"schema\": 2,")
 }
 
 func TestQuoteArgs(t *testing.T) {

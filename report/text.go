@@ -113,13 +113,14 @@ func WriteText(w io.Writer, r *Report) {
 		}
 	}
 
-	for _, s := range r.Stages {
+	for _, s := range r.sections() {
+		name, state, summary := s.Heading()
 		p("")
-		p("%s: %s", s.Name, s.State)
-		if s.Summary != "" {
-			p("  %s", s.Summary)
+		p("%s: %s", name, state)
+		if summary != "" {
+			p("  %s", summary)
 		}
-		for _, l := range s.Lines {
+		for _, l := range s.TextLines() {
 			p("  %s", l)
 		}
 	}

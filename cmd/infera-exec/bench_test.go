@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/internal/fixture"
 )
 
@@ -50,10 +49,10 @@ func benchPayload(b *testing.B) []string {
 // Python is started: the interpreter's name decides).
 func BenchmarkPlan(b *testing.B) {
 	env := benchPayload(b)
-	o := cli.Options{Explain: true, JSON: true, Command: []string{"true"}}
+	args := []string{"infera-exec", "--explain", "--json", "true"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if code := newPass(o, env, io.Discard, io.Discard).run(); code != 0 {
+		if code := run(args, env, io.Discard, io.Discard); code != 0 {
 			b.Fatalf("exit %d", code)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/fixture"
+	"github.com/infera/infera-exec/patches"
 )
 
 // Every test tree states the patch states --check must find in it, one
@@ -37,7 +38,7 @@ func TestCheckMatchesExpected(t *testing.T) {
 			}
 			var out, errb bytes.Buffer
 			code := run([]string{"infera-exec", "--check", root, "--json"}, []string{"PAYLOAD_ROOT=/nonexistent"}, &out, &errb)
-			var rep checkReport
+			var rep patches.CheckReport
 			require.NoError(t, json.Unmarshal(out.Bytes(), &rep), "stderr: %s", errb.String())
 			var got []string
 			for _, r := range rep.Results {

@@ -18,16 +18,17 @@ In one pass, before exec:
   3. compose the worker's environment (PYTHONPATH, LD_LIBRARY_PATH, PATH,
      INFERA_ENGINE_READY_TIMEOUT)
   4. swap in the host's RDMA provider (when /host-libionic/libionic.so is
-     mounted and will load) and apply the engine patches (anchored fixes
-     to the installed vLLM/SGLang source, located by one interpreter run)
+     mounted and will load)
   5. run the preflight checks (a misconfiguration that would hang is refused)
-  6. chdir, raise the open-file soft limit to the hard limit, write a report
+  6. apply the engine patches (anchored fixes to the installed vLLM/SGLang
+     source, located by one interpreter run)
+  7. chdir, raise the open-file soft limit to the hard limit, write a report
 
 Options (before COMMAND; the first word that is not an option starts it):
   --explain    run every detection and check, change nothing, print the
                plan and the exact argv, env and cwd; exit 0 if the worker
                would start, else the code it would refuse with
-  --json       with --explain or --check: print the result as JSON
+  --json       with --explain, --doctor or --check: print the result as JSON
   --doctor     run only the preflight checks on the command that follows:
                placeholders, model-dir, advertise, advertise-ip, rdma, shm,
                nofile; exit 0, 1 (warnings) or 78 (errors)

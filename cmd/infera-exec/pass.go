@@ -7,10 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -23,21 +21,15 @@ import (
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/patches"
+	"github.com/infera/infera-exec/preflight"
 	"github.com/infera/infera-exec/report"
+	"github.com/infera/infera-exec/statedir"
 )
 
-// refusal ends the pass without exec.
-type refusal struct {
-	code int
-	err  error
-}
-
-func (r *refusal) Error() string { return r.err.Error() }
-
-func refuse(code int, err error) error { return &refusal{code, err} }
-
-// pass is one run: each step reads what earlier steps decided and adds its
-// own decision to the report; none reaches back.
+// pass is one run: each step reads what earlier steps decided, applies
+// the environment edits its package returns, and records its outcome in
+// the report; none reaches back.
 type pass struct {
 	opt            cli.Options
 	stdout, stderr io.Writer
@@ -45,29 +37,30 @@ type pass struct {
 	rec            *logging.Recorder
 	rep            *report.Report
 	dry            bool
-	started        time.Time
 
-	env0  *environ.Env // as the container started us
-	env   *environ.Env // what the worker gets
-	cwd   string       // where we were started
-	cfg   config.Config
-	fam   abi.Family
-	ionic *libionic.Result // what the host-provider step decided
-	sel   *overlay.Selection
+	env0      *environ.Env // as the container started us
+	env       *environ.Env // what the worker gets
+	cfg       config.Config
+	cfgErr    error
+	python    string // the interpreter, resolved once for every step
+	pythonErr error
+	fam       abi.Family
+	sel       *overlay.Selection
+	ionic     *libionic.Outcome
 }
 
-func newPass(o cli.Options, env []string, stdout, stderr io.Writer) *pass {
-	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, started: time.Now()}
-	p.env0 = environ.New(env)
-	p.env = p.env0.Clone()
+func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
+	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr}
 	p.rec = &logging.Recorder{}
-	jsonLog := strings.EqualFold(p.env0.Value("INFERA_EXEC_LOG"), "json")
 	logTo := stderr
 	if p.dry && !o.Verbose {
 		// The plan lists every warning; the log lines would say it twice.
 		logTo = io.Discard
 	}
-	p.log = logging.New(logTo, jsonLog, o.Verbose, p.rec)
+	p.log = logging.New(logTo, cfg.LogJSON, o.Verbose, p.rec)
+	for _, w := range warns {
+		p.log.Warn(w)
+	}
 	mode := "exec"
 	if p.dry {
 		mode = "explain"
@@ -76,50 +69,23 @@ func newPass(o cli.Options, env []string, stdout, stderr io.Writer) *pass {
 		Schema:  report.Schema,
 		Tool:    report.Tool{Version: version, Commit: commit, Go: runtime.Version()},
 		Mode:    mode,
-		Started: p.started.UTC(),
+		Started: time.Now().UTC(),
 		PID:     os.Getpid(),
 		UID:     os.Getuid(),
 		GID:     os.Getgid(),
 		Args:    append([]string{"infera-exec"}, os.Args[1:]...),
+		Config:  &p.cfg,
 	}
 	return p
 }
 
-// step runs fn and records how long it took.
-func (p *pass) step(name string, fn func() error) error {
-	t := time.Now()
-	err := fn()
-	p.rep.Timings = append(p.rep.Timings, report.Timing{Step: name, Micros: time.Since(t).Microseconds()})
-	return err
-}
-
 func (p *pass) run() int {
-	ctx := context.Background()
-	err := p.prepare(ctx)
-	var ref *refusal
-	switch {
-	case err == nil:
-	case errors.As(err, &ref):
-		return p.finish(ref.code, "refused", ref.err)
-	default:
-		return p.finish(exitSoftware, "refused", fmt.Errorf("internal error: %w", err))
-	}
-	if p.dry {
-		if len(p.opt.Command) == 0 {
-			return p.finish(exitUsage, "refused", errors.New("no command given"))
-		}
-		return p.finish(exitOK, "would-start", nil)
-	}
-	return p.exec()
-}
-
-// prepare is the pass up to, not including, the exec.
-func (p *pass) prepare(ctx context.Context) error {
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
 	}{
-		{"config", p.loadConfig},
+		{"config", func(context.Context) error { return p.cfgErr }},
+		{"interpreter", p.interpreter},
 		{"abi", p.detectABI},
 		{"payload", p.selectTrees},
 		{"capabilities", p.checkCapabilities},
@@ -130,157 +96,77 @@ func (p *pass) prepare(ctx context.Context) error {
 		{"patches", p.enginePatches},
 		{"limits", p.limits},
 	}
+	ctx := context.Background()
 	for _, s := range steps {
-		if err := p.step(s.name, func() error { return s.fn(ctx) }); err != nil {
-			return err
+		t := time.Now()
+		err := s.fn(ctx)
+		p.rep.Timings = append(p.rep.Timings, report.Timing{Step: s.name, Micros: time.Since(t).Microseconds()})
+		if err != nil {
+			return p.finish(exitCode(err), "refused", err)
 		}
 	}
-	return nil
+	if p.dry {
+		if len(p.opt.Command) == 0 {
+			return p.finish(exitUsage, "refused", errors.New("no command given"))
+		}
+		return p.finish(exitOK, "would-start", nil)
+	}
+	return p.exec()
 }
 
-func (p *pass) loadConfig(context.Context) error {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = os.Args[0]
+// interpreter resolves INFERA_PYTHON once, on the PATH the worker gets
+// (the payload's bin/ first) and relative to its working directory; the
+// ABI step and the engine probe both use this answer. A failure here only
+// matters to the steps that need Python, which say so.
+func (p *pass) interpreter(context.Context) error {
+	path := environ.New(nil)
+	path.Set("PATH", p.env0.Value("PATH"))
+	if _, ok := p.env0.Get("PATH"); !ok {
+		path.Set("PATH", lookup.DefaultPath)
 	}
-	if r, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = r
-	}
-	if p.cwd, err = os.Getwd(); err != nil {
-		p.cwd = "/"
-	}
-	cfg, warns, err := config.Load(p.env0, exe, p.cwd)
-	for _, w := range warns {
-		p.log.Warn(w)
-	}
-	p.cfg = cfg
-	p.rep.Config = &p.cfg
-	if err != nil {
-		return refuse(exitConfig, err)
-	}
+	path.PrependPaths("PATH", overlay.BinDir(p.cfg.PayloadRoot))
+	p.python, p.pythonErr = abi.Interpreter(p.cfg.Python, path.Value("PATH"), p.cfg.WorkDir())
 	return nil
 }
 
 func (p *pass) detectABI(ctx context.Context) error {
-	if f := p.cfg.ABIFamily; f != nil {
-		p.fam = *f
-		p.rep.ABI, p.rep.Family = &p.fam, p.fam.Name()
-		p.log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; detection skipped (for debugging only)", p.fam.Name()))
-		return nil
+	if p.pythonErr != nil && p.cfg.ABIFamily == nil {
+		return p.pythonErr
 	}
-	rocm, err := abi.DetectROCm(p.cfg.ROCmRoots)
-	p.fam.ROCm = rocm
-	p.rep.ABI = &p.fam
-	if err != nil {
-		return refuse(exitConfig, err)
-	}
-	for _, n := range rocm.Notes {
-		p.log.Warn("ROCm: " + n)
-	}
-	py, err := abi.DetectPython(ctx, abi.PythonProbe{
-		Interpreter: p.cfg.Python,
-		Env:         p.env0,
-		Dir:         p.probeDir(),
-		Timeout:     p.cfg.PythonTimeoutDuration(),
+	var err error
+	p.fam, err = abi.Detect(ctx, abi.Input{
+		Override: p.cfg.ABIFamily, ROCmRoots: p.cfg.ROCmRoots,
+		Python: p.cfg.Python, PythonPath: p.python, Env: p.env0,
+		Dir: p.cfg.WorkDir(), Timeout: p.cfg.PythonTimeoutDuration(), Log: p.log,
 	})
-	p.fam.Python = py
-	if err != nil {
-		return refuse(exitConfig, err)
+	p.rep.ABI = &p.fam
+	if err == nil {
+		p.rep.Family = p.fam.Name()
 	}
-	p.rep.Family = p.fam.Name()
-	rocmText := fmt.Sprintf("no ROCm (no libamdhip64 in %s)", strings.Join(rocm.Searched, ", "))
-	if rocm.Found {
-		rocmText = fmt.Sprintf("ROCm %d from %s", rocm.Major, rocm.DecidedBy)
-	}
-	p.log.Info(fmt.Sprintf("ABI family %s: %s; CPython %s from %s", p.fam.Name(), rocmText, py.Version(), py.DecidedBy),
-		"family", p.fam.Name())
-	return nil
-}
-
-// probeDir is where a Python probe runs: the worker's working directory
-// when it exists (pyenv and the import system both look at the cwd).
-func (p *pass) probeDir() string {
-	if fi, err := os.Stat(p.cfg.Chdir); err == nil && fi.IsDir() {
-		return p.cfg.Chdir
-	}
-	return p.cwd
+	return err
 }
 
 func (p *pass) selectTrees(context.Context) error {
-	pl, err := overlay.Open(p.cfg.PayloadRoot)
-	if err != nil {
-		return refuse(exitConfig, fmt.Errorf("%w (payload root from %s)", err, p.cfg.PayloadRootFrom))
-	}
-	p.rep.Payload = pl
-	sel, err := pl.Select(p.fam)
-	if err != nil {
-		return refuse(exitConfig, err)
-	}
-	p.sel = sel
-	p.rep.Trees = sel
-	p.log.Info("python tree " + sel.PyTree)
-	if sel.Native != nil {
-		p.log.Info(fmt.Sprintf("native tree %s (capabilities: %s)", sel.Native.Dir, sel.Native.Caps))
-	} else if !p.fam.ROCm.Found {
-		p.log.Info("no native tree: " + sel.NoNativeWhy)
-	}
-	for _, w := range sel.Warnings {
-		p.log.Warn(w)
-	}
-	return nil
+	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, p.log)
+	p.rep.Payload, p.rep.Trees, p.sel = pl, sel, sel
+	return err
 }
 
 func (p *pass) checkCapabilities(context.Context) error {
-	c := &report.Capabilities{Requirement: p.cfg.RequireNative, Provided: capability.Set{}}
-	tree := p.sel.NativeCapTree()
-	if tree != nil {
-		c.Tree, c.Provided, c.Evidence = tree.Name, tree.Caps, p.sel.Native.Evidence
+	in := capability.Input{Requirement: p.cfg.RequireNative, Argv: p.opt.Command,
+		Tree: p.sel.NativeCapTree(), NoTreeWhy: p.sel.NoNativeWhy, Available: p.sel.AllNative, Log: p.log}
+	if p.sel.Native != nil {
+		in.Evidence = p.sel.Native.Evidence
 	}
-	p.rep.Capabilities = c
-	c.Implied = capability.Implied(p.opt.Command)
-	req := p.cfg.RequireNative.With(c.Implied)
-	c.Requirement = req
-	required, err := capability.Check(req, tree, p.sel.NoNativeWhy, p.sel.AllNative)
-	if err != nil {
-		return refuse(exitUnavailable, err)
-	}
-	c.Required = required
-	if !req.None() {
-		p.log.Info(fmt.Sprintf("required capabilities present: %s (INFERA_REQUIRE_NATIVE=%s)", required, req.Raw))
-	}
-	// What the arguments imply but nobody required: the worker may still
-	// serve (a test without PD), so a warning that says how to refuse.
-	for _, i := range c.Implied {
-		if req.Auto || (tree != nil && tree.Caps.Has(i.Capability)) {
-			continue
-		}
-		where := "there is no native tree (" + p.sel.NoNativeWhy + ")"
-		if tree != nil {
-			where = fmt.Sprintf("native tree %s does not provide it (it provides: %s)", tree.Name, tree.Caps)
-		}
-		p.log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where))
-	}
-	return nil
+	out, err := capability.Decide(in)
+	p.rep.Capabilities = out
+	return err
 }
 
 func (p *pass) composeEnv(context.Context) error {
-	if _, ok := p.env.Get("PATH"); !ok {
-		p.env.Set("PATH", lookup.DefaultPath)
-	}
-	p.env.PrependPaths("PATH", p.sel.Path...)
-	p.env.PrependPaths("PYTHONPATH", p.sel.PythonPath...)
-	p.env.PrependPaths("LD_LIBRARY_PATH", p.sel.LibraryPath...)
-	p.env.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(p.cfg.ReadyTimeout))
-	var parts []string
-	for _, v := range []struct {
-		name string
-		dirs []string
-	}{{"PYTHONPATH", p.sel.PythonPath}, {"LD_LIBRARY_PATH", p.sel.LibraryPath}, {"PATH", p.sel.Path}} {
-		if len(v.dirs) > 0 {
-			parts = append(parts, v.name+" += "+strings.Join(v.dirs, ":"))
-		}
-	}
-	p.log.Info("environment: " + strings.Join(parts, "; "))
+	p.env.Apply(p.sel.Env()...)
+	p.env.Apply(environ.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(p.cfg.ReadyTimeout)))
+	p.log.Info(p.sel.EnvSummary())
 	p.log.Info(fmt.Sprintf("engine ready timeout %ds (%s)", p.cfg.ReadyTimeout, p.cfg.ReadyTimeoutFrom))
 	return nil
 }
@@ -291,22 +177,58 @@ func (p *pass) composeEnv(context.Context) error {
 func (p *pass) resolveCommand(context.Context) error {
 	p.rep.Exec = &report.Exec{Command: p.opt.Command, Cwd: p.cfg.Chdir}
 	if err := launch.CheckDir(p.cfg.Chdir); err != nil {
-		return refuse(exitConfig, err)
+		return err
 	}
 	if len(p.opt.Command) == 0 {
 		return nil
 	}
 	path, err := lookup.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
-		var le *lookup.Error
-		if errors.As(err, &le) {
-			return refuse(le.Code, err)
-		}
-		return refuse(exitNotExec, err)
+		return err
 	}
-	p.rep.Exec.Path = path
-	p.rep.Exec.Argv = p.opt.Command
+	p.rep.Exec.Path, p.rep.Exec.Argv = path, p.opt.Command
 	return nil
+}
+
+func (p *pass) hostLibionic(ctx context.Context) error {
+	out, edits := libionic.Run(ctx, libionic.Options{
+		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", Sysfs: p.cfg.Sysfs,
+		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
+		DryRun:       p.dry,
+	}, p.log)
+	p.ionic, p.rep.Libionic = out, out
+	p.env.Apply(edits...)
+	return nil
+}
+
+// preflight runs the checks on the composed environment; INFERA_PREFLIGHT
+// off skips the step.
+func (p *pass) preflight(context.Context) error {
+	if p.cfg.PreflightOff {
+		p.rep.Preflight = &preflight.Outcome{State: "off", Summary: "INFERA_PREFLIGHT=off"}
+		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
+		return nil
+	}
+	in := preflight.NewInput(p.cfg, p.opt.Command, p.env, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider))
+	out, edits, err := preflight.Evaluate(in, p.cfg.PreflightSkip)
+	p.rep.Preflight = out
+	out.Log(p.log)
+	p.env.Apply(edits...)
+	return err
+}
+
+func (p *pass) enginePatches(ctx context.Context) error {
+	state := ""
+	if !p.dry {
+		state = statedir.Pick(p.cfg.StateDir) // explain writes nothing and reads no stale cache
+	}
+	out, err := patches.Run(ctx, patches.Input{
+		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
+		Python: p.python, PythonErr: p.pythonErr, Env: p.env, Dir: p.cfg.Chdir,
+		ProbeTimeout: p.cfg.PatchProbeTimeout(), StateDir: state, DryRun: p.dry, Log: p.log,
+	})
+	p.rep.Patches = out
+	return err
 }
 
 func (p *pass) limits(context.Context) error {
@@ -314,9 +236,7 @@ func (p *pass) limits(context.Context) error {
 	p.rep.Exec.Nofile = n
 	if err != nil {
 		p.log.Warn(fmt.Sprintf("open-file limit left at %d: %v", n.Soft, err))
-		return nil
-	}
-	if !p.dry {
+	} else if !p.dry {
 		p.log.Info(fmt.Sprintf("open files: soft limit %d (= hard)", n.Hard))
 	}
 	return nil
@@ -340,10 +260,10 @@ func (p *pass) exec() int {
 // finish ends a run that does not exec: it logs the reason, records the
 // outcome and either prints the plan (explain) or writes the report.
 func (p *pass) finish(code int, result string, err error) int {
-	if p.rep.Exec != nil && p.rep.Exec.Env == nil && p.env != nil {
+	if p.rep.Exec != nil && p.rep.Exec.Env == nil {
 		p.rep.Exec.Env = p.env.Slice()
 	}
-	if p.env != nil && p.rep.EnvChanges == nil {
+	if p.rep.EnvChanges == nil {
 		p.rep.EnvChanges = environ.Diff(p.env0, p.env)
 	}
 	p.rep.Outcome = report.Outcome{Result: result, Code: code}
@@ -353,21 +273,21 @@ func (p *pass) finish(code int, result string, err error) int {
 			p.log.Error(err.Error(), "exit", code)
 		}
 	}
-	if p.dry {
-		p.rep.Log = p.rec.Entries()
-		if p.opt.JSON {
-			b, merr := report.Marshal(p.rep)
-			if merr != nil {
-				fmt.Fprintf(p.stderr, "infera-exec: encode plan: %v\n", merr)
-				return exitSoftware
-			}
-			p.stdout.Write(b)
-		} else {
-			report.WriteText(p.stdout, p.rep)
-		}
+	if !p.dry {
+		p.writeReport()
 		return code
 	}
-	p.writeReport()
+	p.rep.Log = p.rec.Entries()
+	if !p.opt.JSON {
+		report.WriteText(p.stdout, p.rep)
+		return code
+	}
+	b, merr := report.Marshal(p.rep)
+	if merr != nil {
+		fmt.Fprintf(p.stderr, "infera-exec: encode plan: %v\n", merr)
+		return exitSoftware
+	}
+	p.stdout.Write(b)
 	return code
 }
 
@@ -383,9 +303,4 @@ func (p *pass) writeReport() {
 		return
 	}
 	p.log.Debug("report written to " + where)
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

@@ -1,0 +1,62 @@
+package capability
+
+import (
+	"fmt"
+	"log/slog"
+)
+
+// Input is what the capability step takes: the requirement as configured,
+// the worker command, and the native tree chosen for this container.
+type Input struct {
+	Requirement Requirement
+	Argv        []string
+	Tree        *Tree      // nil: no native tree
+	Evidence    []Evidence // why the tree's capabilities were granted
+	NoTreeWhy   string     // why there is none
+	Available   []Tree     // every native tree of the payload
+	Log         *slog.Logger
+}
+
+// Outcome is the step's section of the report.
+type Outcome struct {
+	Tree        string        `json:"tree,omitempty"`
+	Provided    Set           `json:"provided"`
+	Evidence    []Evidence    `json:"evidence,omitempty"`
+	Implied     []Implication `json:"implied,omitempty"` // by the worker's arguments
+	Requirement Requirement   `json:"requirement"`
+	Required    Set           `json:"required"`
+}
+
+// Decide checks the requirement, with what the worker's arguments imply,
+// against the tree. It returns an *Unavailable error when a required
+// capability is missing; the outcome is returned either way.
+func Decide(in Input) (*Outcome, error) {
+	o := &Outcome{Provided: Set{}}
+	if in.Tree != nil {
+		o.Tree, o.Provided, o.Evidence = in.Tree.Name, in.Tree.Caps, in.Evidence
+	}
+	o.Implied = Implied(in.Argv)
+	req := in.Requirement.With(o.Implied)
+	o.Requirement = req
+	required, err := Check(req, in.Tree, in.NoTreeWhy, in.Available)
+	if err != nil {
+		return o, err
+	}
+	o.Required = required
+	if !req.None() {
+		in.Log.Info(fmt.Sprintf("required capabilities present: %s (INFERA_REQUIRE_NATIVE=%s)", required, req.Raw))
+	}
+	// What the arguments imply but nobody required: the worker may still
+	// serve (a test without PD), so a warning that says how to refuse.
+	for _, i := range o.Implied {
+		if req.Auto || (in.Tree != nil && in.Tree.Caps.Has(i.Capability)) {
+			continue
+		}
+		where := "there is no native tree (" + in.NoTreeWhy + ")"
+		if in.Tree != nil {
+			where = fmt.Sprintf("native tree %s does not provide it (it provides: %s)", in.Tree.Name, in.Tree.Caps)
+		}
+		in.Log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where))
+	}
+	return o, nil
+}

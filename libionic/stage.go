@@ -1,0 +1,117 @@
+package libionic
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/infera/infera-exec/environ"
+)
+
+// Outcome is the host-provider step's section of the report: what the
+// swap decided, and the RDMA devices the container can see.
+type Outcome struct {
+	Swap *Result    `json:"swap"`
+	RDMA *Inventory `json:"rdma"`
+}
+
+// Heading and TextLines render the outcome in --explain.
+func (o *Outcome) Heading() (name, state, summary string) {
+	return "host libionic", o.Swap.State, o.Swap.Summary
+}
+
+func (o *Outcome) TextLines() []string {
+	var out []string
+	for _, c := range o.Swap.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		out = append(out, fmt.Sprintf("%s %s: %s", mark, c.Name, c.Detail))
+	}
+	if o.Swap.HostABI != nil || o.Swap.ContainerABI != nil {
+		out = append(out, fmt.Sprintf("provider kernel ABI range: host build %s, container's %s", o.Swap.HostABI, o.Swap.ContainerABI))
+	}
+	return append(out, o.RDMA.Lines()...)
+}
+
+// Run swaps the host's RDMA provider in when the host mounts it, reads
+// the container's RDMA devices either way, logs what it did, and returns
+// the environment the worker needs for the route taken.
+func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []environ.Edit) {
+	res := Swap(ctx, opt)
+	o := &Outcome{Swap: res, RDMA: ReadInventory(opt.Sysfs, "/dev/infiniband")}
+	switch res.State {
+	case "not-mounted":
+		log.Debug(res.Summary)
+	case "replaced":
+		// The line operators grep for, one per file.
+		for _, f := range res.Replaced {
+			log.Info(fmt.Sprintf("replaced %s with the host libionic build", f))
+		}
+		for _, f := range res.Created {
+			log.Info(fmt.Sprintf("created %s for the host libionic build", f))
+		}
+	case "unchanged", "planned", "fallback":
+		log.Info("host libionic: " + res.Summary)
+	default: // refused, no-route
+		log.Warn("host libionic: " + res.Summary)
+	}
+	for _, n := range res.Notes {
+		log.Info("host libionic: " + n)
+	}
+	var edits []environ.Edit
+	if drivers, ok := res.Env["RDMAV_DRIVERS"]; ok {
+		// Ours first; an operator's own entries stay after it.
+		edits = append(edits, environ.Prepend("RDMAV_DRIVERS", drivers))
+	}
+	if res.LibraryPath != "" {
+		edits = append(edits, environ.Prepend("LD_LIBRARY_PATH", res.LibraryPath))
+	}
+	return o, edits
+}
+
+// ProviderABI is the kernel ABI range of the provider build that will
+// serve an RDMA device: the host build when this step put it in place,
+// else the container's own (read from root). Devices of other providers
+// are not ours to judge (ok false).
+func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uint32, ok bool) {
+	return func(ibdev string) (uint32, uint32, bool) {
+		if !strings.HasPrefix(ibdev, name) {
+			return 0, 0, false
+		}
+		if o != nil && o.Swap.HostABI != nil {
+			switch o.Swap.State {
+			case "replaced", "fallback", "unchanged", "planned":
+				return o.Swap.HostABI.Min, o.Swap.HostABI.Max, true
+			}
+		}
+		return ProviderRange(root, name)
+	}
+}
+
+// Lines is the RDMA section of --explain.
+func (inv *Inventory) Lines() []string {
+	var out []string
+	if len(inv.Devices) == 0 {
+		out = append(out, fmt.Sprintf("RDMA devices: none under %s/class/infiniband", inv.Sysfs))
+	}
+	for _, d := range inv.Devices {
+		vendor := d.Vendor
+		if d.Pensando {
+			vendor += " (AMD Pensando)"
+		}
+		abi := "no verbs device"
+		if d.Uverbs != "" {
+			abi = fmt.Sprintf("%s, kernel ABI %d", d.Uverbs, d.ABI)
+		}
+		out = append(out, fmt.Sprintf("RDMA device %s: vendor %s, device %s, %s", d.Name, vendor, d.DeviceID, abi))
+	}
+	if inv.DevDirFound {
+		out = append(out, fmt.Sprintf("%s: %v", inv.DevDir, inv.DevEntries))
+	} else {
+		out = append(out, inv.DevDir+": absent (the pod has no RDMA device access)")
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+package overlay
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+
+	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/lookup"
+)
+
+// Choose opens the payload at root (from says where that root came from)
+// and picks the trees for the family. The payload is returned even when
+// no tree fits, for the report.
+func Choose(root, from string, f abi.Family, log *slog.Logger) (*Payload, *Selection, error) {
+	pl, err := Open(root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (payload root from %s)", err, from)
+	}
+	sel, err := pl.Select(f)
+	if err != nil {
+		return pl, nil, err
+	}
+	log.Info("python tree " + sel.PyTree)
+	if sel.Native != nil {
+		log.Info(fmt.Sprintf("native tree %s (capabilities: %s)", sel.Native.Dir, sel.Native.Caps))
+	} else if !f.ROCm.Found {
+		log.Info("no native tree: " + sel.NoNativeWhy)
+	}
+	for _, w := range sel.Warnings {
+		log.Warn(w)
+	}
+	return pl, sel, nil
+}
+
+// Env is what the selection adds to the worker's environment: its
+// directories first on PATH, PYTHONPATH and LD_LIBRARY_PATH (PATH gets
+// execvp's default first when it is unset, so ours do not replace it).
+func (s *Selection) Env() []environ.Edit {
+	return []environ.Edit{
+		environ.SetDefault("PATH", lookup.DefaultPath),
+		environ.Prepend("PATH", s.Path...),
+		environ.Prepend("PYTHONPATH", s.PythonPath...),
+		environ.Prepend("LD_LIBRARY_PATH", s.LibraryPath...),
+	}
+}
+
+// EnvSummary is the log line for Env.
+func (s *Selection) EnvSummary() string {
+	var parts []string
+	for _, v := range []struct {
+		name string
+		dirs []string
+	}{{"PYTHONPATH", s.PythonPath}, {"LD_LIBRARY_PATH", s.LibraryPath}, {"PATH", s.Path}} {
+		if len(v.dirs) > 0 {
+			parts = append(parts, v.name+" += "+strings.Join(v.dirs, ":"))
+		}
+	}
+	return "environment: " + strings.Join(parts, "; ")
+}
+
+// BinDir is the payload's bin/, which goes first on the worker's PATH.
+func BinDir(root string) string { return filepath.Join(root, "bin") }

@@ -1,0 +1,66 @@
+package patches
+
+import (
+	"fmt"
+	"io"
+	"sort"
+)
+
+// CheckReport is --check ROOT: every definition evaluated against an
+// unpacked image root filesystem or a site-packages directory, offline
+// and without writing.
+type CheckReport struct {
+	Root     string    `json:"root"`
+	Location *Location `json:"location"`
+	Results  []Result  `json:"results"`
+	Drift    bool      `json:"drift"`
+}
+
+// Check evaluates the built-in and the payload's definitions against root
+// without Python and without writing, so a payload build can catch an
+// upstream change before anything is deployed.
+func Check(root, payloadRoot string) (*CheckReport, error) {
+	set, err := LoadSet(payloadRoot)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	loc, err := LocateOffline(root, set.Packages())
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	loc.FillVersions(set, root)
+	rep := &CheckReport{Root: root, Location: loc, Results: Apply(set, loc, Options{DryRun: true})}
+	for _, r := range rep.Results {
+		if r.State == Drift {
+			rep.Drift = true
+		}
+	}
+	return rep, nil
+}
+
+// WriteText prints the report as a table per package.
+func (rep *CheckReport) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "infera-exec --check %s (nothing is written)\n", rep.Root)
+	var names []string
+	for n := range rep.Location.Packages {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		pkg := rep.Location.Packages[n]
+		if pkg.Found {
+			fmt.Fprintf(w, "\n%s %s at %s\n", n, orUnknown(pkg.Version), pkg.Dir)
+		} else {
+			fmt.Fprintf(w, "\n%s: %s\n", n, pkg.Why)
+		}
+		for _, r := range rep.Results {
+			if r.Package != n {
+				continue
+			}
+			fmt.Fprintf(w, "  %-40s %-15s %s\n", r.ID, r.State, r.Summary)
+			if r.Why != "" && r.State != Pending {
+				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
+			}
+		}
+	}
+}

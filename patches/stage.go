@@ -1,0 +1,259 @@
+package patches
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/infera/infera-exec/environ"
+)
+
+// Input is what the engine-patch step takes from the decided configuration
+// and the earlier steps.
+type Input struct {
+	PayloadRoot  string
+	Skip         bool     // INFERA_SKIP_ENGINE_PATCHES
+	Require      []string // INFERA_REQUIRE_PATCHES
+	Python       string   // the interpreter, resolved once for the whole pass; "" when it cannot run
+	PythonErr    error    // why there is no interpreter
+	Env          *environ.Env
+	Dir          string        // the worker's working directory
+	ProbeTimeout time.Duration // for the interpreter's answer
+	StateDir     string        // where the probe's answer is cached; "" = no cache
+	DryRun       bool
+	Log          *slog.Logger
+}
+
+// Outcome is the step's decision: its section of the report.
+type Outcome struct {
+	State    string    `json:"state"` // skipped, none, done, planned
+	Summary  string    `json:"summary"`
+	Location *Location `json:"location,omitempty"`
+	Results  []Result  `json:"results,omitempty"`
+	Scripts  []Script  `json:"scripts,omitempty"`
+	Notes    []string  `json:"notes,omitempty"`
+}
+
+// Heading and TextLines render the outcome in --explain.
+func (o *Outcome) Heading() (name, state, summary string) {
+	return "engine patches", o.State, o.Summary
+}
+func (o *Outcome) TextLines() []string { return nil }
+
+// ConfigError is a definition set or requirement that cannot be used.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// RequiredError is a required patch that is not in force.
+type RequiredError struct{ Err error }
+
+func (e *RequiredError) Error() string { return e.Err.Error() }
+func (e *RequiredError) Unwrap() error { return e.Err }
+
+// LoadSet reads the built-in definitions and the payload's.
+func LoadSet(payloadRoot string) (*Set, error) {
+	builtin, err := Builtin()
+	if err != nil {
+		return nil, fmt.Errorf("built-in patch definitions: %w", err)
+	}
+	own, err := LoadDir(filepath.Join(payloadRoot, "patches"))
+	if err != nil {
+		return nil, err
+	}
+	return Merge(builtin, own)
+}
+
+// Run brings the engine packages the worker will import to the patched
+// state (or, dry, says what it would do). The outcome is returned even
+// with an error, so the report shows what was found.
+func Run(ctx context.Context, in Input) (*Outcome, error) {
+	o := &Outcome{}
+	log := in.Log
+	if in.Skip {
+		o.State, o.Summary = "skipped", "INFERA_SKIP_ENGINE_PATCHES is set"
+		log.Info("engine patches skipped: INFERA_SKIP_ENGINE_PATCHES is set")
+		return o, nil
+	}
+	set, err := LoadSet(in.PayloadRoot)
+	if err != nil {
+		return o, &ConfigError{err}
+	}
+	o.Notes = set.Notes
+	for _, n := range set.Notes {
+		log.Info(n)
+	}
+	require := map[string]bool{}
+	for _, id := range in.Require {
+		if set.Lookup(id) == nil {
+			var known []string
+			for _, d := range set.Defs {
+				known = append(known, d.ID)
+			}
+			return o, &ConfigError{fmt.Errorf("INFERA_REQUIRE_PATCHES names %q, which no patch definition has (known: %s)", id, strings.Join(known, ", "))}
+		}
+		require[id] = true
+	}
+	scripts := Scripts(filepath.Join(in.PayloadRoot, "patches"))
+	names := set.Packages()
+	for _, s := range scripts {
+		if !slices.Contains(names, s.Package) {
+			names = append(names, s.Package)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		o.State, o.Summary = "none", "no patch definitions"
+		return o, nil
+	}
+
+	loc, err := locate(ctx, in, names)
+	if err == nil {
+		loc.FillVersions(set, in.Dir)
+	}
+	if err != nil {
+		// Cannot know where the engine is: nothing is patched. A required
+		// patch cannot be vouched for, so that refuses.
+		o.State, o.Summary = "skipped", err.Error()
+		log.Warn("engine patches skipped: " + err.Error())
+		for _, d := range set.Defs {
+			if d.Required || require[d.ID] {
+				return o, &RequiredError{fmt.Errorf("required patch %s (%s) cannot be checked: %v", d.ID, d.Summary, err)}
+			}
+		}
+		return o, nil
+	}
+	o.Location = loc
+	for _, n := range names {
+		pkg := loc.Packages[n]
+		if !pkg.Found {
+			log.Info(fmt.Sprintf("engine patches for %s skipped: %s", n, pkg.Why))
+			continue
+		}
+		cached := ""
+		if loc.Cached {
+			cached = " (location cached)"
+		}
+		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
+	}
+
+	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require})
+	counts := map[State]int{}
+	var refusal error
+	for _, r := range o.Results {
+		counts[r.State]++
+		logResult(log, r)
+		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && r.State == Pending) {
+			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
+		}
+	}
+	o.Scripts = RunScripts(ctx, scripts, loc, loc.Interpreter, in.Env, 0, in.DryRun)
+	for _, s := range o.Scripts {
+		switch {
+		case !s.Ran:
+			log.Info(fmt.Sprintf("patch script %s: %s", s.Path, s.Why))
+		case s.ExitCode != 0:
+			log.Warn(fmt.Sprintf("patch script %s failed (exit %d, %s): %s", s.Path, s.ExitCode, s.Why, s.Output))
+		default:
+			log.Info(fmt.Sprintf("patch script %s ran (exit 0, %s)", s.Path, s.Took))
+		}
+	}
+	var parts []string
+	for _, s := range []State{Applied, Pending, Upstream, NotApplicable, Drift} {
+		if counts[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
+		}
+	}
+	o.State = "done"
+	if in.DryRun {
+		o.State = "planned"
+	}
+	o.Summary = strings.Join(parts, ", ")
+	return o, refusal
+}
+
+// locate asks the container's interpreter, with the worker's final
+// environment and working directory, where the engine packages resolve,
+// and reads each found package's version.
+func locate(ctx context.Context, in Input, names []string) (*Location, error) {
+	if in.Python == "" {
+		return nil, fmt.Errorf("cannot run the interpreter to locate %s: %v", strings.Join(names, ", "), in.PythonErr)
+	}
+	l := &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir}
+	return l.Locate(ctx, names)
+}
+
+// FillVersions reads each found package's version from the dist-info of
+// the distribution set's definitions name for it. The dist-info may be
+// beside the package (a regular install) or in any sys.path entry (an
+// editable install keeps its dist-info in site-packages, far from the
+// source); an empty entry is cwd.
+func (loc *Location) FillVersions(set *Set, cwd string) {
+	dist := func(name string) string {
+		for _, d := range set.Defs {
+			if d.Package == name && d.Distribution != "" {
+				return d.Distribution
+			}
+		}
+		return name
+	}
+	for n, pkg := range loc.Packages {
+		if !pkg.Found {
+			continue
+		}
+		dirs := []string{filepath.Dir(pkg.Dir)}
+		for _, s := range loc.SysPath {
+			if s == "" {
+				s = cwd
+			}
+			if !slices.Contains(dirs, s) {
+				dirs = append(dirs, s)
+			}
+		}
+		pkg.Version, pkg.VersionFrom = DistVersion(dist(n), dirs)
+		loc.Packages[n] = pkg
+	}
+}
+
+func logResult(log *slog.Logger, r Result) {
+	switch {
+	case r.Action == "applied":
+		var files []string
+		for _, e := range r.Edits {
+			if e.SHA256Before != e.SHA256After && !slices.Contains(files, e.Path) {
+				files = append(files, e.Path)
+			}
+		}
+		log.Info(fmt.Sprintf("patch %s applied to %s (%s)", r.ID, strings.Join(files, ", "), r.Summary))
+	case r.Action == "would-apply":
+		log.Info(fmt.Sprintf("patch %s would be applied (%s)", r.ID, r.Summary))
+	case r.Action == "failed":
+		log.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, r.Why))
+	case r.State == Applied:
+		log.Info(fmt.Sprintf("patch %s already applied", r.ID))
+	case r.State == Upstream:
+		log.Info(fmt.Sprintf("patch %s not needed: fixed upstream (%s)", r.ID, r.Why))
+	case r.Missing:
+		// The package is not there; its own line already said so.
+		log.Debug(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
+	case r.State == NotApplicable:
+		log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
+	case r.State == Drift:
+		log.Warn(fmt.Sprintf("patch %s not applied: drift in %s", r.ID, r.Why))
+	default:
+		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
+	}
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "(version unknown)"
+	}
+	return v
+}
