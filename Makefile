@@ -21,7 +21,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/infera-exec
 
 $(SANDBOX): FORCE
-	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/sandbox/cmd/sandbox
+	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/testsupport/sandbox/cmd/sandbox
 
 # The binary as the entrypoint of a container-like sandbox: private mounts,
 # PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/cli"
-	"github.com/infera/infera-exec/internal/fixture"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
 
 // benchPayload lays out a vLLM-style container: ROCm 7, an interpreter

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/internal/fixture"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
 
 // Every test tree states the patch states --check must find in it, one
