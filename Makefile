@@ -4,6 +4,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/infera-exec
+PAYLOAD_TOOL := bin/infera-payload
 SANDBOX   := build/sandbox
 DEMO      := build/demo
 PAYLOAD   := build/payload
@@ -16,12 +17,18 @@ TREES     ?=
 
 all: build
 
-# Static, reproducible, version-stamped.
+# Go modules: the shim's, and the build-time tools' (tools/: infera-payload
+# and go-containerregistry, which never enter the shim's build).
+MODULES   := . tools
+
+# The shim: static, reproducible, version-stamped. Then infera-payload, the
+# payload and image builder, from the tools module.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/infera-exec
+	cd tools && CGO_ENABLED=0 $(GO) build -trimpath -o ../$(PAYLOAD_TOOL) ./cmd/infera-payload
 
 $(SANDBOX): FORCE
-	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/sandbox/cmd/sandbox
+	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/testsupport/sandbox/cmd/sandbox
 
 # The binary as the entrypoint of a container-like sandbox: private mounts,
 # PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM
@@ -34,7 +41,7 @@ DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(D
 	env INFERA_REQUIRE_NATIVE=mooncake INFERA_ENGINE_READY_TIMEOUT=90m PYTHONPATH=/opt/engine
 
 demo: build $(SANDBOX)
-	$(GO) run ./internal/mkpayload -out $(PAYLOAD) -bin $(BIN) -demo $(DEMO)
+	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) -demo $(DEMO)
 	@echo; echo '== infera-exec --doctor: the preflight checks alone =='
 	-$(DEMO_RUN) /overlay/bin/infera-exec --doctor python3 -m infera_demo.worker --model /opt/models/demo
 	@echo; echo '== infera-exec --explain (changes nothing) =='
@@ -48,7 +55,7 @@ demo: build $(SANDBOX)
 # TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"
 # (default: the demo trees), and PATCHES=dir of extra patch definitions.
 payload: build
-	$(GO) run ./internal/mkpayload -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
+	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
 
 # The overlay image, without a Docker daemon: FROM scratch, the payload as
 # its root filesystem, ENTRYPOINT infera-exec --install, CMD /overlay.
@@ -56,13 +63,14 @@ payload: build
 # tarball (docker load -i $(ARCHIVE)). Reproducible: set SOURCE_DATE_EPOCH
 # to stamp another time than the epoch. Dockerfile.overlay builds the same.
 overlay-image: payload
-	$(GO) run ./internal/mkimage -payload $(PAYLOAD) -oci $(OCI) -archive $(ARCHIVE) \
+	$(PAYLOAD_TOOL) image -payload $(PAYLOAD) -oci $(OCI) -archive $(ARCHIVE) \
 		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH)
 
-# The main module, then the Kubernetes examples' checks (a module of their
-# own, so k8s.io/api never enters the shim's build).
+# The main module, the tools module, then the Kubernetes examples' checks
+# (a module of their own, so k8s.io/api never enters the shim's build).
 test: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
+	cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
 	cd deploy/k8s/check && $(GO) test -count=1 ./...
 
 bench: build
@@ -71,14 +79,16 @@ bench: build
 # Every fuzz target for FUZZTIME each (go test runs only their seed corpus).
 FUZZTIME ?= 30s
 fuzz:
-	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
-	  for f in $$(grep -h '^func Fuzz' $$pkg/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	@for mod in $(MODULES); do \
+	  for pkg in $$(cd $$mod && $(GO) list -f '{{.Dir}}' ./...); do \
+	    for f in $$(grep -hs '^func Fuzz' $$pkg/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	      echo "== $$pkg $$f"; (cd $$pkg && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) .) || exit 1; \
+	    done; \
 	  done; \
 	done
 
 vet:
-	$(GO) vet ./...
+	@for mod in $(MODULES); do echo "== vet $$mod"; (cd $$mod && $(GO) vet ./...) || exit 1; done
 
 clean:
 	rm -rf bin build

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/internal/fixture"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
 
 // benchPayload lays out a vLLM-style container: ROCm 7, an interpreter

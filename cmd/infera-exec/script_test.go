@@ -15,8 +15,8 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/infera/infera-exec/internal/fixture"
-	"github.com/infera/infera-exec/internal/sandbox"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/internal/testsupport/sandbox"
 	"github.com/infera/infera-exec/overlay"
 )
 
@@ -326,7 +326,7 @@ func cmdMkrdma(ts *testscript.TestScript, neg bool, args []string) {
 	dir := ts.MkAbs(args[0])
 	ts.Check(os.MkdirAll(filepath.Join(dir, "devib"), 0o755))
 	ts.Check(os.WriteFile(filepath.Join(dir, "devib", "uverbs0"), nil, 0o644))
-	ts.Check(fixture.RDMAProbes("../../internal/fixture/rdma", dir))
+	ts.Check(fixture.RDMAProbes("../../internal/testsupport/fixture/rdma", dir))
 	abi := 1
 	if v := ts.Getenv("RDMA_ABI"); v != "" {
 		var err error

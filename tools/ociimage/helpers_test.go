@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"crypto/sha256"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/tools/payloadindex"
 )
 
 // The repository root, from this package's directory.
@@ -26,7 +27,7 @@ var scratch string // removed by TestMain
 
 func TestMain(m *testing.M) {
 	var err error
-	if scratch, err = os.MkdirTemp("", "mkimage-test-"); err != nil {
+	if scratch, err = os.MkdirTemp("", "ociimage-test-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -86,7 +87,7 @@ var (
 )
 
 // testPayload is a payload made by the project's own tool
-// (internal/mkpayload) from trees with what a real payload has and what a
+// (payloadindex, `infera-payload index`) from trees with what a real payload has and what a
 // naive copy gets wrong: relative symlinks to files and to a directory, a
 // private file, an empty file and an empty directory, a read-only and a
 // group-only directory, a path longer than a plain tar name field. The
@@ -141,13 +142,11 @@ func makePayload(bin string) (string, error) {
 	}
 
 	out := filepath.Join(scratch, "payload")
-	cmd := exec.Command("go", "run", "./internal/mkpayload", "-out", out, "-bin", bin,
-		"-tree", py+":py312", "-tree", native+":native/rocm7-py312")
-	cmd.Dir = repo
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("mkpayload: %v\n%s", err, b)
+	if _, err := payloadindex.Build(payloadindex.Options{Out: out, Bin: bin,
+		Trees: []string{py + ":py312", native + ":native/rocm7-py312"}}); err != nil {
+		return "", fmt.Errorf("payload: %w", err)
 	}
-	// Directory modes mkpayload does not carry over, then the index again.
+	// Directory modes the payload build does not carry over, then the index again.
 	for p, m := range map[string]os.FileMode{
 		"py312/infera_demo/readonly": 0o555,
 		"py312/infera_demo/empty":    0o750,
@@ -253,13 +252,13 @@ func snapshot(t *testing.T, root string, ignore ...string) map[string]string {
 
 // buildTo builds the image of payload into dir (layout dir/oci, archive
 // dir/overlay.tar) with the defaults of the command line.
-func buildTo(t *testing.T, payload, dir string) (*result, options) {
-	o := options{
+func buildTo(t *testing.T, payload, dir string) (*Result, Options) {
+	o := Options{
 		Payload: payload, OCI: filepath.Join(dir, "oci"), Archive: filepath.Join(dir, "overlay.tar"),
 		Tag: "latest", Name: "infera/overlay:test", Version: "test", Revision: "0123456789ab",
 		Arch: runtime.GOARCH, OS: "linux", Created: time.Unix(0, 0).UTC(),
 	}
-	r, err := build(o)
+	r, err := Build(o)
 	require.NoError(t, err)
 	return r, o
 }

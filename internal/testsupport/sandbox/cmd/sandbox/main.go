@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/infera/infera-exec/internal/sandbox"
+	"github.com/infera/infera-exec/internal/testsupport/sandbox"
 )
 
 func main() { os.Exit(sandbox.Main()) }

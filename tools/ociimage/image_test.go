@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"archive/tar"
@@ -58,7 +58,7 @@ func TestReproducible(t *testing.T) {
 	o3 := o1
 	o3.Created = time.Unix(1700000000, 0).UTC()
 	o3.OCI, o3.Archive = filepath.Join(tempDir(t), "oci"), ""
-	r3, err := build(o3)
+	r3, err := Build(o3)
 	require.NoError(t, err)
 	assert.NotEqual(t, r1.Digest, r3.Digest, "SOURCE_DATE_EPOCH must change the image")
 }
@@ -175,79 +175,79 @@ func TestRefusesPayload(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name   string
-		change func(t *testing.T, dir string, o *options)
+		change func(t *testing.T, dir string, o *Options)
 		want   string
 	}{
-		{"file changed, same size", func(t *testing.T, dir string, _ *options) {
+		{"file changed, same size", func(t *testing.T, dir string, _ *Options) {
 			f := filepath.Join(dir, "py312/infera_demo/worker.py")
 			data, err := os.ReadFile(f)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(f, bytes.ToUpper(data), 0o644))
 		}, "py312/infera_demo/worker.py: 27 bytes with SHA-256"},
-		{"file truncated", func(t *testing.T, dir string, _ *options) {
+		{"file truncated", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.Truncate(filepath.Join(dir, "bin/infera-exec"), 4096))
 		}, "bin/infera-exec: 4096 bytes"},
-		{"file not in the index", func(t *testing.T, dir string, _ *options) {
+		{"file not in the index", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "py312/extra.py"), nil, 0o644))
 		}, "py312/extra.py: in the payload, not in the index"},
-		{"file missing", func(t *testing.T, dir string, _ *options) {
+		{"file missing", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.Remove(filepath.Join(dir, "py312/infera_demo/secret.cfg")))
 		}, "py312/infera_demo/secret.cfg: in the index, missing from the payload"},
-		{"mode changed", func(t *testing.T, dir string, _ *options) {
+		{"mode changed", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.Chmod(filepath.Join(dir, "py312/infera_demo/secret.cfg"), 0o644))
 		}, "secret.cfg: mode 0644, the index says 0600"},
-		{"directory mode changed", func(t *testing.T, dir string, _ *options) {
+		{"directory mode changed", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.Chmod(filepath.Join(dir, "py312/infera_demo/empty"), 0o755))
 		}, "empty: mode 0755, the index says 0750"},
-		{"symlink retargeted", func(t *testing.T, dir string, _ *options) {
+		{"symlink retargeted", func(t *testing.T, dir string, _ *Options) {
 			l := filepath.Join(dir, "native/rocm7-py312/lib/libdemo.so")
 			require.NoError(t, os.Remove(l))
 			require.NoError(t, os.Symlink("libdemo.so.1.0.0", l))
 		}, "libdemo.so: -> libdemo.so.1.0.0, the index says -> libdemo.so.1"},
-		{"file became a symlink", func(t *testing.T, dir string, _ *options) {
+		{"file became a symlink", func(t *testing.T, dir string, _ *Options) {
 			f := filepath.Join(dir, "native/rocm7-py312/CAPABILITIES")
 			require.NoError(t, os.Remove(f))
 			require.NoError(t, os.Symlink("lib/libdemo.so.1.0.0", f))
 		}, "CAPABILITIES: a symlink, the index says file"},
-		{"symlink out of the payload", func(t *testing.T, dir string, _ *options) {
+		{"symlink out of the payload", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.Symlink("../../../etc/passwd", filepath.Join(dir, "py312/passwd")))
 		}, "leads out of the payload"},
-		{"named pipe", func(t *testing.T, dir string, _ *options) {
+		{"named pipe", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "py312/pipe"), 0o644))
 		}, "a payload holds files, directories and symlinks only"},
-		{"index lists another type", func(t *testing.T, dir string, _ *options) {
+		{"index lists another type", func(t *testing.T, dir string, _ *Options) {
 			f := filepath.Join(dir, overlay.IndexName)
 			data, err := os.ReadFile(f)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(f, bytes.Replace(data, []byte(`"type": "symlink"`), []byte(`"type": "hardlink"`), 1), 0o644))
 		}, `type "hardlink" is not dir, file or symlink`},
-		{"no index", func(t *testing.T, dir string, _ *options) {
+		{"no index", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.Remove(filepath.Join(dir, overlay.IndexName)))
 		}, "payload index"},
-		{"binary is not ELF", func(t *testing.T, dir string, _ *options) {
+		{"binary is not ELF", func(t *testing.T, dir string, _ *Options) {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "bin/infera-exec"), []byte("#!/bin/sh\n"), 0o755))
 			reindex(t, dir)
 		}, "the image's entrypoint must be the static infera-exec"},
-		{"binary is dynamically linked", func(t *testing.T, dir string, _ *options) {
+		{"binary is dynamically linked", func(t *testing.T, dir string, _ *Options) {
 			dyn := dynamicELF(t)
 			data, err := os.ReadFile(dyn)
 			require.NoError(t, err)
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "bin/infera-exec"), data, 0o755))
 			reindex(t, dir)
 		}, "is dynamically linked"},
-		{"binary for another architecture", func(t *testing.T, _ string, o *options) {
+		{"binary for another architecture", func(t *testing.T, _ string, o *Options) {
 			o.Arch = otherArch
 		}, "the image is for " + otherArch},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyPayload(t, p)
 			out := tempDir(t)
-			o := options{
+			o := Options{
 				Payload: dir, OCI: filepath.Join(out, "oci"), Archive: filepath.Join(out, "overlay.tar"),
 				Tag: "latest", Name: "infera/overlay:test", Arch: runtime.GOARCH, OS: "linux",
 			}
 			c.change(t, dir, &o)
-			_, err := build(o)
+			_, err := Build(o)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 			assert.NoFileExists(t, o.Archive)
@@ -298,61 +298,6 @@ func readArchiveManifest(t *testing.T, file string) []struct {
 		}
 		require.NoError(t, json.NewDecoder(tr).Decode(&m))
 		return m
-	}
-}
-
-// The command line: flags, SOURCE_DATE_EPOCH, the names of the outputs.
-func TestCommandLine(t *testing.T) {
-	p := testPayload(t)
-	out := tempDir(t)
-	oci, archive := filepath.Join(out, "oci"), filepath.Join(out, "img.tar")
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"-payload", p, "-oci", oci, "-archive", archive, "-tag", "v1",
-		"-version", "v1.2.3+dirty", "-revision", "abc", "-arch", runtime.GOARCH},
-		[]string{"SOURCE_DATE_EPOCH=1700000000"}, &stdout, &stderr)
-	require.Equal(t, 0, code, stderr.String())
-
-	img, desc := readLayout(t, oci, "v1")
-	assert.Contains(t, stdout.String(), "overlay image "+desc.Digest.String())
-	cf, err := img.ConfigFile()
-	require.NoError(t, err)
-	assert.Equal(t, "2023-11-14T22:13:20Z", cf.Created.UTC().Format(time.RFC3339))
-	assert.Equal(t, "v1.2.3+dirty", cf.Config.Labels[labelVer])
-	assert.Equal(t, "abc", cf.Config.Labels[labelRev])
-	cfgName, err := img.ConfigName()
-	require.NoError(t, err)
-
-	m := readArchiveManifest(t, archive)
-	require.Len(t, m, 1)
-	assert.Equal(t, []string{"infera/overlay:v1.2.3-dirty"}, m[0].RepoTags, "a version is turned into a valid tag")
-	assert.Contains(t, m[0].Config, cfgName.Hex)
-
-	// Outputs are replaced, not merged.
-	require.NoError(t, os.WriteFile(filepath.Join(oci, "stale"), nil, 0o644))
-	code = run([]string{"-payload", p, "-oci", oci, "-archive", "", "-arch", runtime.GOARCH}, nil, &stdout, &stderr)
-	require.Equal(t, 0, code, stderr.String())
-	assert.NoFileExists(t, filepath.Join(oci, "stale"))
-	readLayout(t, oci, "latest")
-
-	for _, c := range []struct {
-		args []string
-		env  []string
-		code int
-		want string
-	}{
-		{[]string{"-payload", p, "-oci", "", "-archive", ""}, []string{"SOURCE_DATE_EPOCH=yesterday"}, 64, "SOURCE_DATE_EPOCH"},
-		{[]string{"-payload", p, "-oci", "", "-archive", ""}, []string{"SOURCE_DATE_EPOCH=-1"}, 64, "SOURCE_DATE_EPOCH"},
-		{[]string{"-payload", p, "surplus"}, nil, 64, "unexpected argument"},
-		{[]string{"-no-such-flag"}, nil, 64, "not defined"},
-		{[]string{"-payload", p, "-oci", "", "-archive", "", "-name", "Not A Name"}, nil, 1, "-name"},
-		{[]string{"-payload", p, "-oci", "", "-archive", "", "-tag", "a b"}, nil, 1, "-tag"},
-		{[]string{"-payload", p, "-oci", "", "-archive", "", "-tag", "-x"}, nil, 1, "-tag"},
-		{[]string{"-payload", filepath.Join(out, "none"), "-oci", "", "-archive", ""}, nil, 1, "no such file"},
-	} {
-		stdout.Reset()
-		stderr.Reset()
-		assert.Equal(t, c.code, run(c.args, c.env, &stdout, &stderr), "%v %v", c.args, c.env)
-		assert.Contains(t, stderr.String(), c.want, "%v", c.args)
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"bytes"
@@ -48,7 +48,7 @@ func skopeoInspect(t *testing.T, skopeo, ref string, flags ...string) map[string
 
 // skopeo, the containers/image implementation Podman and CRI-O use, reads
 // both outputs: the layout by its ref name and the archive by its repo
-// tag, with the entrypoint, platform and blobs mkimage wrote.
+// tag, with the entrypoint, platform and blobs Build wrote.
 func TestSkopeoReadsBothForms(t *testing.T) {
 	skopeo := tool(t, "skopeo", "skopeo")
 	r, o := buildTo(t, testPayload(t), tempDir(t))
@@ -74,7 +74,7 @@ func TestSkopeoReadsBothForms(t *testing.T) {
 		assert.Equal(t, r.Config.String(), rc["digest"], "%s: config digest", ref)
 	}
 
-	// The layout: the manifest skopeo reads is the one whose digest mkimage
+	// The layout: the manifest skopeo reads is the one whose digest Build
 	// printed.
 	info := skopeoInspect(t, skopeo, layoutRef)
 	assert.Equal(t, r.Digest.String(), info["Digest"])

@@ -1,4 +1,4 @@
-package main
+package ociimage
 
 import (
 	"encoding/json"
@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Dockerfile.overlay describes the image mkimage builds. This test fails
+// Dockerfile.overlay describes the image Build builds. This test fails
 // when one of them changes without the other: the final stage must be
 // FROM scratch with the payload made in the build stage copied to /, and
-// the ENTRYPOINT, CMD, ENV and LABELs must be those of the config mkimage
-// writes; the build stage must build the binary as `make build` does and
-// the payload where `make payload` puts it.
+// the ENTRYPOINT, CMD, ENV and LABELs must be those of the config Build
+// writes; the build stage must build the binary and infera-payload as
+// `make build` does and the payload where `make payload` puts it.
 func TestDockerfileInStep(t *testing.T) {
 	text, err := os.ReadFile(filepath.Join(repo, "Dockerfile.overlay"))
 	require.NoError(t, err)
@@ -41,7 +41,7 @@ func TestDockerfileInStep(t *testing.T) {
 	for _, in := range final.ins {
 		counts[in.cmd]++
 		assert.Contains(t, []string{"ARG", "COPY", "ENV", "LABEL", "ENTRYPOINT", "CMD"}, in.cmd,
-			"line %d: %s in the final stage has no counterpart in internal/mkimage", in.line, in.cmd)
+			"line %d: %s in the final stage has no counterpart in tools/ociimage", in.line, in.cmd)
 	}
 	for _, c := range []string{"COPY", "ENTRYPOINT", "CMD"} {
 		assert.Equal(t, 1, counts[c], "one %s in the final stage", c)
@@ -96,35 +96,42 @@ func TestDockerfileInStep(t *testing.T) {
 	assert.Equal(t, "/", words[2], "the payload is the image's root filesystem")
 	assert.True(t, strings.HasSuffix(words[1], "/"), "COPY %s: copy the directory's contents, with a trailing /", words[1])
 
-	goBuild, mkpayload := build.run(t, "go build"), build.run(t, "go run ./internal/mkpayload")
-	require.NotNil(t, goBuild, "the build stage runs go build")
-	require.NotNil(t, mkpayload, "the build stage runs go run ./internal/mkpayload")
-	out, bin := flagValue(mkpayload, "-out"), flagValue(mkpayload, "-bin")
-	assert.Equal(t, path.Join(build.workdir, out), path.Clean(words[1]), "COPY copies what mkpayload made (-out %s in %s)", out, build.workdir)
-	assert.Equal(t, mk.vars["PAYLOAD"], out, "mkpayload -out: the Makefile's PAYLOAD")
-	assert.Equal(t, mk.vars["BIN"], bin, "mkpayload -bin: the Makefile's BIN")
+	tool := mk.vars["PAYLOAD_TOOL"]
+	require.NotEmpty(t, tool, "the Makefile names the payload tool (PAYLOAD_TOOL)")
+	index := build.run(t, tool+" index")
+	require.NotNil(t, index, "the build stage runs %s index", tool)
+	out, bin := flagValue(index, "-out"), flagValue(index, "-bin")
+	assert.Equal(t, path.Join(build.workdir, out), path.Clean(words[1]), "COPY copies what %s index made (-out %s in %s)", tool, out, build.workdir)
+	assert.Equal(t, mk.vars["PAYLOAD"], out, "%s index -out: the Makefile's PAYLOAD", tool)
+	assert.Equal(t, mk.vars["BIN"], bin, "%s index -bin: the Makefile's BIN", tool)
 	assert.Equal(t, "/"+binaryPath, cf.Config.Entrypoint[0], "the entrypoint is the payload's binary")
 
-	// The binary: the same command as `make build`, with the version and
-	// commit from the build args.
+	// The binary and the payload tool: the same commands as `make build`,
+	// with the version and commit from the build args.
 	recipe := mk.recipe(t, "build", map[string]string{"VERSION": "@VERSION@", "COMMIT": "@REVISION@"})
-	var want []string
-	for _, line := range recipe {
-		if w, err := shellWords(line); err == nil && slices.Contains(w, "build") {
-			want = w
+	for _, pkg := range []string{"./cmd/infera-exec", "./cmd/infera-payload"} {
+		var want []string
+		for _, line := range recipe {
+			if w, err := shellWords(line); err == nil && slices.Contains(w, "build") && slices.Contains(w, pkg) {
+				want = w
+			}
 		}
+		require.NotEmpty(t, want, "the Makefile's build target builds %s", pkg)
+		run := build.run(t, pkg)
+		require.NotNil(t, run, "the build stage builds %s", pkg)
+		got, err := shellWords(expand(run.args, map[string]string{"VERSION": "@VERSION@", "REVISION": "@REVISION@"}))
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "the Dockerfile builds %s differently from `make build`", pkg)
 	}
-	require.NotEmpty(t, want, "the Makefile's build target runs go build")
-	got, err := shellWords(expand(goBuild.args, map[string]string{"VERSION": "@VERSION@", "REVISION": "@REVISION@"}))
-	require.NoError(t, err)
-	assert.Equal(t, want, got, "the Dockerfile builds the binary differently from `make build`")
 
-	// The Go toolchain: the one go.mod asks for.
-	gomod, err := os.ReadFile(filepath.Join(repo, "go.mod"))
-	require.NoError(t, err)
-	goVer := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
-	require.NotNil(t, goVer)
-	assert.Equal(t, "golang:"+string(goVer[1]), build.from, "the build stage's Go is go.mod's")
+	// The Go toolchain: the one both modules' go.mod ask for.
+	for _, mod := range []string{"go.mod", "tools/go.mod"} {
+		gomod, err := os.ReadFile(filepath.Join(repo, mod))
+		require.NoError(t, err)
+		goVer := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
+		require.NotNil(t, goVer, mod)
+		assert.Equal(t, "golang:"+string(goVer[1]), build.from, "the build stage's Go is %s's", mod)
+	}
 }
 
 type instruction struct {

@@ -1,5 +1,5 @@
-// Command mkimage builds the overlay image from a payload directory (what
-// `make payload` writes), without a Docker daemon:
+// Package ociimage builds the overlay image from a payload directory (what
+// `infera-payload index` writes), without a Docker daemon:
 //
 //	FROM scratch
 //	one layer whose root filesystem is the payload: /bin/infera-exec,
@@ -28,7 +28,7 @@
 //
 // Dockerfile.overlay describes the same image for people who build with
 // Docker; a test keeps the two in step.
-package main
+package ociimage
 
 import (
 	"archive/tar"
@@ -76,16 +76,16 @@ const (
 	labelVer    = "org.opencontainers.image.version"
 	labelRev    = "org.opencontainers.image.revision"
 	defaultRepo = "infera/overlay"
-	historyText = "infera-exec mkimage: the payload as the root filesystem"
+	historyText = "infera-payload image: the payload as the root filesystem"
 )
 
-// options are the inputs of one build.
-type options struct {
+// Options are the inputs of one build.
+type Options struct {
 	Payload  string    // payload directory, with payload.index.json
 	OCI      string    // OCI image layout directory to write (replaced); empty: none
 	Archive  string    // docker-archive tarball to write (replaced); empty: none
 	Tag      string    // ref name of the image in the OCI layout
-	Name     string    // repository:tag of the image in the docker-archive
+	Name     string    // repository:tag of the image in the docker-archive; empty: ArchiveName
 	Version  string    // org.opencontainers.image.version
 	Revision string    // org.opencontainers.image.revision
 	Arch     string    // config architecture
@@ -93,68 +93,40 @@ type options struct {
 	Created  time.Time // every timestamp in the image
 }
 
-// result is what was built.
-type result struct {
+// Result is what was built.
+type Result struct {
 	Digest  v1.Hash // manifest digest: the image's identity in a registry and the layout
 	Config  v1.Hash // config digest: the image id `docker load` shows
 	DiffID  v1.Hash // the uncompressed layer
 	Entries int     // tar entries in the layer
 }
 
-func main() {
-	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+// Flags registers the Options on fl, with their defaults. Created is not
+// a flag: it comes from SOURCE_DATE_EPOCH (SourceDate).
+func (o *Options) Flags(fl *flag.FlagSet) {
+	fl.StringVar(&o.Payload, "payload", "build/payload", "payload `DIR` with its index, as `infera-payload index` writes it")
+	fl.StringVar(&o.OCI, "oci", "build/overlay-oci", "OCI image layout `DIR` to write (replaced); empty for none")
+	fl.StringVar(&o.Archive, "archive", "build/overlay.tar", "docker-archive tarball `FILE` to write (replaced); empty for none")
+	fl.StringVar(&o.Tag, "tag", "latest", "the image's ref name in the OCI layout (oci:DIR:`TAG`)")
+	fl.StringVar(&o.Name, "name", "", "the image's `REPO:TAG` in the docker-archive (default "+defaultRepo+":VERSION)")
+	fl.StringVar(&o.Version, "version", "dev", "image version label `V`")
+	fl.StringVar(&o.Revision, "revision", "unknown", "image revision label `R` (the commit)")
+	fl.StringVar(&o.Arch, "arch", "amd64", "image architecture `ARCH` (GOARCH names); must match bin/infera-exec")
+	fl.StringVar(&o.OS, "os", "linux", "image operating system `OS`")
 }
 
-func run(args, env []string, stdout, stderr io.Writer) int {
-	fl := flag.NewFlagSet("mkimage", flag.ContinueOnError)
-	fl.SetOutput(stderr)
-	var o options
-	fl.StringVar(&o.Payload, "payload", "build/payload", "payload DIRECTORY with its index, as make payload writes it")
-	fl.StringVar(&o.OCI, "oci", "build/overlay-oci", "OCI image layout directory to write (replaced); empty for none")
-	fl.StringVar(&o.Archive, "archive", "build/overlay.tar", "docker-archive tarball to write (replaced); empty for none")
-	fl.StringVar(&o.Tag, "tag", "latest", "the image's ref name in the OCI layout (oci:DIR:TAG)")
-	fl.StringVar(&o.Name, "name", "", "the image's repository:tag in the docker-archive (default "+defaultRepo+":VERSION)")
-	fl.StringVar(&o.Version, "version", "dev", "image version label")
-	fl.StringVar(&o.Revision, "revision", "unknown", "image revision label (the commit)")
-	fl.StringVar(&o.Arch, "arch", "amd64", "image architecture; must match bin/infera-exec")
-	fl.StringVar(&o.OS, "os", "linux", "image operating system")
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 64
+// ArchiveName is the docker-archive's repository:tag: Name, else
+// infera/overlay with the version made a valid tag.
+func (o Options) ArchiveName() string {
+	if o.Name != "" {
+		return o.Name
 	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "mkimage: unexpected argument %q\n", fl.Arg(0))
-		return 64
-	}
-	created, err := sourceDate(env)
-	if err != nil {
-		fmt.Fprintf(stderr, "mkimage: %v\n", err)
-		return 64
-	}
-	o.Created = created
-	if o.Name == "" {
-		o.Name = defaultRepo + ":" + tagSafe(o.Version)
-	}
-	r, err := build(o)
-	if err != nil {
-		fmt.Fprintf(stderr, "mkimage: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "overlay image %s (config %s, %d entries, %s/%s)\n", r.Digest, r.Config, r.Entries, o.OS, o.Arch)
-	if o.OCI != "" {
-		fmt.Fprintf(stdout, "  OCI layout      %s  (oci:%s:%s)\n", o.OCI, o.OCI, o.Tag)
-	}
-	if o.Archive != "" {
-		fmt.Fprintf(stdout, "  docker-archive  %s  (%s)\n", o.Archive, o.Name)
-	}
-	return 0
+	return defaultRepo + ":" + tagSafe(o.Version)
 }
 
-// sourceDate is SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/),
+// SourceDate is SOURCE_DATE_EPOCH (https://reproducible-builds.org/specs/source-date-epoch/),
 // else the Unix epoch.
-func sourceDate(env []string) (time.Time, error) {
+func SourceDate(env []string) (time.Time, error) {
 	v := ""
 	for _, kv := range env {
 		if k, val, ok := strings.Cut(kv, "="); ok && k == "SOURCE_DATE_EPOCH" {
@@ -190,16 +162,16 @@ func tagSafe(v string) string {
 	return t
 }
 
-func build(o options) (*result, error) {
+func Build(o Options) (*Result, error) {
 	if o.Arch == "" || o.OS == "" {
 		return nil, errors.New("-arch and -os must not be empty")
 	}
 	if !refName.MatchString(o.Tag) {
 		return nil, fmt.Errorf("-tag %q: want a ref name such as latest or v1.2.3", o.Tag)
 	}
-	ref, err := name.NewTag(o.Name)
+	ref, err := name.NewTag(o.ArchiveName())
 	if err != nil {
-		return nil, fmt.Errorf("-name %q: %w", o.Name, err)
+		return nil, fmt.Errorf("-name %q: %w", o.ArchiveName(), err)
 	}
 	ix, err := verify(o.Payload)
 	if err != nil {
@@ -232,7 +204,7 @@ func build(o options) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &result{Entries: n}
+	r := &Result{Entries: n}
 	if r.Digest, err = img.Digest(); err != nil {
 		return nil, err
 	}
@@ -256,7 +228,7 @@ func build(o options) (*result, error) {
 }
 
 // image is scratch plus the payload layer, with OCI media types.
-func image(layer v1.Layer, o options) (v1.Image, error) {
+func image(layer v1.Layer, o Options) (v1.Image, error) {
 	cf := &v1.ConfigFile{
 		Architecture: o.Arch,
 		OS:           o.OS,
@@ -454,7 +426,7 @@ func copyChecked(w io.Writer, p string, e overlay.Entry) error {
 
 // writeLayout replaces dir with an OCI image layout holding img, tagged
 // through the ref name annotation.
-func writeLayout(dir string, img v1.Image, o options) error {
+func writeLayout(dir string, img v1.Image, o Options) error {
 	tmp, err := stageDir(dir)
 	if err != nil {
 		return err

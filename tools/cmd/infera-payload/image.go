@@ -1,0 +1,55 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/infera/infera-exec/tools/ociimage"
+)
+
+var imageCommand = subcommand{
+	name:     "image",
+	summary:  "pack a payload into the overlay image: an OCI layout and a docker-archive",
+	synopsis: "[-payload DIR] [-oci DIR] [-archive FILE] [-version V] [-revision R] [-arch ARCH]",
+	about: `
+Builds the overlay image without a Docker daemon: FROM scratch, one layer
+that is the payload, ENTRYPOINT ["/bin/infera-exec", "--install"],
+CMD ["/overlay"], PATH=/bin. Writes it as an OCI image layout (-oci,
+tagged -tag) and as a docker-archive tarball (-archive, named -name) with
+the same config and layer blobs, and prints the image's digest.
+
+The payload is checked against its index first, and bin/infera-exec must
+be a static executable for -arch. The build is reproducible: every
+timestamp is SOURCE_DATE_EPOCH (default 0, the epoch), so the same
+payload gives the same digest. Dockerfile.overlay builds the same files
+and configuration with Docker.`,
+	examples: []string{
+		"infera-payload image -payload build/payload -oci build/overlay-oci -archive build/overlay.tar -version v0.3.0 -revision $(git rev-parse --short=12 HEAD)",
+		"SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) infera-payload image -arch arm64 -archive ''",
+		"skopeo copy oci:build/overlay-oci:latest docker://REGISTRY/infera/overlay:TAG",
+	},
+	flags: func(fl *flag.FlagSet) action {
+		var o ociimage.Options
+		o.Flags(fl)
+		return func(env []string, stdout io.Writer) error {
+			created, err := ociimage.SourceDate(env)
+			if err != nil {
+				return usageError{err}
+			}
+			o.Created = created
+			r, err := ociimage.Build(o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "overlay image %s (config %s, %d entries, %s/%s)\n", r.Digest, r.Config, r.Entries, o.OS, o.Arch)
+			if o.OCI != "" {
+				fmt.Fprintf(stdout, "  OCI layout      %s  (oci:%s:%s)\n", o.OCI, o.OCI, o.Tag)
+			}
+			if o.Archive != "" {
+				fmt.Fprintf(stdout, "  docker-archive  %s  (%s)\n", o.Archive, o.ArchiveName())
+			}
+			return nil
+		}
+	},
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/infera/infera-exec/tools/payloadindex"
+)
+
+var indexCommand = subcommand{
+	name:     "index",
+	summary:  "build a payload directory and its index (payload.index.json)",
+	synopsis: "[-out DIR] [-bin BINARY] [-tree SRC:DEST]... [-patches DIR] [-demo DIR]",
+	about: `
+Replaces -out with a payload in the v0.2.2 layout: bin/infera-exec (the
+static binary), the trees given with -tree (py3XX/, native/rocmN-py3XX/),
+or without -tree the demo trees (py39..py314 with a tiny worker, native
+ROCm 7 trees with CAPABILITIES and a real ELF library), patches/ from
+-patches, and the index every byte is checked against by
+'infera-exec --install' and 'infera-payload image'.
+
+With -demo it also makes what 'make demo' mounts beside the payload: a
+fake ROCm 7 (rocm/), a vLLM install with pending fixes (engine/) and a
+model directory (models/demo).`,
+	examples: []string{
+		"infera-payload index -out build/payload -bin bin/infera-exec -tree build/wheels/py312:py312 -tree build/native/rocm7-py312:native/rocm7-py312",
+		"infera-payload index -out build/payload -bin bin/infera-exec -patches my-patches",
+		"infera-payload index -out build/payload -bin bin/infera-exec -demo build/demo",
+	},
+	flags: func(fl *flag.FlagSet) action {
+		var o payloadindex.Options
+		o.Flags(fl)
+		return func(_ []string, stdout io.Writer) error {
+			r, err := payloadindex.Build(o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "payload in %s: %d entries, index %s\n", r.Dir, r.Entries, r.Index)
+			if o.Demo == "" {
+				return nil
+			}
+			d, err := payloadindex.Demo(o.Demo, o.Engine)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "fake ROCm 7 in %s, engine in %s, models in %s\n", d.ROCm, d.Engine, d.Models)
+			return nil
+		}
+	},
+}

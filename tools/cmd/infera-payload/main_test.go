@@ -1,0 +1,199 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/overlay"
+)
+
+// The repository root, from this package's directory.
+const repo = "../../.."
+
+// shim is the real static binary: the one `make build` made
+// (INFERA_EXEC_BIN), or one built here the same way.
+func shim(t *testing.T) string {
+	if p := os.Getenv("INFERA_EXEC_BIN"); p != "" {
+		return p
+	}
+	p := filepath.Join(t.TempDir(), "infera-exec")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", p, "./cmd/infera-exec")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build:\n%s", out)
+	return p
+}
+
+type outcome struct {
+	code           int
+	stdout, stderr string
+}
+
+func runTool(args []string, env ...string) outcome {
+	var stdout, stderr bytes.Buffer
+	code := run(args, env, &stdout, &stderr)
+	return outcome{code, stdout.String(), stderr.String()}
+}
+
+// The help teaches: the overview names every subcommand of the table with
+// an example, and each subcommand's page has its options and examples.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		r := runTool(args)
+		require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		for _, sc := range subcommands {
+			assert.Contains(t, r.stdout, "  "+sc.name+"  ", "%v lists %s", args, sc.name)
+			assert.Contains(t, r.stdout, sc.examples[0], "%v shows an example of %s", args, sc.name)
+		}
+	}
+	for _, sc := range subcommands {
+		for _, args := range [][]string{{sc.name, "--help"}, {sc.name, "-h"}, {"help", sc.name}} {
+			r := runTool(args)
+			require.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+			assert.Contains(t, r.stdout, "Usage: infera-payload "+sc.name+" ", "%v", args)
+			assert.Contains(t, r.stdout, "Options:\n  -", "%v lists the options", args)
+			for _, e := range sc.examples {
+				assert.Contains(t, r.stdout, e, "%v", args)
+			}
+		}
+	}
+	assert.Contains(t, runTool([]string{"index", "--help"}).stdout, "-tree SRC:DEST")
+	assert.Contains(t, runTool([]string{"image", "--help"}).stdout, "SOURCE_DATE_EPOCH")
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "Subcommands:"},
+		{[]string{"mkimage"}, `no subcommand "mkimage"`},
+		{[]string{"help", "nope"}, `no subcommand "nope"`},
+		{[]string{"index", "-no-such-flag"}, "run 'infera-payload index --help'"},
+		{[]string{"index", "surplus"}, `unexpected argument "surplus"`},
+		{[]string{"image", "-payload"}, "flag needs an argument"},
+	} {
+		r := runTool(c.args)
+		assert.Equal(t, exitUsage, r.code, "%v", c.args)
+		assert.Contains(t, r.stderr, c.want, "%v", c.args)
+	}
+}
+
+// index, then image, as `make demo` and `make overlay-image` run them:
+// flags, SOURCE_DATE_EPOCH, the names of the outputs, and exit codes.
+func TestIndexThenImage(t *testing.T) {
+	dir := t.TempDir()
+	payload, demo := filepath.Join(dir, "payload"), filepath.Join(dir, "demo")
+	r := runTool([]string{"index", "-out", payload, "-bin", shim(t),
+		"-src", filepath.Join(repo, "testdata/demo/python"), "-demo", demo,
+		"-engine", filepath.Join(repo, "patches/testdata/trees/vllm-pending/site-packages")})
+	require.Equal(t, 0, r.code, r.stderr)
+	ix, _, err := overlay.ReadIndex(payload)
+	require.NoError(t, err)
+	assert.Contains(t, r.stdout, fmt.Sprintf("payload in %s: %d entries, index %s", payload, len(ix.Entries), filepath.Join(payload, overlay.IndexName)))
+	for _, p := range []string{"bin/infera-exec", "py39", "py314", "native/rocm7-py312/CAPABILITIES"} {
+		_, err := os.Lstat(filepath.Join(payload, p))
+		assert.NoError(t, err, "the payload has %s", p)
+	}
+	for _, p := range []string{"rocm", "engine", "models/demo"} {
+		assert.DirExists(t, filepath.Join(demo, p))
+	}
+	r = runTool([]string{"index", "-out", filepath.Join(dir, "bad"), "-bin", shim(t), "-tree", "x:/abs"})
+	assert.Equal(t, exitFailed, r.code)
+	assert.Contains(t, r.stderr, "want SRC:DEST with DEST relative")
+
+	oci, archive := filepath.Join(dir, "oci"), filepath.Join(dir, "img.tar")
+	r = runTool([]string{"image", "-payload", payload, "-oci", oci, "-archive", archive, "-tag", "v1",
+		"-version", "v1.2.3+dirty", "-revision", "abc", "-arch", runtime.GOARCH}, "SOURCE_DATE_EPOCH=1700000000")
+	require.Equal(t, 0, r.code, r.stderr)
+	img, desc := readLayout(t, oci, "v1")
+	assert.Contains(t, r.stdout, "overlay image "+desc.Digest.String())
+	cf, err := img.ConfigFile()
+	require.NoError(t, err)
+	assert.Equal(t, "2023-11-14T22:13:20Z", cf.Created.UTC().Format(time.RFC3339))
+	assert.Equal(t, "v1.2.3+dirty", cf.Config.Labels["org.opencontainers.image.version"])
+	assert.Equal(t, "abc", cf.Config.Labels["org.opencontainers.image.revision"])
+	cfgName, err := img.ConfigName()
+	require.NoError(t, err)
+	config, tags := archiveManifest(t, archive)
+	assert.Equal(t, []string{"infera/overlay:v1.2.3-dirty"}, tags, "a version is turned into a valid tag")
+	assert.Contains(t, config, cfgName.Hex)
+	assert.Contains(t, r.stdout, "(infera/overlay:v1.2.3-dirty)")
+
+	// Outputs are replaced, not merged.
+	require.NoError(t, os.WriteFile(filepath.Join(oci, "stale"), nil, 0o644))
+	r = runTool([]string{"image", "-payload", payload, "-oci", oci, "-archive", "", "-arch", runtime.GOARCH})
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.NoFileExists(t, filepath.Join(oci, "stale"))
+	readLayout(t, oci, "latest")
+
+	none := []string{"-oci", "", "-archive", ""}
+	for _, c := range []struct {
+		args []string
+		env  []string
+		code int
+		want string
+	}{
+		{append([]string{"image", "-payload", payload}, none...), []string{"SOURCE_DATE_EPOCH=yesterday"}, exitUsage, "SOURCE_DATE_EPOCH"},
+		{append([]string{"image", "-payload", payload}, none...), []string{"SOURCE_DATE_EPOCH=-1"}, exitUsage, "SOURCE_DATE_EPOCH"},
+		{[]string{"image", "-payload", payload, "surplus"}, nil, exitUsage, "unexpected argument"},
+		{[]string{"image", "-no-such-flag"}, nil, exitUsage, "not defined"},
+		{append([]string{"image", "-payload", payload, "-name", "Not A Name"}, none...), nil, exitFailed, "-name"},
+		{append([]string{"image", "-payload", payload, "-tag", "a b"}, none...), nil, exitFailed, "-tag"},
+		{append([]string{"image", "-payload", payload, "-tag", "-x"}, none...), nil, exitFailed, "-tag"},
+		{append([]string{"image", "-payload", filepath.Join(dir, "none")}, none...), nil, exitFailed, "no such file"},
+	} {
+		r := runTool(c.args, c.env...)
+		assert.Equal(t, c.code, r.code, "%v %v", c.args, c.env)
+		assert.Contains(t, r.stderr, c.want, "%v", c.args)
+	}
+}
+
+// readLayout opens the one image of an OCI layout, which must be tagged ref.
+func readLayout(t *testing.T, dir, ref string) (v1.Image, v1.Descriptor) {
+	idx, err := layout.ImageIndexFromPath(dir)
+	require.NoError(t, err)
+	im, err := idx.IndexManifest()
+	require.NoError(t, err)
+	require.Len(t, im.Manifests, 1, "one image in the layout")
+	d := im.Manifests[0]
+	require.Equal(t, ref, d.Annotations["org.opencontainers.image.ref.name"], "the layout's ref name")
+	img, err := idx.Image(d.Digest)
+	require.NoError(t, err)
+	return img, d
+}
+
+// archiveManifest is the config file name and repo tags of the one image
+// in a docker-archive's manifest.json.
+func archiveManifest(t *testing.T, file string) (string, []string) {
+	f, err := os.Open(file)
+	require.NoError(t, err)
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		require.NoError(t, err, "manifest.json not found in %s", file)
+		if h.Name != "manifest.json" {
+			continue
+		}
+		var m []struct {
+			Config   string
+			RepoTags []string
+		}
+		require.NoError(t, json.NewDecoder(tr).Decode(&m))
+		require.Len(t, m, 1)
+		return m[0].Config, m[0].RepoTags
+	}
+}

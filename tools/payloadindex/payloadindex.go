@@ -1,0 +1,157 @@
+// Package payloadindex assembles a payload in the v0.2.2 layout and writes
+// its index (payload.index.json), which `infera-exec --install` checks
+// every byte against:
+//
+//	bin/infera-exec             the static binary
+//	py3XX/, native/rocmN-py3XX/ the trees given as SRC:DEST, or the demo
+//	                            trees (py39..py314 holding a tiny worker;
+//	                            native trees for ROCm 7 with CAPABILITIES and
+//	                            a real ELF library)
+//	patches/<import-name>/      extra patch definitions
+//
+// Demo also makes what `make demo` mounts beside the payload: a fake
+// /opt/rocm whose libamdhip64 is a real ELF with SONAME libamdhip64.so.7,
+// a vLLM install with pending fixes and a model directory.
+package payloadindex
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/overlay"
+)
+
+// Options are the inputs of one payload build. The defaults (Flags) are
+// paths from the repository root, where `make` runs the tool.
+type Options struct {
+	Out     string   // payload directory to write (replaced)
+	Bin     string   // the infera-exec binary to put in bin/
+	Src     string   // pure-Python content of the demo trees
+	Patches string   // directory of extra patch definitions; empty: none
+	Trees   []string // SRC:DEST trees to copy; empty: the demo trees
+	Demo    string   // also make the demo's ROCm, engine and model here; empty: no
+	Engine  string   // with Demo: a vLLM install whose fixes are pending
+}
+
+// Flags registers the options on fl, with their defaults.
+func (o *Options) Flags(fl *flag.FlagSet) {
+	fl.StringVar(&o.Out, "out", "build/payload", "payload `DIR` to write (replaced)")
+	fl.StringVar(&o.Bin, "bin", "bin/infera-exec", "the static infera-exec `BINARY` to put in bin/")
+	fl.StringVar(&o.Src, "src", "testdata/demo/python", "`DIR` with the pure-Python content of the demo trees")
+	fl.StringVar(&o.Patches, "patches", "", "`DIR` of extra patch definitions (<import-name>/*.toml), copied to patches/")
+	fl.StringVar(&o.Demo, "demo", "", "also make the demo's fake ROCm 7, engine and model in `DIR`")
+	fl.StringVar(&o.Engine, "engine", "patches/testdata/trees/vllm-pending/site-packages", "with -demo: `DIR`, a vLLM install whose fixes are pending")
+	fl.Var((*trees)(&o.Trees), "tree", "copy the tree SRC to DEST in the payload: `SRC:DEST` (repeatable); default: the demo trees")
+}
+
+type trees []string
+
+func (t *trees) String() string     { return strings.Join(*t, ",") }
+func (t *trees) Set(v string) error { *t = append(*t, v); return nil }
+
+// Result is what Build wrote.
+type Result struct {
+	Dir     string // the payload directory
+	Index   string // its index file
+	Entries int    // entries in the index
+}
+
+// Native trees as a vLLM (py312) and an SGLang (py310) payload would ship
+// them; hipfile is vLLM-only.
+var native = map[string]string{
+	"rocm7-py310": "mooncake\n",
+	"rocm7-py311": "mooncake\n",
+	"rocm7-py312": "mooncake hipfile\n",
+}
+
+// Build replaces o.Out with a payload and its index. The demo fixtures
+// (o.Demo) are made by Demo, not here.
+func Build(o Options) (*Result, error) {
+	if err := os.RemoveAll(o.Out); err != nil {
+		return nil, err
+	}
+	if err := fixture.CopyFile(o.Bin, filepath.Join(o.Out, "bin", "infera-exec"), 0o755); err != nil {
+		return nil, err
+	}
+	if o.Patches != "" {
+		if err := fixture.CopyTree(o.Patches, filepath.Join(o.Out, "patches")); err != nil {
+			return nil, err
+		}
+	}
+	if len(o.Trees) > 0 {
+		for _, t := range o.Trees {
+			from, to, ok := strings.Cut(t, ":")
+			if !ok || to == "" || filepath.IsAbs(to) || strings.Contains(to, "..") {
+				return nil, fmt.Errorf("-tree %q: want SRC:DEST with DEST relative, e.g. build/py312:py312", t)
+			}
+			if err := fixture.CopyTree(from, filepath.Join(o.Out, to)); err != nil {
+				return nil, err
+			}
+		}
+	} else if err := demoTrees(o.Out, o.Src); err != nil {
+		return nil, err
+	}
+	ix, err := overlay.WriteIndex(o.Out)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Dir: o.Out, Index: filepath.Join(o.Out, overlay.IndexName), Entries: len(ix.Entries)}, nil
+}
+
+func demoTrees(out, src string) error {
+	for minor := 9; minor <= 14; minor++ {
+		if err := fixture.CopyTree(src, filepath.Join(out, fmt.Sprintf("py3%d", minor))); err != nil {
+			return err
+		}
+	}
+	for name, caps := range native {
+		dir := filepath.Join(out, "native", name)
+		if err := fixture.SharedObject(filepath.Join(dir, "lib", "libinfera_demo.so.1"), "libinfera_demo.so.1"); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "CAPABILITIES"), []byte(caps), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DemoDirs are the directories Demo makes under its directory.
+type DemoDirs struct {
+	ROCm, Engine, Models string
+}
+
+// Demo replaces dir with the demo's stand-ins for the engine image: ROCm 7
+// and a vLLM install (a copy of engine) shaped like the real one, with the
+// anchors of the project's fixes, for infera-exec to patch; and a model
+// directory with one small shard for the model-dir check.
+func Demo(dir, engine string) (*DemoDirs, error) {
+	d := &DemoDirs{
+		ROCm:   filepath.Join(dir, "rocm"),
+		Engine: filepath.Join(dir, "engine"),
+		Models: filepath.Join(dir, "models"),
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := fixture.ROCm(d.ROCm, 7, "7.1.70100"); err != nil {
+		return nil, err
+	}
+	if err := fixture.CopyTree(engine, d.Engine); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(d.Models, "demo"), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(d.Models, "demo", "model-00001-of-00001.safetensors"), make([]byte, 1<<20), 0o644); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
