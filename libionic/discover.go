@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/linkchain"
 )
@@ -89,7 +90,7 @@ func out(root, p string) string {
 // Discover finds libibverbs and reads from it where it will look for
 // provider name: the configuration directory and the provider directory
 // with its private ABI number, both compiled into the library.
-func Discover(root, name string) (*Container, *Object, error) {
+func Discover(root, name string) (*Container, *elfload.Object, error) {
 	c := &Container{LibDirs: libDirs()}
 	for _, d := range c.LibDirs {
 		p := filepath.Join(d, "libibverbs.so.1")
@@ -106,7 +107,7 @@ func Discover(root, name string) (*Container, *Object, error) {
 		return c, nil, fmt.Errorf("container libibverbs %s: %w", c.Libibverbs, err)
 	}
 	c.LibibverbsFile = out(root, chain[len(chain)-1])
-	ref, err := Inspect(in(root, c.LibibverbsFile))
+	ref, err := elfload.Read(in(root, c.LibibverbsFile))
 	if err != nil {
 		return c, nil, err
 	}
