@@ -5,7 +5,9 @@
 // ("Driver ionic does not support the kernel ABI of 1 (supports 4 to 4)").
 //
 // The package works on a container root (always "/" in production; a
-// directory tree in tests) and reports every check it made.
+// directory tree in tests) and reports every check it made. Whether a
+// build will load is elfload's question, which RDMA devices there are
+// rdma's; this package finds the provider and swaps it.
 package libionic
 
 import (

@@ -16,16 +16,17 @@ import (
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/rdma"
 )
 
 // Options say what to swap and where.
 type Options struct {
-	Host         string   // the host build, /host-libionic/libionic.so
-	Name         string   // provider name: ionic
-	Root         string   // the container's root: "/" except in tests
-	Sysfs        string   // sysfs mount, /sys
-	FallbackDirs []string // writable places for the read-only route, in order
-	DryRun       bool     // decide, change nothing
+	Host         string          // the host build, /host-libionic/libionic.so
+	Name         string          // provider name: ionic
+	Root         string          // the container's root: "/" except in tests
+	RDMA         *rdma.Inventory // the run's RDMA devices (rdma.Read): the kernel ABIs the provider must speak
+	FallbackDirs []string        // writable places for the read-only route, in order
+	DryRun       bool            // decide, change nothing
 }
 
 // ABIRange is the kernel uverbs ABI range a provider build accepts.
@@ -52,7 +53,7 @@ type Result struct {
 	HostSHA256   string            `json:"host_sha256,omitempty"`
 	HostABI      *ABIRange         `json:"host_abi_range,omitempty"`
 	ContainerABI *ABIRange         `json:"container_abi_range,omitempty"`
-	Kernel       []Uverbs          `json:"kernel,omitempty"`
+	Kernel       []rdma.Uverbs     `json:"kernel,omitempty"`
 	Container    *Container        `json:"container,omitempty"`
 	Checks       []elfload.Check   `json:"checks,omitempty"`
 	Replaced     []string          `json:"replaced,omitempty"`
@@ -85,7 +86,9 @@ func Swap(ctx context.Context, o Options) *Result {
 
 	c, ref, err := Discover(root, o.Name)
 	r.Container = c
-	r.Kernel = readUverbs(o.Sysfs)
+	if o.RDMA != nil {
+		r.Kernel = o.RDMA.Uverbs
+	}
 	if err != nil {
 		r.State, r.Summary = "refused", err.Error()
 		return r

@@ -6,18 +6,20 @@ import (
 	"path/filepath"
 
 	"github.com/infera/infera-exec/libionic"
+	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/report"
 )
 
 // libionicDetail is the report's record of the host-provider step and of
 // the RDMA devices the container can see.
 type libionicDetail struct {
-	Swap *libionic.Result    `json:"swap"`
-	RDMA *libionic.Inventory `json:"rdma"`
+	Swap *libionic.Result `json:"swap"`
+	RDMA *rdma.Inventory  `json:"rdma"`
 }
 
-// hostLibionic swaps the host's RDMA provider in when the host mounts it,
-// and records the container's RDMA devices either way.
+// hostLibionic reads the container's RDMA devices (once: preflight gets
+// the same inventory), swaps the host's RDMA provider in when the host
+// mounts it, and records both.
 func (p *pass) hostLibionic(ctx context.Context) error {
 	var fallbacks []string
 	if p.cfg.StateDir != "" {
@@ -28,16 +30,17 @@ func (p *pass) hostLibionic(ctx context.Context) error {
 	}
 	fallbacks = append(fallbacks, "/dev/shm/infera-exec-rdma")
 
+	inv := rdma.Read(p.cfg.Sysfs, rdma.DevDir)
+	p.rdma = inv
 	res := libionic.Swap(ctx, libionic.Options{
 		Host:         p.cfg.HostLibionic,
 		Name:         p.cfg.RDMAProvider,
 		Root:         "/",
-		Sysfs:        p.cfg.Sysfs,
+		RDMA:         inv,
 		FallbackDirs: fallbacks,
 		DryRun:       p.dry,
 	})
 	p.ionic = res
-	inv := libionic.ReadInventory(p.cfg.Sysfs, "/dev/infiniband")
 	st := report.Stage{Name: "host libionic", State: res.State, Summary: res.Summary, Detail: libionicDetail{res, inv}}
 
 	switch res.State {
@@ -78,32 +81,7 @@ func (p *pass) hostLibionic(ctx context.Context) error {
 	if res.HostABI != nil || res.ContainerABI != nil {
 		st.Lines = append(st.Lines, fmt.Sprintf("provider kernel ABI range: host build %s, container's %s", res.HostABI, res.ContainerABI))
 	}
-	st.Lines = append(st.Lines, rdmaLines(inv)...)
+	st.Lines = append(st.Lines, inv.Lines()...)
 	p.rep.Stages = append(p.rep.Stages, st)
 	return nil
-}
-
-// rdmaLines is the RDMA section of --explain.
-func rdmaLines(inv *libionic.Inventory) []string {
-	var out []string
-	if len(inv.Devices) == 0 {
-		out = append(out, fmt.Sprintf("RDMA devices: none under %s/class/infiniband", inv.Sysfs))
-	}
-	for _, d := range inv.Devices {
-		vendor := d.Vendor
-		if d.Pensando {
-			vendor += " (AMD Pensando)"
-		}
-		abi := "no verbs device"
-		if d.Uverbs != "" {
-			abi = fmt.Sprintf("%s, kernel ABI %d", d.Uverbs, d.ABI)
-		}
-		out = append(out, fmt.Sprintf("RDMA device %s: vendor %s, device %s, %s", d.Name, vendor, d.DeviceID, abi))
-	}
-	if inv.DevDirFound {
-		out = append(out, fmt.Sprintf("%s: %v", inv.DevDir, inv.DevEntries))
-	} else {
-		out = append(out, inv.DevDir+": absent (the pod has no RDMA device access)")
-	}
-	return out
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/report"
 )
 
@@ -53,6 +54,7 @@ type pass struct {
 	cfg   config.Config
 	fam   abi.Family
 	ionic *libionic.Result // what the host-provider step decided
+	rdma  *rdma.Inventory  // the RDMA devices, read once by the host-provider step
 	sel   *overlay.Selection
 }
 

@@ -14,13 +14,15 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/report"
 )
 
 // preflightInput is what the checks look at: the worker command, the
-// worker's environment, and the provider build that will serve each RDMA
-// device (the host's, when the swap step put it in place).
-func preflightInput(cfg config.Config, argv []string, env *environ.Env, swap *libionic.Result) *preflight.Input {
+// worker's environment, the run's RDMA devices, and the provider build
+// that will serve each of them (the host's, when the swap step put it in
+// place).
+func preflightInput(cfg config.Config, argv []string, env *environ.Env, inv *rdma.Inventory, swap *libionic.Result) *preflight.Input {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	m := map[string]string{}
@@ -32,7 +34,7 @@ func preflightInput(cfg config.Config, argv []string, env *environ.Env, swap *li
 		Argv:         argv,
 		Env:          m,
 		Sysfs:        cfg.Sysfs,
-		DevDir:       "/dev/infiniband",
+		RDMA:         inv,
 		ShmDir:       "/dev/shm",
 		NofileHard:   lim.Max,
 		ReadyTimeout: cfg.ReadyTimeout,
@@ -63,7 +65,7 @@ func (p *pass) preflight(context.Context) error {
 		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
 		return nil
 	}
-	in := preflightInput(p.cfg, p.opt.Command, p.env, p.ionic)
+	in := preflightInput(p.cfg, p.opt.Command, p.env, p.rdma, p.ionic)
 	skip := preflight.ParseSkip(strings.Join(p.cfg.PreflightSkip, ","))
 	results, unknown := preflight.Run(in, skip)
 	// The routable rail address for the worker, chosen by the same rule
@@ -144,7 +146,7 @@ func runDoctor(args []string, asJSON bool, env []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 		return exitConfig
 	}
-	in := preflightInput(cfg, args, e, nil)
+	in := preflightInput(cfg, args, e, rdma.Read(cfg.Sysfs, rdma.DevDir), nil)
 	rep := doctorReport{Command: args}
 	skip := preflight.ParseSkip(strings.Join(cfg.PreflightSkip, ","))
 	rep.Checks, rep.Unknown = preflight.Run(in, skip)
