@@ -5,7 +5,9 @@
 // ("Driver ionic does not support the kernel ABI of 1 (supports 4 to 4)").
 //
 // The package works on a container root (always "/" in production; a
-// directory tree in tests) and reports every check it made.
+// directory tree in tests) and reports every check it made. Whether a
+// build will load is elfload's question, which RDMA devices there are
+// rdma's; this package finds the provider and swaps it.
 package libionic
 
 import (
@@ -20,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/linkchain"
 )
@@ -89,7 +92,7 @@ func out(root, p string) string {
 // Discover finds libibverbs and reads from it where it will look for
 // provider name: the configuration directory and the provider directory
 // with its private ABI number, both compiled into the library.
-func Discover(root, name string) (*Container, *Object, error) {
+func Discover(root, name string) (*Container, *elfload.Object, error) {
 	c := &Container{LibDirs: libDirs()}
 	for _, d := range c.LibDirs {
 		p := filepath.Join(d, "libibverbs.so.1")
@@ -106,7 +109,7 @@ func Discover(root, name string) (*Container, *Object, error) {
 		return c, nil, fmt.Errorf("container libibverbs %s: %w", c.Libibverbs, err)
 	}
 	c.LibibverbsFile = out(root, chain[len(chain)-1])
-	ref, err := Inspect(in(root, c.LibibverbsFile))
+	ref, err := elfload.Read(in(root, c.LibibverbsFile))
 	if err != nil {
 		return c, nil, err
 	}

@@ -7,13 +7,14 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/rdma"
 )
 
 // Outcome is the host-provider step's section of the report: what the
 // swap decided, and the RDMA devices the container can see.
 type Outcome struct {
-	Swap *Result    `json:"swap"`
-	RDMA *Inventory `json:"rdma"`
+	Swap *Result         `json:"swap"`
+	RDMA *rdma.Inventory `json:"rdma"`
 }
 
 // Heading and TextLines render the outcome in --explain.
@@ -41,7 +42,7 @@ func (o *Outcome) TextLines() []string {
 // the environment the worker needs for the route taken.
 func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []environ.Edit) {
 	res := Swap(ctx, opt)
-	o := &Outcome{Swap: res, RDMA: ReadInventory(opt.Sysfs, "/dev/infiniband")}
+	o := &Outcome{Swap: res, RDMA: opt.RDMA}
 	switch res.State {
 	case "not-mounted":
 		log.Debug(res.Summary)
@@ -89,29 +90,4 @@ func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uin
 		}
 		return ProviderRange(root, name)
 	}
-}
-
-// Lines is the RDMA section of --explain.
-func (inv *Inventory) Lines() []string {
-	var out []string
-	if len(inv.Devices) == 0 {
-		out = append(out, fmt.Sprintf("RDMA devices: none under %s/class/infiniband", inv.Sysfs))
-	}
-	for _, d := range inv.Devices {
-		vendor := d.Vendor
-		if d.Pensando {
-			vendor += " (AMD Pensando)"
-		}
-		abi := "no verbs device"
-		if d.Uverbs != "" {
-			abi = fmt.Sprintf("%s, kernel ABI %d", d.Uverbs, d.ABI)
-		}
-		out = append(out, fmt.Sprintf("RDMA device %s: vendor %s, device %s, %s", d.Name, vendor, d.DeviceID, abi))
-	}
-	if inv.DevDirFound {
-		out = append(out, fmt.Sprintf("%s: %v", inv.DevDir, inv.DevEntries))
-	} else {
-		out = append(out, inv.DevDir+": absent (the pod has no RDMA device access)")
-	}
-	return out
 }

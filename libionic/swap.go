@@ -14,17 +14,19 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/rdma"
 )
 
 // Options say what to swap and where.
 type Options struct {
-	Host         string   // the host build, /host-libionic/libionic.so
-	Name         string   // provider name: ionic
-	Root         string   // the container's root: "/" except in tests
-	Sysfs        string   // sysfs mount, /sys
-	FallbackDirs []string // writable places for the read-only route, in order
-	DryRun       bool     // decide, change nothing
+	Host         string          // the host build, /host-libionic/libionic.so
+	Name         string          // provider name: ionic
+	Root         string          // the container's root: "/" except in tests
+	RDMA         *rdma.Inventory // the run's RDMA devices (rdma.Read): the kernel ABIs the provider must speak
+	FallbackDirs []string        // writable places for the read-only route, in order
+	DryRun       bool            // decide, change nothing
 }
 
 // ABIRange is the kernel uverbs ABI range a provider build accepts.
@@ -51,9 +53,9 @@ type Result struct {
 	HostSHA256   string            `json:"host_sha256,omitempty"`
 	HostABI      *ABIRange         `json:"host_abi_range,omitempty"`
 	ContainerABI *ABIRange         `json:"container_abi_range,omitempty"`
-	Kernel       []Uverbs          `json:"kernel,omitempty"`
+	Kernel       []rdma.Uverbs     `json:"kernel,omitempty"`
 	Container    *Container        `json:"container,omitempty"`
-	Checks       []Check           `json:"checks,omitempty"`
+	Checks       []elfload.Check   `json:"checks,omitempty"`
 	Replaced     []string          `json:"replaced,omitempty"`
 	Created      []string          `json:"created,omitempty"`
 	Backups      []string          `json:"backups,omitempty"`
@@ -84,15 +86,17 @@ func Swap(ctx context.Context, o Options) *Result {
 
 	c, ref, err := Discover(root, o.Name)
 	r.Container = c
-	r.Kernel = readUverbs(o.Sysfs)
+	if o.RDMA != nil {
+		r.Kernel = o.RDMA.Uverbs
+	}
 	if err != nil {
 		r.State, r.Summary = "refused", err.Error()
 		return r
 	}
-	host, err := Inspect(in(root, o.Host))
+	host, err := elfload.Read(in(root, o.Host))
 	if err != nil {
 		r.State = "refused"
-		r.Checks = append(r.Checks, Check{Name: "elf", Detail: err.Error()})
+		r.Checks = append(r.Checks, elfload.Check{Name: "elf", Detail: err.Error()})
 		r.Summary = fmt.Sprintf("host build not used: %v; keeping the container's provider", err)
 		return r
 	}
@@ -100,14 +104,14 @@ func Swap(ctx context.Context, o Options) *Result {
 	for _, d := range c.LibDirs {
 		libDirs = append(libDirs, in(root, d))
 	}
-	checks, ok := Verify(host, ref, "lib"+o.Name+".so.1", libDirs)
+	checks, ok := elfload.Verify(host, elfload.Target{Like: ref, Soname: "lib" + o.Name + ".so.1", LibDirs: libDirs, Label: "host build"})
 	r.Checks = append(r.Checks, checks...)
-	if lo, hi, ok := ProviderABIRange(host, o.Name); ok {
+	if lo, hi, ok := elfload.ProviderABIRange(host, o.Name); ok {
 		r.HostABI = &ABIRange{lo, hi}
 	}
 	if len(c.ProviderChain) > 0 {
-		if obj, err := Inspect(in(root, c.ProviderChain[len(c.ProviderChain)-1])); err == nil {
-			if lo, hi, ok := ProviderABIRange(obj, o.Name); ok {
+		if obj, err := elfload.Read(in(root, c.ProviderChain[len(c.ProviderChain)-1])); err == nil {
+			if lo, hi, ok := elfload.ProviderABIRange(obj, o.Name); ok {
 				r.ContainerABI = &ABIRange{lo, hi}
 			}
 		}
@@ -415,9 +419,9 @@ func ProviderRange(root, name string) (min, max uint32, ok bool) {
 	if err != nil || len(c.ProviderChain) == 0 {
 		return 0, 0, false
 	}
-	obj, err := Inspect(in(root, c.ProviderChain[len(c.ProviderChain)-1]))
+	obj, err := elfload.Read(in(root, c.ProviderChain[len(c.ProviderChain)-1]))
 	if err != nil {
 		return 0, 0, false
 	}
-	return ProviderABIRange(obj, name)
+	return elfload.ProviderABIRange(obj, name)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infera/infera-exec/rdma"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,7 +70,7 @@ func fakeRoot(t *testing.T, withProvider bool) string {
 }
 
 func opts(root string) Options {
-	return Options{Host: "/host-libionic/libionic.so", Name: "mana", Root: root, Sysfs: filepath.Join(root, "sys"), FallbackDirs: []string{"/run/infera-exec/rdma"}}
+	return Options{Host: "/host-libionic/libionic.so", Name: "mana", Root: root, FallbackDirs: []string{"/run/infera-exec/rdma"}}
 }
 
 func TestDiscoverReadsLibibverbs(t *testing.T) {
@@ -235,7 +236,9 @@ func TestFallbackRoute(t *testing.T) {
 	assert.Contains(t, r.Summary, "/afile/rdma: not a directory")
 }
 
-func TestKernelABIAndInventory(t *testing.T) {
+// The kernel ABIs come from the run's inventory, and one the host build
+// does not support is reported next to its range.
+func TestKernelABI(t *testing.T) {
 	root := fakeRoot(t, true)
 	sys := filepath.Join(root, "sys")
 	for i, dev := range []struct{ name, vendor, abi string }{{"ionic_0", "0x1dd8", "1"}, {"mlx5_0", "0x15b3", "1"}} {
@@ -248,15 +251,11 @@ func TestKernelABIAndInventory(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(d, "vendor"), []byte(dev.vendor+"\n"), 0o644))
 		require.NoError(t, os.WriteFile(filepath.Join(d, "device"), []byte("0x1002\n"), 0o644))
 	}
-	inv := ReadInventory(sys, filepath.Join(root, "dev/infiniband"))
-	require.Len(t, inv.Devices, 2)
-	assert.Equal(t, Device{Name: "ionic_0", Vendor: "0x1dd8", DeviceID: "0x1002", Uverbs: "uverbs0", ABI: 1, Pensando: true}, inv.Devices[0])
-	assert.False(t, inv.Devices[1].Pensando)
-	assert.False(t, inv.DevDirFound)
-
-	r := Swap(context.Background(), opts(root))
+	o := opts(root)
+	o.RDMA = rdma.Read(sys, filepath.Join(root, "dev/infiniband"))
+	r := Swap(context.Background(), o)
 	require.Equal(t, "replaced", r.State)
-	assert.Equal(t, []Uverbs{{"uverbs0", "ionic_0", 1}, {"uverbs1", "mlx5_0", 1}}, r.Kernel)
+	assert.Equal(t, []rdma.Uverbs{{Name: "uverbs0", IBDev: "ionic_0", ABI: 1}, {Name: "uverbs1", IBDev: "mlx5_0", ABI: 1}}, r.Kernel)
 	require.NotNil(t, r.HostABI, "libmana's range is readable from the binary")
 	assert.Equal(t, &ABIRange{1, 1}, r.HostABI)
 	assert.Empty(t, r.Notes, "both devices speak ABI 1, which the host build supports")
@@ -264,8 +263,14 @@ func TestKernelABIAndInventory(t *testing.T) {
 	// A kernel whose driver speaks an ABI the host build does not support
 	// is reported next to the range.
 	require.NoError(t, os.WriteFile(filepath.Join(sys, "class/infiniband_verbs/uverbs0/abi_version"), []byte("4\n"), 0o644))
-	r = Swap(context.Background(), opts(root))
+	o.RDMA = rdma.Read(sys, filepath.Join(root, "dev/infiniband"))
+	r = Swap(context.Background(), o)
 	assert.Contains(t, r.Notes, "the host build supports kernel ABI 1 to 1 but uverbs0 (ionic_0) speaks 4")
+
+	// Without an inventory there is no kernel side to report.
+	r = Swap(context.Background(), opts(root))
+	assert.Empty(t, r.Kernel)
+	assert.Empty(t, r.Notes)
 }
 
 func editBytes(t *testing.T, p, from, to string) {

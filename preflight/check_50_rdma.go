@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/infera/infera-exec/libionic"
+	"github.com/infera/infera-exec/rdma"
 )
 
 // The rdma check: a prefill/decode worker moves the KV cache over RDMA.
@@ -26,28 +26,16 @@ func init() {
 	})
 }
 
-// rdmaVendors names the PCI vendors of RDMA NICs, for Seen.
-var rdmaVendors = map[string]string{
-	libionic.PensandoVendor: "AMD Pensando",
-	"0x15b3":                "NVIDIA Mellanox",
-	"0x14e4":                "Broadcom",
-	"0x8086":                "Intel",
-}
-
-func ibDevDirOf(in *Input) string {
-	if in.DevDir != "" {
-		return in.DevDir
-	}
-	return "/dev/infiniband"
-}
-
 func checkRDMA(in *Input) Result {
 	_, source, ok := PD(in.Argv)
 	if !ok {
 		return skipped("not a prefill/decode worker")
 	}
-	sysfs, devDir := sysfsOf(in), ibDevDirOf(in)
-	inv := libionic.ReadInventory(sysfs, devDir)
+	inv := in.RDMA
+	if inv == nil {
+		return skipped("no RDMA inventory was read for the check")
+	}
+	sysfs, devDir := inv.Sysfs, inv.DevDir
 	allowTCP := in.AllowTCP
 
 	var devs []string
@@ -144,13 +132,13 @@ func checkRDMA(in *Input) Result {
 
 // rdmaDescribe is one device for Seen: name, vendor, verbs device, kernel
 // ABI and the provider's range.
-func rdmaDescribe(d libionic.Device, lo, hi uint32, known bool) string {
+func rdmaDescribe(d rdma.Device, lo, hi uint32, known bool) string {
 	var parts []string
 	switch {
 	case d.Vendor == "":
 		parts = append(parts, "no PCI vendor")
-	case rdmaVendors[strings.ToLower(d.Vendor)] != "":
-		parts = append(parts, d.Vendor+" "+rdmaVendors[strings.ToLower(d.Vendor)])
+	case rdma.VendorName(d.Vendor) != "":
+		parts = append(parts, d.Vendor+" "+rdma.VendorName(d.Vendor))
 	default:
 		parts = append(parts, "vendor "+d.Vendor)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/rdma"
 )
 
 type rdmaFakeDev struct {
@@ -120,7 +122,7 @@ func TestRDMA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sysfs, devDir := rdmaFake(t, tc.devs, tc.entries)
-			r := checkRDMA(&Input{Argv: tc.argv, Env: tc.env, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, DevDir: devDir, ProviderABI: tc.provider})
+			r := checkRDMA(&Input{Argv: tc.argv, Env: tc.env, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, RDMA: rdma.Read(sysfs, devDir), ProviderABI: tc.provider})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {
@@ -138,4 +140,13 @@ func TestRDMA(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The check looks at the run's inventory and reads nothing itself: without
+// one it has nothing to look at, even with devices in sysfs.
+func TestRDMAWithoutInventory(t *testing.T) {
+	sysfs, _ := rdmaFake(t, rdmaIonic, []string{"uverbs0"})
+	r := checkRDMA(&Input{Argv: advSGLang("--host", "10.1.2.3"), Sysfs: sysfs})
+	assert.Equal(t, Skipped, r.Status)
+	assert.Equal(t, "no RDMA inventory was read for the check", r.Seen)
 }

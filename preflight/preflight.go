@@ -8,6 +8,8 @@ package preflight
 import (
 	"sort"
 	"strings"
+
+	"github.com/infera/infera-exec/rdma"
 )
 
 // Severity of a failed check: an error refuses the start, a warning is
@@ -48,7 +50,7 @@ type Input struct {
 	Argv         []string          // the worker command
 	Env          map[string]string // the worker's environment
 	Sysfs        string            // /sys, or SYSFS_PATH
-	DevDir       string            // /dev/infiniband
+	RDMA         *rdma.Inventory   // the run's RDMA devices, read once (rdma.Read); nil: none was read
 	ShmDir       string            // /dev/shm
 	NofileHard   uint64
 	ReadyTimeout int                                           // seconds

@@ -9,12 +9,14 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/rdma"
 )
 
 // NewInput is what the checks look at in a real run: the worker command,
-// the worker's environment, the configured thresholds, and providerABI,
-// the provider build that will serve each RDMA device (nil: unknown).
-func NewInput(cfg config.Config, argv []string, env *environ.Env, providerABI func(ibdev string) (min, max uint32, ok bool)) *Input {
+// the worker's environment, the configured thresholds, the run's RDMA
+// devices, and providerABI, the provider build that will serve each of
+// them (nil: unknown).
+func NewInput(cfg config.Config, argv []string, env *environ.Env, inv *rdma.Inventory, providerABI func(ibdev string) (min, max uint32, ok bool)) *Input {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	m := map[string]string{}
@@ -26,7 +28,7 @@ func NewInput(cfg config.Config, argv []string, env *environ.Env, providerABI fu
 		Argv:         argv,
 		Env:          m,
 		Sysfs:        cfg.Sysfs,
-		DevDir:       "/dev/infiniband",
+		RDMA:         inv,
 		ShmDir:       "/dev/shm",
 		NofileHard:   lim.Max,
 		ReadyTimeout: cfg.ReadyTimeout,

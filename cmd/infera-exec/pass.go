@@ -23,6 +23,7 @@ import (
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/report"
 	"github.com/infera/infera-exec/statedir"
 )
@@ -192,7 +193,7 @@ func (p *pass) resolveCommand(context.Context) error {
 
 func (p *pass) hostLibionic(ctx context.Context) error {
 	out, edits := libionic.Run(ctx, libionic.Options{
-		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", Sysfs: p.cfg.Sysfs,
+		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", RDMA: rdma.Read(p.cfg.Sysfs, rdma.DevDir),
 		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
 		DryRun:       p.dry,
 	}, p.log)
@@ -209,7 +210,7 @@ func (p *pass) preflight(context.Context) error {
 		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
 		return nil
 	}
-	in := preflight.NewInput(p.cfg, p.opt.Command, p.env, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider))
+	in := preflight.NewInput(p.cfg, p.opt.Command, p.env, p.ionic.RDMA, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider))
 	out, edits, err := preflight.Evaluate(in, p.cfg.PreflightSkip)
 	p.rep.Preflight = out
 	out.Log(p.log)

@@ -1,6 +1,12 @@
-package libionic
+// Package rdma answers which RDMA devices this container can see: the
+// devices in sysfs with their PCI vendor and device ids, the kernel verbs
+// devices with the ABI each kernel driver speaks to userspace providers,
+// and the device nodes in /dev/infiniband. A run reads it once (Read) and
+// hands the same Inventory to every step that asks.
+package rdma
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -8,8 +14,23 @@ import (
 	"strings"
 )
 
+// DevDir is where the pod's RDMA device nodes are.
+const DevDir = "/dev/infiniband"
+
 // PensandoVendor is the PCI vendor id of AMD Pensando NICs (ionic).
 const PensandoVendor = "0x1dd8"
+
+// vendors names the PCI vendors of RDMA NICs.
+var vendors = map[string]string{
+	PensandoVendor: "AMD Pensando",
+	"0x15b3":       "NVIDIA Mellanox",
+	"0x14e4":       "Broadcom",
+	"0x8086":       "Intel",
+}
+
+// VendorName is the maker of an RDMA NIC by PCI vendor id (any case), ""
+// for one not known here.
+func VendorName(id string) string { return vendors[strings.ToLower(id)] }
 
 // Uverbs is one kernel verbs device: the ABI the kernel driver speaks to
 // userspace providers.
@@ -40,9 +61,10 @@ type Inventory struct {
 	DevEntries  []string `json:"dev_entries,omitempty"` // uverbs0, rdma_cm, ...
 }
 
-// ReadInventory reads <sysfs>/class/infiniband, <sysfs>/class/
-// infiniband_verbs and devDir. Missing directories mean no devices.
-func ReadInventory(sysfs, devDir string) *Inventory {
+// Read reads <sysfs>/class/infiniband, <sysfs>/class/infiniband_verbs
+// (as libibverbs reads them) and devDir. Missing directories mean no
+// devices: an inventory is always returned.
+func Read(sysfs, devDir string) *Inventory {
 	inv := &Inventory{Sysfs: sysfs, DevDir: devDir}
 	inv.Uverbs = readUverbs(sysfs)
 	byDev := map[string]Uverbs{}
@@ -69,6 +91,32 @@ func ReadInventory(sysfs, devDir string) *Inventory {
 		}
 	}
 	return inv
+}
+
+// Lines is the inventory for --explain: one line per device, then the
+// device directory.
+func (inv *Inventory) Lines() []string {
+	var out []string
+	if len(inv.Devices) == 0 {
+		out = append(out, fmt.Sprintf("RDMA devices: none under %s/class/infiniband", inv.Sysfs))
+	}
+	for _, d := range inv.Devices {
+		vendor := d.Vendor
+		if d.Pensando {
+			vendor += " (" + VendorName(PensandoVendor) + ")"
+		}
+		abi := "no verbs device"
+		if d.Uverbs != "" {
+			abi = fmt.Sprintf("%s, kernel ABI %d", d.Uverbs, d.ABI)
+		}
+		out = append(out, fmt.Sprintf("RDMA device %s: vendor %s, device %s, %s", d.Name, vendor, d.DeviceID, abi))
+	}
+	if inv.DevDirFound {
+		out = append(out, fmt.Sprintf("%s: %v", inv.DevDir, inv.DevEntries))
+	} else {
+		out = append(out, inv.DevDir+": absent (the pod has no RDMA device access)")
+	}
+	return out
 }
 
 // readUverbs lists <sysfs>/class/infiniband_verbs/uverbs*: the kernel

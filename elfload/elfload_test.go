@@ -1,6 +1,6 @@
-package libionic_test
+package elfload_test
 
-// Tests of the ELF verification against real files: Debian bookworm's
+// Tests of reading and verifying ELF objects against real files: Debian bookworm's
 // rdma-core 44.0-2 (libibverbs1, ibverbs-providers), glibc, libgcc of other
 // architectures, and same-length byte edits of copies of them.
 
@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/libionic"
+	"github.com/infera/infera-exec/elfload"
 )
 
 const (
@@ -55,15 +55,21 @@ func elfFixture(t testing.TB, path, pkg string) {
 	t.Skipf("%s; skipping (set %s=1 to make this a failure)", msg, elfRequireEnv)
 }
 
-func elfRealPair(t *testing.T) (host, ref *libionic.Object) {
+func elfRealPair(t *testing.T) (host, ref *elfload.Object) {
 	t.Helper()
 	elfFixture(t, elfLibmana, elfPkgProviders)
 	elfFixture(t, elfLibibverbs, elfPkgVerbs)
-	host, err := libionic.Inspect(elfLibmana)
+	host, err := elfload.Read(elfLibmana)
 	require.NoError(t, err)
-	ref, err = libionic.Inspect(elfLibibverbs)
+	ref, err = elfload.Read(elfLibibverbs)
 	require.NoError(t, err)
 	return host, ref
+}
+
+// elfVerify verifies host as the provider swap does: against the
+// container's libibverbs (ref), calling it "host build" in the details.
+func elfVerify(host, ref *elfload.Object, soname string, libDirs []string) ([]elfload.Check, bool) {
+	return elfload.Verify(host, elfload.Target{Like: ref, Soname: soname, LibDirs: libDirs, Label: "host build"})
 }
 
 // elfTestHash is the System V ELF hash, written here independently of the
@@ -186,8 +192,8 @@ func (c *elfCopy) write(dir string) string {
 	return p
 }
 
-func elfFailed(checks []libionic.Check) []libionic.Check {
-	var out []libionic.Check
+func elfFailed(checks []elfload.Check) []elfload.Check {
+	var out []elfload.Check
 	for _, c := range checks {
 		if !c.OK {
 			out = append(out, c)
@@ -196,7 +202,7 @@ func elfFailed(checks []libionic.Check) []libionic.Check {
 	return out
 }
 
-func elfCheckNamed(t *testing.T, checks []libionic.Check, name string) libionic.Check {
+func elfCheckNamed(t *testing.T, checks []elfload.Check, name string) elfload.Check {
 	t.Helper()
 	for _, c := range checks {
 		if c.Name == name {
@@ -204,17 +210,17 @@ func elfCheckNamed(t *testing.T, checks []libionic.Check, name string) libionic.
 		}
 	}
 	t.Fatalf("no check %q in %v", name, checks)
-	return libionic.Check{}
+	return elfload.Check{}
 }
 
-func TestELFInspectRealLibmana(t *testing.T) {
+func TestReadRealLibmana(t *testing.T) {
 	host, ref := elfRealPair(t)
 
-	assert.Equal(t, &libionic.Object{
+	assert.Equal(t, &elfload.Object{
 		Path: elfLibmana, Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64, Type: elf.ET_DYN,
 		Soname: "libmana.so.1",
 		Needed: []string{"libibverbs.so.1", "libc.so.6"},
-		Needs: map[string][]string{
+		VersionNeeds: map[string][]string{
 			"libc.so.6":       {"GLIBC_2.4", "GLIBC_2.2.5"},
 			"libibverbs.so.1": {"IBVERBS_PRIVATE_34"},
 		},
@@ -228,25 +234,25 @@ func TestELFInspectRealLibmana(t *testing.T) {
 	assert.Equal(t, elfLibibverbs, ref.Path, "the path as given, not the symlink's target")
 	assert.EqualValues(t, 133744, ref.Size, "the size of the file the symlink leads to")
 
-	viaLink, err := libionic.Inspect(elfLibmanaLink)
+	viaLink, err := elfload.Read(elfLibmanaLink)
 	require.NoError(t, err)
 	assert.Equal(t, elfLibmanaLink, viaLink.Path)
-	assert.Equal(t, host.Needs, viaLink.Needs)
+	assert.Equal(t, host.VersionNeeds, viaLink.VersionNeeds)
 	assert.EqualValues(t, 22688, viaLink.Size)
 }
 
 // elfExported is o without its unexported fields, for comparing with a
 // literal.
-func elfExported(o *libionic.Object) *libionic.Object {
-	return &libionic.Object{Path: o.Path, Class: o.Class, Data: o.Data, Machine: o.Machine, Type: o.Type,
-		Soname: o.Soname, Needed: o.Needed, Needs: o.Needs, Defines: o.Defines, Size: o.Size}
+func elfExported(o *elfload.Object) *elfload.Object {
+	return &elfload.Object{Path: o.Path, Class: o.Class, Data: o.Data, Machine: o.Machine, Type: o.Type,
+		Soname: o.Soname, Needed: o.Needed, VersionNeeds: o.VersionNeeds, Defines: o.Defines, Size: o.Size}
 }
 
-func TestELFVerifyRealLibmanaPasses(t *testing.T) {
+func TestVerifyRealLibmanaPasses(t *testing.T) {
 	host, ref := elfRealPair(t)
-	checks, ok := libionic.Verify(host, ref, "libmana.so.1", []string{elfMultiarch})
+	checks, ok := elfVerify(host, ref, "libmana.so.1", []string{elfMultiarch})
 	assert.True(t, ok)
-	assert.Equal(t, []libionic.Check{
+	assert.Equal(t, []elfload.Check{
 		{Name: "elf", OK: true, Detail: elfLibmana + ": ELFCLASS64 little-endian x86-64 shared object, 22688 bytes"},
 		{Name: "class", OK: true, Detail: "ELFCLASS64, like " + elfLibibverbs},
 		{Name: "byte order", OK: true, Detail: "little-endian, like " + elfLibibverbs},
@@ -260,17 +266,17 @@ func TestELFVerifyRealLibmanaPasses(t *testing.T) {
 	}, checks)
 }
 
-func TestELFVerifyWrongSoname(t *testing.T) {
+func TestVerifyWrongSoname(t *testing.T) {
 	host, ref := elfRealPair(t)
-	checks, ok := libionic.Verify(host, ref, "libionic.so.1", []string{elfMultiarch})
+	checks, ok := elfVerify(host, ref, "elfload.so.1", []string{elfMultiarch})
 	assert.False(t, ok)
-	assert.Equal(t, []libionic.Check{
-		{Name: "soname", OK: false, Detail: `host build's SONAME is "libmana.so.1", want "libionic.so.1"`},
+	assert.Equal(t, []elfload.Check{
+		{Name: "soname", OK: false, Detail: `host build's SONAME is "libmana.so.1", want "elfload.so.1"`},
 	}, elfFailed(checks))
 	assert.Len(t, checks, 10, "the passing checks are reported too")
 }
 
-func TestELFVerifyNoSonameAndNoLibDirs(t *testing.T) {
+func TestVerifyNoSonameAndNoLibDirs(t *testing.T) {
 	host, ref := elfRealPair(t)
 	c := elfCopyOf(t, elfLibmana)
 	// DT_SONAME (tag 14) becomes DT_DEBUG (21): the file has no SONAME.
@@ -280,13 +286,13 @@ func TestELFVerifyNoSonameAndNoLibDirs(t *testing.T) {
 			binary.LittleEndian.PutUint64(c.b[off:], uint64(elf.DT_DEBUG))
 		}
 	}
-	noSoname, err := libionic.Inspect(c.write(""))
+	noSoname, err := elfload.Read(c.write(""))
 	require.NoError(t, err)
 	assert.Equal(t, "", noSoname.Soname)
 
-	checks, ok := libionic.Verify(noSoname, ref, "libmana.so.1", nil)
+	checks, ok := elfVerify(noSoname, ref, "libmana.so.1", nil)
 	assert.False(t, ok)
-	assert.Equal(t, []libionic.Check{
+	assert.Equal(t, []elfload.Check{
 		{Name: "soname", OK: false, Detail: `host build has no SONAME (DT_SONAME), want "libmana.so.1"`},
 		{Name: "needed libibverbs.so.1", OK: false, Detail: "libibverbs.so.1 not found (no library directories given)"},
 		{Name: "needed libc.so.6", OK: false, Detail: "libc.so.6 not found (no library directories given)"},
@@ -295,40 +301,40 @@ func TestELFVerifyNoSonameAndNoLibDirs(t *testing.T) {
 		{Name: "version GLIBC_2.2.5", OK: false, Detail: "needs GLIBC_2.2.5 from libc.so.6, but libc.so.6 not found (no library directories given)"},
 	}, elfFailed(checks))
 
-	_, ok = libionic.Verify(host, ref, "libmana.so.1", []string{"/nonexistent", elfMultiarch})
+	_, ok = elfVerify(host, ref, "libmana.so.1", []string{"/nonexistent", elfMultiarch})
 	assert.True(t, ok, "a directory that does not exist is passed over")
 }
 
-func TestELFVerifyNilObjects(t *testing.T) {
+func TestVerifyNilObjects(t *testing.T) {
 	host, _ := elfRealPair(t)
-	checks, ok := libionic.Verify(nil, nil, "libionic.so.1", []string{elfMultiarch})
+	checks, ok := elfVerify(nil, nil, "elfload.so.1", []string{elfMultiarch})
 	assert.False(t, ok)
-	assert.Equal(t, []libionic.Check{{Name: "elf", OK: false, Detail: "no host object to verify"}}, checks)
+	assert.Equal(t, []elfload.Check{{Name: "elf", OK: false, Detail: "no object to verify"}}, checks)
 
-	checks, ok = libionic.Verify(host, nil, "libmana.so.1", []string{elfMultiarch})
+	checks, ok = elfVerify(host, nil, "libmana.so.1", []string{elfMultiarch})
 	assert.False(t, ok)
 	for _, n := range []string{"class", "byte order", "machine"} {
 		c := elfCheckNamed(t, checks, n)
 		assert.False(t, c.OK, n)
-		assert.Equal(t, "no reference library (the container's libibverbs.so.1) to compare with", c.Detail)
+		assert.Equal(t, "no object of the target root to compare with", c.Detail)
 	}
 	assert.Len(t, elfFailed(checks), 3)
 
 	// A hand-made object: no version hashes known, names are compared.
-	hand := &libionic.Object{Path: "/host/libionic.so", Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64,
-		Type: elf.ET_DYN, Soname: "libionic.so.1", Needed: []string{"libibverbs.so.1"},
-		Needs: map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_34", "IBVERBS_1.14"}}}
-	checks, ok = libionic.Verify(hand, host, "libionic.so.1", []string{elfMultiarch})
+	hand := &elfload.Object{Path: "/host/elfload.so", Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64,
+		Type: elf.ET_DYN, Soname: "elfload.so.1", Needed: []string{"libibverbs.so.1"},
+		VersionNeeds: map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_34", "IBVERBS_1.14"}}}
+	checks, ok = elfVerify(hand, host, "elfload.so.1", []string{elfMultiarch})
 	assert.True(t, ok, "%v", checks)
 	hand.Type = elf.ET_EXEC
-	checks, ok = libionic.Verify(hand, host, "libionic.so.1", []string{elfMultiarch})
+	checks, ok = elfVerify(hand, host, "elfload.so.1", []string{elfMultiarch})
 	assert.False(t, ok)
-	assert.Equal(t, []libionic.Check{{Name: "elf", OK: false,
-		Detail: "/host/libionic.so: ELFCLASS64 little-endian x86-64 executable (ET_EXEC), not a shared object, 0 bytes"}}, elfFailed(checks))
+	assert.Equal(t, []elfload.Check{{Name: "elf", OK: false,
+		Detail: "/host/elfload.so: ELFCLASS64 little-endian x86-64 executable (ET_EXEC), not a shared object, 0 bytes"}}, elfFailed(checks))
 }
 
 // Made-up failures: same-length edits of a copy of the real libmana.
-func TestELFVerifyEditedLibmana(t *testing.T) {
+func TestVerifyEditedLibmana(t *testing.T) {
 	_, ref := elfRealPair(t)
 	dirs := []string{elfMultiarch}
 	stored34 := elfTestHash("IBVERBS_PRIVATE_34")
@@ -337,19 +343,19 @@ func TestELFVerifyEditedLibmana(t *testing.T) {
 		name   string
 		edit   func(c *elfCopy)
 		needs  map[string][]string
-		failed []libionic.Check
+		failed []elfload.Check
 		prefix map[string]string // check name -> Detail prefix, for details that list many versions
 	}{{
 		name:  "provider private ABI 59",
 		edit:  func(c *elfCopy) { c.renameNeededVersion("IBVERBS_PRIVATE_34", "IBVERBS_PRIVATE_59", true) },
 		needs: map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_59"}, "libc.so.6": {"GLIBC_2.4", "GLIBC_2.2.5"}},
-		failed: []libionic.Check{{Name: "version IBVERBS_PRIVATE_59", OK: false,
+		failed: []elfload.Check{{Name: "version IBVERBS_PRIVATE_59", OK: false,
 			Detail: "needs IBVERBS_PRIVATE_59 from libibverbs.so.1; /usr/lib/x86_64-linux-gnu/libibverbs.so.1 defines IBVERBS_PRIVATE_34"}},
 	}, {
 		name:  "renamed version, stale vna_hash",
 		edit:  func(c *elfCopy) { c.renameNeededVersion("IBVERBS_PRIVATE_34", "IBVERBS_PRIVATE_59", false) },
 		needs: map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_59"}, "libc.so.6": {"GLIBC_2.4", "GLIBC_2.2.5"}},
-		failed: []libionic.Check{{Name: "version IBVERBS_PRIVATE_59", OK: false,
+		failed: []elfload.Check{{Name: "version IBVERBS_PRIVATE_59", OK: false,
 			Detail: fmt.Sprintf("needs IBVERBS_PRIVATE_59 from libibverbs.so.1 but the hash stored with it (0x%08x) is not that name's ELF hash (0x%08x): corrupt .gnu.version_r, the loader would not find the version",
 				stored34, elfTestHash("IBVERBS_PRIVATE_59"))}},
 	}, {
@@ -360,20 +366,20 @@ func TestELFVerifyEditedLibmana(t *testing.T) {
 		},
 		needs: map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_59"}, "libc.so.6": {"GLIBC_2.4", "GLIBC_2.2.5"}},
 		// dlopen: "undefined symbol: ibv_cmd_destroy_wq, version IBVERBS_PRIVATE_59"
-		failed: []libionic.Check{{Name: "version IBVERBS_PRIVATE_59", OK: false,
+		failed: []elfload.Check{{Name: "version IBVERBS_PRIVATE_59", OK: false,
 			Detail: "needs IBVERBS_PRIVATE_59 from libibverbs.so.1 (weak reference); /usr/lib/x86_64-linux-gnu/libibverbs.so.1 defines IBVERBS_PRIVATE_34"}},
 	}, {
 		name:   "glibc newer than the container's",
 		edit:   func(c *elfCopy) { c.renameNeededVersion("GLIBC_2.4", "GLIBC_9.9", true) },
 		needs:  map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_34"}, "libc.so.6": {"GLIBC_9.9", "GLIBC_2.2.5"}},
-		failed: []libionic.Check{{Name: "version GLIBC_9.9", OK: false}},
+		failed: []elfload.Check{{Name: "version GLIBC_9.9", OK: false}},
 		// bookworm's glibc 2.36 defines 38 GLIBC_ versions.
 		prefix: map[string]string{"version GLIBC_9.9": "needs GLIBC_9.9 from libc.so.6; /usr/lib/x86_64-linux-gnu/libc.so.6 defines GLIBC_2.2.5, GLIBC_2.2.6, GLIBC_2.3, …, "},
 	}, {
 		name:  "needed library that does not exist",
 		edit:  func(c *elfCopy) { c.replaceDynstr("libibverbs.so.1", "libibverbz.so.1") },
 		needs: map[string][]string{"libibverbz.so.1": {"IBVERBS_PRIVATE_34"}, "libc.so.6": {"GLIBC_2.4", "GLIBC_2.2.5"}},
-		failed: []libionic.Check{
+		failed: []elfload.Check{
 			{Name: "needed libibverbz.so.1", OK: false, Detail: "libibverbz.so.1 not found in /usr/lib/x86_64-linux-gnu"},
 			{Name: "version IBVERBS_PRIVATE_34", OK: false, Detail: "needs IBVERBS_PRIVATE_34 from libibverbz.so.1, but libibverbz.so.1 not found in /usr/lib/x86_64-linux-gnu"},
 		},
@@ -381,10 +387,10 @@ func TestELFVerifyEditedLibmana(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := elfCopyOf(t, elfLibmana)
 			tc.edit(c)
-			host, err := libionic.Inspect(c.write(""))
+			host, err := elfload.Read(c.write(""))
 			require.NoError(t, err)
-			assert.Equal(t, tc.needs, host.Needs)
-			checks, ok := libionic.Verify(host, ref, "libmana.so.1", dirs)
+			assert.Equal(t, tc.needs, host.VersionNeeds)
+			checks, ok := elfVerify(host, ref, "libmana.so.1", dirs)
 			assert.Equal(t, len(tc.failed) == 0, ok)
 			assert.Len(t, checks, 10)
 			failed := elfFailed(checks)
@@ -405,7 +411,7 @@ func TestELFVerifyEditedLibmana(t *testing.T) {
 
 // The container's libibverbs is a copy whose IBVERBS_PRIVATE_34
 // definition carries a wrong hash: the loader would not match it.
-func TestELFVerifyCorruptDefinition(t *testing.T) {
+func TestVerifyCorruptDefinition(t *testing.T) {
 	host, ref := elfRealPair(t)
 	dir := t.TempDir()
 	c := elfCopyOf(t, elfLibibverbs)
@@ -413,84 +419,84 @@ func TestELFVerifyCorruptDefinition(t *testing.T) {
 	c.put32(c.verdef("IBVERBS_PRIVATE_34")+8, 0x1234567)
 	lib := c.write(dir)
 
-	checks, ok := libionic.Verify(host, ref, "libmana.so.1", []string{dir, elfMultiarch})
+	checks, ok := elfVerify(host, ref, "libmana.so.1", []string{dir, elfMultiarch})
 	assert.False(t, ok)
 	assert.Equal(t, "libibverbs.so.1 found at "+lib, elfCheckNamed(t, checks, "needed libibverbs.so.1").Detail, "the first directory wins")
-	assert.Equal(t, []libionic.Check{{Name: "version IBVERBS_PRIVATE_34", OK: false,
+	assert.Equal(t, []elfload.Check{{Name: "version IBVERBS_PRIVATE_34", OK: false,
 		Detail: fmt.Sprintf("needs IBVERBS_PRIVATE_34 from libibverbs.so.1; %s defines it but with a hash (0x01234567) that is not the name's (0x%08x): corrupt .gnu.version_d, the loader would not match it",
 			lib, elfTestHash("IBVERBS_PRIVATE_34"))}}, elfFailed(checks))
 }
 
 // A file that is there but is not a usable library stops the search, as it
 // stops the loader; one of another architecture is passed over.
-func TestELFVerifyLibrarySearch(t *testing.T) {
+func TestVerifyLibrarySearch(t *testing.T) {
 	host, ref := elfRealPair(t)
 	bad := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(bad, "libc.so.6"), []byte("/* GNU ld script */\nGROUP ( libc.so.6 )\n"), 0o644))
-	checks, ok := libionic.Verify(host, ref, "libmana.so.1", []string{bad, elfMultiarch})
+	checks, ok := elfVerify(host, ref, "libmana.so.1", []string{bad, elfMultiarch})
 	assert.False(t, ok)
 	badLibc := filepath.Join(bad, "libc.so.6")
 	notELF := badLibc + `: not an ELF file (it starts with "/* GNU ld script")`
-	assert.Equal(t, []libionic.Check{
+	assert.Equal(t, []elfload.Check{
 		{Name: "needed libc.so.6", OK: false, Detail: "libc.so.6 found at " + badLibc + " but unusable: " + notELF},
 		{Name: "version GLIBC_2.4", OK: false, Detail: "needs GLIBC_2.4 from libc.so.6; " + badLibc + " is unusable: " + notELF},
 		{Name: "version GLIBC_2.2.5", OK: false, Detail: "needs GLIBC_2.2.5 from libc.so.6; " + badLibc + " is unusable: " + notELF},
 	}, elfFailed(checks))
 
 	elfFixture(t, elfLib32Libc, "libc6-i386 (pulled in by lib32gcc-s1)")
-	checks, ok = libionic.Verify(host, ref, "libmana.so.1", []string{elfLib32Dir, elfMultiarch})
+	checks, ok = elfVerify(host, ref, "libmana.so.1", []string{elfLib32Dir, elfMultiarch})
 	assert.True(t, ok, "%v", elfFailed(checks))
 	assert.Equal(t, "libc.so.6 found at "+elfLibc, elfCheckNamed(t, checks, "needed libc.so.6").Detail,
 		"the 32-bit libc.so.6 in the first directory is passed over")
 }
 
-func TestELFVerifyOtherArchitectures(t *testing.T) {
+func TestVerifyOtherArchitectures(t *testing.T) {
 	_, ref := elfRealPair(t)
 
 	t.Run("aarch64", func(t *testing.T) {
 		elfFixture(t, elfA64Libgcc, "libgcc-s1-arm64-cross")
-		a64, err := libionic.Inspect(elfA64Libgcc)
+		a64, err := elfload.Read(elfA64Libgcc)
 		require.NoError(t, err)
 		assert.Equal(t, elf.EM_AARCH64, a64.Machine)
 		assert.Equal(t, elf.ELFCLASS64, a64.Class)
 		assert.Equal(t, "libgcc_s.so.1", a64.Soname)
 		assert.Equal(t, []string{"libc.so.6"}, a64.Needed)
-		assert.Equal(t, map[string][]string{"libc.so.6": {"GLIBC_2.35", "GLIBC_2.34", "GLIBC_2.17"}}, a64.Needs)
+		assert.Equal(t, map[string][]string{"libc.so.6": {"GLIBC_2.35", "GLIBC_2.34", "GLIBC_2.17"}}, a64.VersionNeeds)
 		assert.Equal(t, []string{"GLIBC_2.0", "GCC_3.0", "GCC_3.3", "GCC_3.3.1", "GCC_3.4", "GCC_3.4.2", "GCC_3.4.4",
 			"GCC_4.0.0", "GCC_4.2.0", "GCC_4.3.0", "GCC_4.5.0", "GCC_4.7.0", "GCC_7.0.0", "GCC_11.0"}, a64.Defines)
 
-		checks, ok := libionic.Verify(a64, ref, "libgcc_s.so.1", []string{elfMultiarch})
+		checks, ok := elfVerify(a64, ref, "libgcc_s.so.1", []string{elfMultiarch})
 		assert.False(t, ok)
 		failed := elfFailed(checks)
 		require.Len(t, failed, 5, "%v", failed)
-		assert.Equal(t, libionic.Check{Name: "machine", OK: false,
+		assert.Equal(t, elfload.Check{Name: "machine", OK: false,
 			Detail: "host build is for AArch64 but /usr/lib/x86_64-linux-gnu/libibverbs.so.1 is for x86-64"}, failed[0])
-		assert.Equal(t, libionic.Check{Name: "needed libc.so.6", OK: false,
+		assert.Equal(t, elfload.Check{Name: "needed libc.so.6", OK: false,
 			Detail: "libc.so.6 not found in /usr/lib/x86_64-linux-gnu; passed over /usr/lib/x86_64-linux-gnu/libc.so.6 (ELFCLASS64 little-endian x86-64)"}, failed[1])
 		assert.Equal(t, "version GLIBC_2.35", failed[2].Name)
 		assert.True(t, elfCheckNamed(t, checks, "class").OK, "both are 64-bit")
 
 		// The same object in its own world loads.
 		elfFixture(t, elfA64Libc, "libc6-arm64-cross (pulled in by libgcc-s1-arm64-cross)")
-		a64libc, err := libionic.Inspect(elfA64Libc)
+		a64libc, err := elfload.Read(elfA64Libc)
 		require.NoError(t, err)
-		checks, ok = libionic.Verify(a64, a64libc, "libgcc_s.so.1", []string{elfA64Dir})
+		checks, ok = elfVerify(a64, a64libc, "libgcc_s.so.1", []string{elfA64Dir})
 		assert.True(t, ok, "%v", elfFailed(checks))
 		assert.Equal(t, "GLIBC_2.35 from libc.so.6, defined by "+elfA64Libc, elfCheckNamed(t, checks, "version GLIBC_2.35").Detail)
 	})
 
 	t.Run("32-bit", func(t *testing.T) {
 		elfFixture(t, elfLib32Libgcc, "lib32gcc-s1")
-		x32, err := libionic.Inspect(elfLib32Libgcc)
+		x32, err := elfload.Read(elfLib32Libgcc)
 		require.NoError(t, err)
 		assert.Equal(t, elf.ELFCLASS32, x32.Class)
 		assert.Equal(t, elf.EM_386, x32.Machine)
 		assert.Equal(t, "libgcc_s.so.1", x32.Soname)
-		assert.Equal(t, map[string][]string{"libc.so.6": {"GLIBC_2.35", "GLIBC_2.1.3", "GLIBC_2.34", "GLIBC_2.0"}}, x32.Needs)
+		assert.Equal(t, map[string][]string{"libc.so.6": {"GLIBC_2.35", "GLIBC_2.1.3", "GLIBC_2.34", "GLIBC_2.0"}}, x32.VersionNeeds)
 
-		checks, ok := libionic.Verify(x32, ref, "libgcc_s.so.1", []string{elfMultiarch, elfLib32Dir})
+		checks, ok := elfVerify(x32, ref, "libgcc_s.so.1", []string{elfMultiarch, elfLib32Dir})
 		assert.False(t, ok)
-		assert.Equal(t, []libionic.Check{
+		assert.Equal(t, []elfload.Check{
 			{Name: "class", OK: false, Detail: "host build is ELFCLASS32 but /usr/lib/x86_64-linux-gnu/libibverbs.so.1 is ELFCLASS64"},
 			{Name: "machine", OK: false, Detail: "host build is for i386 but /usr/lib/x86_64-linux-gnu/libibverbs.so.1 is for x86-64"},
 		}, elfFailed(checks), "libc.so.6 and its versions are found in /usr/lib32, past the 64-bit one")
@@ -500,7 +506,7 @@ func TestELFVerifyOtherArchitectures(t *testing.T) {
 
 // Verify's verdict is the real loader's: glibc's dlopen (through python3's
 // ctypes) on the same files.
-func TestELFVerifyAgreesWithLoader(t *testing.T) {
+func TestVerifyAgreesWithLoader(t *testing.T) {
 	_, ref := elfRealPair(t)
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -528,9 +534,9 @@ func TestELFVerifyAgreesWithLoader(t *testing.T) {
 			c := elfCopyOf(t, elfLibmana)
 			tc.edit(c)
 			p := c.write("")
-			host, err := libionic.Inspect(p)
+			host, err := elfload.Read(p)
 			require.NoError(t, err)
-			_, ok := libionic.Verify(host, ref, "libmana.so.1", []string{elfMultiarch})
+			_, ok := elfVerify(host, ref, "libmana.so.1", []string{elfMultiarch})
 			out, err := exec.Command(python, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", p).CombinedOutput()
 			assert.Equal(t, tc.loads, err == nil, "dlopen: %s", out)
 			assert.Equal(t, tc.loads, ok, "Verify")
@@ -538,7 +544,7 @@ func TestELFVerifyAgreesWithLoader(t *testing.T) {
 	}
 }
 
-func TestELFInspectErrors(t *testing.T) {
+func TestReadErrors(t *testing.T) {
 	elfFixture(t, elfLibmana, elfPkgProviders)
 	mana, err := os.ReadFile(elfLibmana)
 	require.NoError(t, err)
@@ -560,7 +566,7 @@ func TestELFInspectErrors(t *testing.T) {
 	require.NoError(t, os.Symlink(loop, loop))
 	fifo := filepath.Join(dir, "fifo.so")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
-	subdir := filepath.Join(dir, "libionic.so")
+	subdir := filepath.Join(dir, "elfload.so")
 	require.NoError(t, os.Mkdir(subdir, 0o755))
 
 	for _, tc := range []struct {
@@ -604,7 +610,7 @@ func TestELFInspectErrors(t *testing.T) {
 		}), "corrupt ELF file: version need record 1 (at 0x7fff0968) is outside the loaded segments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, err := libionic.Inspect(tc.path)
+			obj, err := elfload.Read(tc.path)
 			require.Error(t, err)
 			assert.Nil(t, obj)
 			assert.Equal(t, tc.path+": "+tc.msg, err.Error())
@@ -612,7 +618,7 @@ func TestELFInspectErrors(t *testing.T) {
 	}
 }
 
-func TestELFInspectExecutables(t *testing.T) {
+func TestReadExecutables(t *testing.T) {
 	t.Run("PIE", func(t *testing.T) {
 		elfFixture(t, "/bin/true", "coreutils")
 		f, err := elf.Open("/bin/true")
@@ -621,7 +627,7 @@ func TestELFInspectExecutables(t *testing.T) {
 		f.Close()
 		require.Len(t, flags, 1)
 		require.NotZero(t, flags[0]&uint64(elf.DF_1_PIE), "Debian's /bin/true is a PIE")
-		_, err = libionic.Inspect("/bin/true")
+		_, err = elfload.Read("/bin/true")
 		assert.EqualError(t, err, "/bin/true: is a position-independent executable (ET_DYN with DF_1_PIE), not a shared object")
 	})
 	t.Run("test binary", func(t *testing.T) {
@@ -632,7 +638,7 @@ func TestELFInspectExecutables(t *testing.T) {
 		typ := f.Type
 		flags, _ := f.DynValue(elf.DT_FLAGS_1)
 		f.Close()
-		_, err = libionic.Inspect(exe)
+		_, err = elfload.Read(exe)
 		switch {
 		case typ == elf.ET_EXEC: // go test's default on linux/amd64
 			assert.EqualError(t, err, exe+": is an executable (ET_EXEC), not a shared object")
@@ -644,11 +650,11 @@ func TestELFInspectExecutables(t *testing.T) {
 	})
 	t.Run("object file", func(t *testing.T) {
 		elfFixture(t, elfCrt1, "libc6-dev")
-		_, err := libionic.Inspect(elfCrt1)
+		_, err := elfload.Read(elfCrt1)
 		assert.EqualError(t, err, elfCrt1+": is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
 	})
 	t.Run("glibc's runnable libc.so.6 is a shared object", func(t *testing.T) {
-		libc, err := libionic.Inspect(elfLibc)
+		libc, err := elfload.Read(elfLibc)
 		require.NoError(t, err)
 		assert.Equal(t, "libc.so.6", libc.Soname)
 		assert.Equal(t, []string{"ld-linux-x86-64.so.2"}, libc.Needed)
@@ -662,7 +668,7 @@ func TestELFInspectExecutables(t *testing.T) {
 // rxe/rxe.c (sizeof(void *) == 8 ? 1 : 2, and 2), mlx4/mlx4.c
 // (MLX4_UVERBS_MIN/MAX_ABI_VERSION 2, 4), efa/efa.c (EFA_ABI_VERSION 1),
 // siw/siw.c (SIW_ABI_VERSION 1), bnxt_re/main.c (BNXT_RE_ABI_VERSION 1).
-func TestELFProviderABIRangeReal(t *testing.T) {
+func TestProviderABIRangeReal(t *testing.T) {
 	for _, tc := range []struct {
 		file, name string
 		min, max   uint32
@@ -686,25 +692,25 @@ func TestELFProviderABIRangeReal(t *testing.T) {
 	} {
 		t.Run(filepath.Base(tc.file)+"/"+tc.name, func(t *testing.T) {
 			elfFixture(t, tc.file, elfPkgProviders)
-			o, err := libionic.Inspect(tc.file)
+			o, err := elfload.Read(tc.file)
 			require.NoError(t, err)
-			min, max, ok := libionic.ProviderABIRange(o, tc.name)
+			min, max, ok := elfload.ProviderABIRange(o, tc.name)
 			assert.Equal(t, []any{tc.min, tc.max, tc.ok}, []any{min, max, ok})
 		})
 	}
 
 	t.Run("other objects", func(t *testing.T) {
-		_, _, ok := libionic.ProviderABIRange(nil, "mana")
+		_, _, ok := elfload.ProviderABIRange(nil, "mana")
 		assert.False(t, ok)
-		_, _, ok = libionic.ProviderABIRange(&libionic.Object{Path: filepath.Join(t.TempDir(), "none.so")}, "mana")
+		_, _, ok = elfload.ProviderABIRange(&elfload.Object{Path: filepath.Join(t.TempDir(), "none.so")}, "mana")
 		assert.False(t, ok)
 		for _, p := range []string{elfA64Libgcc, elfLib32Libgcc} {
 			if _, err := os.Stat(p); err != nil {
 				continue // covered (and required) by TestELFVerifyOtherArchitectures
 			}
-			o, err := libionic.Inspect(p)
+			o, err := elfload.Read(p)
 			require.NoError(t, err)
-			_, _, ok = libionic.ProviderABIRange(o, "gcc")
+			_, _, ok = elfload.ProviderABIRange(o, "gcc")
 			assert.False(t, ok, p)
 		}
 	})
@@ -712,7 +718,7 @@ func TestELFProviderABIRangeReal(t *testing.T) {
 
 // Edited copies of libmana: the values are read from where the relocation
 // points, implausible ones are refused, disagreeing candidates too.
-func TestELFProviderABIRangeEdited(t *testing.T) {
+func TestProviderABIRangeEdited(t *testing.T) {
 	elfFixture(t, elfLibmana, elfPkgProviders)
 	c0 := elfCopyOf(t, elfLibmana)
 	ro := c0.section(".rodata")
@@ -748,9 +754,9 @@ func TestELFProviderABIRangeEdited(t *testing.T) {
 	abi := func(t *testing.T, edit func(c *elfCopy)) []any {
 		c := elfCopyOf(t, elfLibmana)
 		edit(c)
-		o, err := libionic.Inspect(c.write(""))
+		o, err := elfload.Read(c.write(""))
 		require.NoError(t, err)
-		min, max, ok := libionic.ProviderABIRange(o, "mana")
+		min, max, ok := elfload.ProviderABIRange(o, "mana")
 		return []any{min, max, ok}
 	}
 	setRange := func(c *elfCopy, place uint64, min, max uint32) {
@@ -777,7 +783,7 @@ func TestELFProviderABIRangeEdited(t *testing.T) {
 // A provider shaped like the ionic one, built here with the machine's C
 // compiler against the real libibverbs: plain RELA relocations and, with
 // -z pack-relative-relocs, DT_RELR.
-func TestELFProviderBuiltWithCC(t *testing.T) {
+func TestProviderBuiltWithCC(t *testing.T) {
 	elfFixture(t, elfLibibverbs, elfPkgVerbs)
 	cc, err := exec.LookPath("cc")
 	if err != nil {
@@ -786,7 +792,7 @@ func TestELFProviderBuiltWithCC(t *testing.T) {
 		}
 		t.Skip("cc not found: install gcc")
 	}
-	ref, err := libionic.Inspect(elfLibibverbs)
+	ref, err := elfload.Read(elfLibibverbs)
 	require.NoError(t, err)
 	src := filepath.Join(t.TempDir(), "ionic.c")
 	require.NoError(t, os.WriteFile(src, []byte(`#include <stdint.h>
@@ -800,16 +806,16 @@ const struct ops ionic_other_ops = { .name = "ionic", .min = 1, .max = 1, .table
 const char *const ionic_names[] = { "ionic", 0 };
 static void __attribute__((constructor)) ionic_register(void) { verbs_register_driver_34(&ionic_dev_ops); }
 `), 0o644))
-	build := func(t *testing.T, args ...string) *libionic.Object {
-		out := filepath.Join(t.TempDir(), "libionic.so")
-		cmd := exec.Command(cc, append([]string{"-shared", "-fPIC", "-O2", "-o", out, "-Wl,-soname,libionic.so.1", src, elfLibibverbs}, args...)...)
+	build := func(t *testing.T, args ...string) *elfload.Object {
+		out := filepath.Join(t.TempDir(), "elfload.so")
+		cmd := exec.Command(cc, append([]string{"-shared", "-fPIC", "-O2", "-o", out, "-Wl,-soname,elfload.so.1", src, elfLibibverbs}, args...)...)
 		b, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", b)
-		o, err := libionic.Inspect(out)
+		o, err := elfload.Read(out)
 		require.NoError(t, err)
 		return o
 	}
-	relr := func(o *libionic.Object) bool {
+	relr := func(o *elfload.Object) bool {
 		f, err := elf.Open(o.Path)
 		require.NoError(t, err)
 		defer f.Close()
@@ -820,9 +826,9 @@ static void __attribute__((constructor)) ionic_register(void) { verbs_register_d
 	t.Run("RELA", func(t *testing.T) {
 		o := build(t, "-DMIN=4", "-DMAX=4")
 		assert.False(t, relr(o))
-		min, max, ok := libionic.ProviderABIRange(o, "ionic")
+		min, max, ok := elfload.ProviderABIRange(o, "ionic")
 		assert.Equal(t, []any{uint32(4), uint32(4), true}, []any{min, max, ok})
-		checks, ok := libionic.Verify(o, ref, "libionic.so.1", []string{elfMultiarch})
+		checks, ok := elfVerify(o, ref, "elfload.so.1", []string{elfMultiarch})
 		assert.True(t, ok, "%v", elfFailed(checks))
 		assert.Equal(t, "IBVERBS_PRIVATE_34 from libibverbs.so.1, defined by "+elfLibibverbs, elfCheckNamed(t, checks, "version IBVERBS_PRIVATE_34").Detail)
 	})
@@ -831,15 +837,33 @@ static void __attribute__((constructor)) ionic_register(void) { verbs_register_d
 		if !relr(o) {
 			t.Fatalf("the linker made no DT_RELR with -z pack-relative-relocs")
 		}
-		min, max, ok := libionic.ProviderABIRange(o, "ionic")
+		min, max, ok := elfload.ProviderABIRange(o, "ionic")
 		assert.Equal(t, []any{uint32(2), uint32(6), true}, []any{min, max, ok})
-		checks, ok := libionic.Verify(o, ref, "libionic.so.1", []string{elfMultiarch})
+		checks, ok := elfVerify(o, ref, "elfload.so.1", []string{elfMultiarch})
 		assert.True(t, ok, "%v", elfFailed(checks))
 		assert.Equal(t, []string{"libibverbs.so.1"}, o.Needed)
 	})
 	t.Run("two ops that disagree", func(t *testing.T) {
 		o := build(t, "-DMIN=4", "-DMAX=4", "-DSECOND")
-		_, _, ok := libionic.ProviderABIRange(o, "ionic")
+		_, _, ok := elfload.ProviderABIRange(o, "ionic")
 		assert.False(t, ok)
 	})
+}
+
+// A target for any object: without a label the details name the object's
+// path, and without a SONAME to match there is no soname check.
+func TestVerifyUnlabelledTarget(t *testing.T) {
+	host, ref := elfRealPair(t)
+	checks, ok := elfload.Verify(host, elfload.Target{Like: ref, LibDirs: []string{elfMultiarch}})
+	assert.True(t, ok, "%v", elfFailed(checks))
+	for _, c := range checks {
+		assert.NotEqual(t, "soname", c.Name)
+	}
+	assert.Len(t, checks, 9)
+
+	checks, ok = elfload.Verify(host, elfload.Target{Like: ref, Soname: "libionic.so.1", LibDirs: []string{elfMultiarch}})
+	assert.False(t, ok)
+	assert.Equal(t, []elfload.Check{
+		{Name: "soname", OK: false, Detail: elfLibmana + `'s SONAME is "libmana.so.1", want "libionic.so.1"`},
+	}, elfFailed(checks))
 }

@@ -1,4 +1,4 @@
-package libionic_test
+package elfload_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infera/infera-exec/libionic"
+	"github.com/infera/infera-exec/elfload"
 )
 
 // elfFuzzSeeds are the real libmana and corruptions of it.
@@ -45,26 +45,26 @@ func elfFuzzSeeds(t testing.TB) [][]byte {
 	}
 }
 
-func FuzzInspectVerify(f *testing.F) {
+func FuzzReadVerify(f *testing.F) {
 	for _, s := range elfFuzzSeeds(f) {
 		f.Add(s)
 	}
-	ref, err := libionic.Inspect(elfLibibverbs)
+	ref, err := elfload.Read(elfLibibverbs)
 	if err != nil {
 		f.Fatal(err)
 	}
 	// One file per fuzz worker process, rewritten for each input (inputs
 	// run one at a time in a worker): a directory per input costs more
 	// than the code under test.
-	p := filepath.Join(f.TempDir(), "libionic.so")
+	p := filepath.Join(f.TempDir(), "elfload.so")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		o, err := libionic.Inspect(p)
+		o, err := elfload.Read(p)
 		if err != nil {
 			if o != nil {
-				t.Fatalf("Inspect returned an object and an error: %v", err)
+				t.Fatalf("Read returned an object and an error: %v", err)
 			}
 			if !strings.Contains(err.Error(), p) {
 				t.Fatalf("error does not name the path %s: %v", p, err)
@@ -74,7 +74,7 @@ func FuzzInspectVerify(f *testing.F) {
 		if o.Path != p || o.Size != int64(len(data)) {
 			t.Fatalf("object %s of %d bytes, want %s of %d", o.Path, o.Size, p, len(data))
 		}
-		checks, ok := libionic.Verify(o, ref, "libmana.so.1", []string{elfMultiarch})
+		checks, ok := elfVerify(o, ref, "libmana.so.1", []string{elfMultiarch})
 		all := true
 		for _, c := range checks {
 			all = all && c.OK
@@ -85,7 +85,7 @@ func FuzzInspectVerify(f *testing.F) {
 		if ok != all || len(checks) < 5 {
 			t.Fatalf("ok=%v but checks %v", ok, checks)
 		}
-		libionic.ProviderABIRange(o, "mana")
+		elfload.ProviderABIRange(o, "mana")
 	})
 }
 
@@ -99,8 +99,8 @@ func FuzzProviderABIRange(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// Also on files Inspect refuses: the Object may be made by hand.
-		min, max, ok := libionic.ProviderABIRange(&libionic.Object{Path: p}, name)
+		// Also on files Read refuses: the Object may be made by hand.
+		min, max, ok := elfload.ProviderABIRange(&elfload.Object{Path: p}, name)
 		if ok && (min > max || max > 1000) {
 			t.Fatalf("ok with implausible range %d..%d", min, max)
 		}
