@@ -17,7 +17,7 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
 	"github.com/infera/infera-exec/internal/procgroup"
-	"github.com/infera/infera-exec/lookup"
+	"github.com/infera/infera-exec/launch"
 )
 
 // Python is the interpreter the worker will run and its CPython version.
@@ -65,7 +65,7 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 	if p.Interpreter == "" {
 		p.Interpreter = "python3"
 	}
-	path, err := lookup.Command(p.Interpreter, pathOf(pr.Env), pr.Dir)
+	path, err := launch.Command(p.Interpreter, pathOf(pr.Env), pr.Dir)
 	if err != nil {
 		return p, fmt.Errorf("python interpreter (INFERA_PYTHON): %w; install it or set INFERA_PYTHON to its path", err)
 	}
@@ -145,7 +145,7 @@ func pathOf(env *environ.Env) string {
 	if v, ok := env.Get("PATH"); ok {
 		return v
 	}
-	return lookup.DefaultPath
+	return launch.DefaultPath
 }
 
 // venvVersion reads the version a venv was created with (PEP 405: the

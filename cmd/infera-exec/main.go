@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/infera/infera-exec/cli"
+	"github.com/infera/infera-exec/launch"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -23,14 +24,18 @@ var (
 // then.
 const (
 	exitOK          = 0
-	exitUsage       = 64  // EX_USAGE: bad options or no command
-	exitPatch       = 65  // EX_DATAERR: a required engine patch is not in force
-	exitUnavailable = 69  // EX_UNAVAILABLE: a required capability is missing
-	exitSoftware    = 70  // EX_SOFTWARE: a bug in infera-exec
-	exitCantCreate  = 73  // EX_CANTCREAT: --install cannot write its destination
-	exitConfig      = 78  // EX_CONFIG: payload, interpreter or configuration unusable
-	exitNotExec     = 126 // command found but cannot be executed
-	exitNotFound    = 127 // command not found
+	exitUsage       = 64 // EX_USAGE: bad options or no command
+	exitPatch       = 65 // EX_DATAERR: a required engine patch is not in force
+	exitUnavailable = 69 // EX_UNAVAILABLE: a required capability is missing
+	exitSoftware    = 70 // EX_SOFTWARE: a bug in infera-exec
+	exitCantCreate  = 73 // EX_CANTCREAT: --install cannot write its destination
+	exitConfig      = 78 // EX_CONFIG: payload, interpreter or configuration unusable
+)
+
+// The worker cannot be started: the shell's codes, defined by launch.
+const (
+	exitNotExec  = launch.CodeNotExecutable // 126: command found but cannot be executed
+	exitNotFound = launch.CodeNotFound      // 127: command not found
 )
 
 func main() {

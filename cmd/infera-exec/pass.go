@@ -21,7 +21,6 @@ import (
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
-	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/report"
 )
@@ -265,7 +264,7 @@ func (p *pass) checkCapabilities(context.Context) error {
 
 func (p *pass) composeEnv(context.Context) error {
 	if _, ok := p.env.Get("PATH"); !ok {
-		p.env.Set("PATH", lookup.DefaultPath)
+		p.env.Set("PATH", launch.DefaultPath)
 	}
 	p.env.PrependPaths("PATH", p.sel.Path...)
 	p.env.PrependPaths("PYTHONPATH", p.sel.PythonPath...)
@@ -296,9 +295,9 @@ func (p *pass) resolveCommand(context.Context) error {
 	if len(p.opt.Command) == 0 {
 		return nil
 	}
-	path, err := lookup.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
+	path, err := launch.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
-		var le *lookup.Error
+		var le *launch.Error
 		if errors.As(err, &le) {
 			return refuse(le.Code, err)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/infera/infera-exec/lookup"
+	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/report"
 )
@@ -148,7 +148,7 @@ func (p *pass) enginePatches(ctx context.Context) error {
 // locatePackages asks the container's interpreter, with the worker's final
 // environment and working directory, where the engine packages resolve.
 func (p *pass) locatePackages(ctx context.Context, names []string) (*patches.Location, error) {
-	python, err := lookup.Command(p.cfg.Python, p.env.Value("PATH"), p.cfg.Chdir)
+	python, err := launch.Command(p.cfg.Python, p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
 		return nil, fmt.Errorf("cannot run the interpreter to locate %s: %v", strings.Join(names, ", "), err)
 	}
