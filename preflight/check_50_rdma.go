@@ -42,8 +42,8 @@ func ibDevDirOf(in *Input) string {
 }
 
 func checkRDMA(in *Input) Result {
-	_, source, ok := PD(in.Argv)
-	if !ok {
+	source := in.Args.RoleFrom
+	if !in.Args.PD() {
 		return skipped("not a prefill/decode worker")
 	}
 	sysfs, devDir := sysfsOf(in), ibDevDirOf(in)

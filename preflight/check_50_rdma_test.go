@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 type rdmaFakeDev struct {
@@ -120,7 +122,7 @@ func TestRDMA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sysfs, devDir := rdmaFake(t, tc.devs, tc.entries)
-			r := checkRDMA(&Input{Argv: tc.argv, Env: tc.env, Sysfs: sysfs, DevDir: devDir, ProviderABI: tc.provider})
+			r := checkRDMA(&Input{Args: workerargs.Parse(tc.argv), Env: tc.env, Sysfs: sysfs, DevDir: devDir, ProviderABI: tc.provider})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {

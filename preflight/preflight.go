@@ -8,6 +8,8 @@ package preflight
 import (
 	"sort"
 	"strings"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // Severity of a failed check: an error refuses the start, a warning is
@@ -45,7 +47,7 @@ func (r Result) Failed(s Severity) bool { return r.Status == Fail && r.Severity 
 // Input is everything the checks look at; the pass fills it from the
 // composed environment and the worker command, tests from fixtures.
 type Input struct {
-	Argv         []string          // the worker command
+	Args         workerargs.Args   // the worker command, read once
 	Env          map[string]string // the worker's environment
 	Sysfs        string            // /sys, or SYSFS_PATH
 	DevDir       string            // /dev/infiniband
@@ -112,21 +114,6 @@ func ParseSkip(v string) map[string]bool {
 	return m
 }
 
-// flagValue finds --name VALUE or --name=VALUE in argv; the last wins.
-func flagValue(argv []string, names ...string) (string, bool) {
-	val, found := "", false
-	for i := 0; i < len(argv); i++ {
-		for _, name := range names {
-			if v, ok := strings.CutPrefix(argv[i], name+"="); ok {
-				val, found = v, true
-			} else if argv[i] == name && i+1 < len(argv) {
-				val, found = argv[i+1], true
-			}
-		}
-	}
-	return val, found
-}
-
 func pass(seen string) Result { return Result{Status: Pass, Seen: seen} }
 
 func skipped(seen string) Result { return Result{Status: Skipped, Seen: seen} }
@@ -150,17 +137,4 @@ type Interface struct {
 	Addrs    []string // IP addresses, without prefix length
 	Up       bool
 	Loopback bool
-}
-
-// PD tells whether the worker is one side of a prefill/decode pair, from
-// its arguments: vLLM --kv-transfer-config with a Mooncake connector, or
-// SGLang --disaggregation-mode prefill|decode. engine is vllm or sglang.
-func PD(argv []string) (engine, source string, ok bool) {
-	if cfg, found := flagValue(argv, "--kv-transfer-config"); found && strings.Contains(strings.ToLower(cfg), "mooncake") {
-		return "vllm", "--kv-transfer-config with a Mooncake connector", true
-	}
-	if mode, found := flagValue(argv, "--disaggregation-mode"); found && (mode == "prefill" || mode == "decode") {
-		return "sglang", "--disaggregation-mode " + mode, true
-	}
-	return "", "", false
 }

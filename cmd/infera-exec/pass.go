@@ -23,6 +23,7 @@ import (
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/report"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // refusal ends the pass without exec.
@@ -236,7 +237,7 @@ func (p *pass) checkCapabilities(context.Context) error {
 		c.Tree, c.Provided, c.Evidence = tree.Name, tree.Caps, p.sel.Native.Evidence
 	}
 	p.rep.Capabilities = c
-	c.Implied = capability.Implied(p.opt.Command)
+	c.Implied = capability.Implied(workerargs.Parse(p.opt.Command))
 	req := p.cfg.RequireNative.With(c.Implied)
 	c.Requirement = req
 	required, err := capability.Check(req, tree, p.sel.NoNativeWhy, p.sel.AllNative)

@@ -15,6 +15,7 @@ import (
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/preflight"
 	"github.com/infera/infera-exec/report"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // preflightInput is what the checks look at: the worker command, the
@@ -29,7 +30,7 @@ func preflightInput(cfg config.Config, argv []string, env *environ.Env, swap *li
 		m[k] = v
 	}
 	return &preflight.Input{
-		Argv:         argv,
+		Args:         workerargs.Parse(argv),
 		Env:          m,
 		Sysfs:        cfg.Sysfs,
 		DevDir:       "/dev/infiniband",
