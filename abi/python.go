@@ -17,7 +17,7 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
 	"github.com/infera/infera-exec/internal/procgroup"
-	"github.com/infera/infera-exec/lookup"
+	"github.com/infera/infera-exec/launch"
 )
 
 // Python is the interpreter the worker will run and its CPython version.
@@ -137,7 +137,7 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 // Interpreter resolves name (INFERA_PYTHON) on pathList as exec will,
 // relative to dir, the directory it will run in.
 func Interpreter(name, pathList, dir string) (string, error) {
-	path, err := lookup.Command(name, pathList, dir)
+	path, err := launch.Command(name, pathList, dir)
 	if err != nil {
 		// %v: the lookup's 126/127 are the worker's codes, not the
 		// interpreter's, which is configuration (78).
@@ -160,7 +160,7 @@ func pathOf(env *environ.Env) string {
 	if v, ok := env.Get("PATH"); ok {
 		return v
 	}
-	return lookup.DefaultPath
+	return launch.DefaultPath
 }
 
 // venvVersion reads the version a venv was created with (PEP 405: the

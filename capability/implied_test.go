@@ -3,9 +3,12 @@ package capability
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 func TestImplied(t *testing.T) {
@@ -25,9 +28,18 @@ func TestImplied(t *testing.T) {
 		{[]string{"--disaggregation-mode", "decode", "--disaggregation-transfer-backend", "nixl"}, nil},
 		{[]string{"--disaggregation-mode", "null"}, nil},
 		{[]string{"--disaggregation-mode"}, nil}, // no value: nothing to read
+		// Two Mooncake connectors: the first, in the order of the config.
+		{[]string{"--kv-transfer-config", `{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeStoreConnector"},{"kv_connector":"MooncakeConnector"}]}}`}, []Implication{{"mooncake", "--kv-transfer-config kv_connector=MooncakeStoreConnector"}}},
+		// An SGLang option on a vLLM command is not read.
+		{[]string{"python3", "-m", "vllm.entrypoints.openai.api_server", "--disaggregation-mode", "prefill"}, nil},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, Implied(c.argv), "%q", c.argv)
+		argv := c.argv
+		if strings.HasPrefix(argv[0], "-") {
+			// A command workerargs does not know: the options tell the engine.
+			argv = append([]string{"worker"}, argv...)
+		}
+		assert.Equal(t, c.want, Implied(workerargs.Parse(argv)), "%q", argv)
 	}
 }
 

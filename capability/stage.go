@@ -3,17 +3,19 @@ package capability
 import (
 	"fmt"
 	"log/slog"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // Input is what the capability step takes: the requirement as configured,
 // the worker command, and the native tree chosen for this container.
 type Input struct {
 	Requirement Requirement
-	Argv        []string
-	Tree        *Tree      // nil: no native tree
-	Evidence    []Evidence // why the tree's capabilities were granted
-	NoTreeWhy   string     // why there is none
-	Available   []Tree     // every native tree of the payload
+	Args        workerargs.Args // the worker command, read once
+	Tree        *Tree           // nil: no native tree
+	Evidence    []Evidence      // why the tree's capabilities were granted
+	NoTreeWhy   string          // why there is none
+	Available   []Tree          // every native tree of the payload
 	Log         *slog.Logger
 }
 
@@ -35,7 +37,7 @@ func Decide(in Input) (*Outcome, error) {
 	if in.Tree != nil {
 		o.Tree, o.Provided, o.Evidence = in.Tree.Name, in.Tree.Caps, in.Evidence
 	}
-	o.Implied = Implied(in.Argv)
+	o.Implied = Implied(in.Args)
 	req := in.Requirement.With(o.Implied)
 	o.Requirement = req
 	required, err := Check(req, in.Tree, in.NoTreeWhy, in.Available)

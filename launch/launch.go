@@ -1,5 +1,6 @@
-// Package launch does the last, irreversible part of the pass: working
-// directory, open-file limit, and execve(2) of the worker, so that the
+// Package launch answers how the worker is started: the command resolved
+// as execvp(3) would (126 and 127 as a shell reports them), the working
+// directory, the open-file limit, and execve(2) of the worker, so that the
 // worker takes over the shim's PID and the shim does not stay resident.
 package launch
 
@@ -49,14 +50,14 @@ func CheckDir(dir string) error {
 }
 
 // Exec replaces the process with path. It returns only on failure, with
-// the shell's exit code for it: 126 for a file the kernel will not run.
+// the shell's exit code for it: CodeNotExecutable for a file the kernel
+// will not run, CodeNotFound when it or its #! interpreter is gone.
 func Exec(path string, argv, env []string) (int, error) {
 	err := syscall.Exec(path, argv, env)
-	code := 126
+	code := CodeNotExecutable
 	if err == syscall.ENOENT {
 		// The file vanished, or its #! interpreter does not exist.
-		code = 127
-		return code, fmt.Errorf("exec %s: %w (if it is a script, check the interpreter on its #! line)", path, err)
+		return CodeNotFound, fmt.Errorf("exec %s: %w (if it is a script, check the interpreter on its #! line)", path, err)
 	}
 	if err == syscall.ENOEXEC {
 		return code, fmt.Errorf("exec %s: %w (not a binary for this machine, or a script without a #! line)", path, err)

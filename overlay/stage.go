@@ -8,7 +8,7 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/lookup"
+	"github.com/infera/infera-exec/launch"
 )
 
 // Choose opens the payload at root (from says where that root came from)
@@ -40,7 +40,7 @@ func Choose(root, from string, f abi.Family, log *slog.Logger) (*Payload, *Selec
 // execvp's default first when it is unset, so ours do not replace it).
 func (s *Selection) Env() []environ.Edit {
 	return []environ.Edit{
-		environ.SetDefault("PATH", lookup.DefaultPath),
+		environ.SetDefault("PATH", launch.DefaultPath),
 		environ.Prepend("PATH", s.Path...),
 		environ.Prepend("PYTHONPATH", s.PythonPath...),
 		environ.Prepend("LD_LIBRARY_PATH", s.LibraryPath...),

@@ -24,13 +24,14 @@ var placeholderRE = regexp.MustCompile(`<[A-Z][A-Z0-9_]*>`)
 const placeholdersShown = 5
 
 func checkPlaceholders(in *Input) Result {
-	if len(in.Argv) == 0 && len(in.Env) == 0 {
+	argv := in.Args.Argv
+	if len(argv) == 0 && len(in.Env) == 0 {
 		return skipped("no command and no environment to look at")
 	}
 	var found []string
-	for i, arg := range in.Argv {
+	for i, arg := range argv {
 		for _, tok := range uniqueTokens(arg) {
-			found = append(found, fmt.Sprintf("%s in argv[%d]%s", tok, i, argWhere(in.Argv, i)))
+			found = append(found, fmt.Sprintf("%s in argv[%d]%s", tok, i, argWhere(argv, i)))
 		}
 	}
 	names := make([]string, 0, len(in.Env))
@@ -45,7 +46,7 @@ func checkPlaceholders(in *Input) Result {
 	}
 	if len(found) == 0 {
 		return pass(fmt.Sprintf("no <UPPER_CASE> placeholder in %s and %s",
-			plural(len(in.Argv), "argument"), plural(len(in.Env), "environment variable")))
+			plural(len(argv), "argument"), plural(len(in.Env), "environment variable")))
 	}
 	shown := found
 	if len(shown) > placeholdersShown {

@@ -61,26 +61,6 @@ func shardGroup(name string) int {
 	return -1
 }
 
-// modelArg finds the model in the worker command: the argument of vLLM's
-// serve (which wins over --model, as in vLLM), else SGLang's --model-path,
-// else --model.
-func modelArg(argv []string) (value, source string, ok bool) {
-	for i := 1; i+1 < len(argv); i++ {
-		// "serve" as a subcommand, not as the value of an option
-		// (--served-model-name serve).
-		if argv[i] == "serve" && !strings.HasPrefix(argv[i-1], "-") && !strings.HasPrefix(argv[i+1], "-") {
-			return argv[i+1], "serve", true
-		}
-	}
-	if v, ok := flagValue(argv, "--model-path"); ok {
-		return v, "--model-path", true
-	}
-	if v, ok := flagValue(argv, "--model"); ok {
-		return v, "--model", true
-	}
-	return "", "", false
-}
-
 // isModelPath: absolute, or explicitly relative. Anything else
 // (meta-llama/Llama-3.1-8B) is a Hugging Face repository id.
 func isModelPath(v string) bool {
@@ -179,8 +159,8 @@ func pick(files [len(shardGroups)][]shardFile, bad string, why error) shardScan 
 }
 
 func checkModelDir(in *Input) Result {
-	arg, source, ok := modelArg(in.Argv)
-	if !ok {
+	arg, source := in.Args.Model, in.Args.ModelFrom
+	if source == "" {
 		return skipped("no --model, --model-path or serve argument in the command")
 	}
 	if !isModelPath(arg) {

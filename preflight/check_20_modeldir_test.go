@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 const (
@@ -40,7 +42,7 @@ func modelDir(t *testing.T, files map[string]int64) string {
 
 func modelInput(dir string, magic uint32) *Input {
 	return &Input{
-		Argv:         []string{"python3", "-m", "infera.engine.vllm", "--model", dir, "--tensor-parallel-size", "8"},
+		Args:         workerargs.Parse([]string{"python3", "-m", "infera.engine.vllm", "--model", dir, "--tensor-parallel-size", "8"}),
 		ReadyTimeout: 1800,
 		ReadyDefault: true,
 		Statfs:       fakeStatfs(magic),
@@ -77,38 +79,13 @@ func unprivileged(t *testing.T, fn func()) {
 	require.NoError(t, <-errc)
 }
 
-func TestModelArg(t *testing.T) {
-	tests := []struct {
-		argv        []string
-		value, from string
-		ok          bool
-	}{
-		{[]string{"vllm", "serve", "/models/x", "--tensor-parallel-size", "8"}, "/models/x", "serve", true},
-		{[]string{"vllm", "serve", "/models/x", "--model", "/other"}, "/models/x", "serve", true},
-		{[]string{"python3", "-m", "vllm.entrypoints.cli.main", "serve", "./m"}, "./m", "serve", true},
-		{[]string{"python3", "-m", "sglang.launch_server", "--model-path", "/m", "--tp", "8"}, "/m", "--model-path", true},
-		{[]string{"python3", "-m", "sglang.launch_server", "--model-path=/m"}, "/m", "--model-path", true},
-		{[]string{"python3", "-m", "infera.engine.vllm", "--model=/m"}, "/m", "--model", true},
-		{[]string{"vllm", "--served-model-name", "serve", "--model", "/m"}, "/m", "--model", true},
-		{[]string{"vllm", "serve", "--help"}, "", "", false},
-		{[]string{"python3", "-m", "x", "--model-loader-extra-config", "{}"}, "", "", false},
-		{nil, "", "", false},
-	}
-	for _, tt := range tests {
-		v, from, ok := modelArg(tt.argv)
-		assert.Equal(t, tt.ok, ok, "%q", tt.argv)
-		assert.Equal(t, tt.value, v, "%q", tt.argv)
-		assert.Equal(t, tt.from, from, "%q", tt.argv)
-	}
-}
-
 func TestModelDirSkipped(t *testing.T) {
-	r := checkModelDir(&Input{Argv: []string{"python3", "-m", "router", "--port", "8000"}})
+	r := checkModelDir(&Input{Args: workerargs.Parse([]string{"python3", "-m", "router", "--port", "8000"})})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "no --model, --model-path or serve argument in the command", r.Seen)
 
 	for _, id := range []string{"meta-llama/Llama-3.1-8B", "gpt2", "models/x", "~/m"} {
-		r = checkModelDir(&Input{Argv: []string{"vllm", "serve", id}})
+		r = checkModelDir(&Input{Args: workerargs.Parse([]string{"vllm", "serve", id})})
 		assert.Equal(t, Skipped, r.Status, id)
 		assert.Equal(t, id+" (serve) is not a path (absolute, ./ or ../): a Hugging Face repository id, nothing to check", r.Seen)
 	}
@@ -149,11 +126,11 @@ func TestModelDirSubdirectories(t *testing.T) {
 
 func TestModelDirGGUFFile(t *testing.T) {
 	dir := modelDir(t, map[string]int64{"q4.gguf": 4.9e9, "notes.txt": 10})
-	r := checkModelDir(&Input{Argv: []string{"vllm", "serve", filepath.Join(dir, "q4.gguf")}, Statfs: fakeStatfs(magicExt4)})
+	r := checkModelDir(&Input{Args: workerargs.Parse([]string{"vllm", "serve", filepath.Join(dir, "q4.gguf")}), Statfs: fakeStatfs(magicExt4)})
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, filepath.Join(dir, "q4.gguf")+" on ext4, 1 shard (a GGUF file), 4.90 GB", r.Seen)
 
-	r = checkModelDir(&Input{Argv: []string{"vllm", "serve", filepath.Join(dir, "notes.txt")}, Statfs: fakeStatfs(magicExt4)})
+	r = checkModelDir(&Input{Args: workerargs.Parse([]string{"vllm", "serve", filepath.Join(dir, "notes.txt")}), Statfs: fakeStatfs(magicExt4)})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Error, r.Severity)
 	assert.Equal(t, filepath.Join(dir, "notes.txt")+" (serve) is not a directory", r.Seen)
@@ -180,7 +157,7 @@ func TestModelDirHuggingFaceSnapshotLinks(t *testing.T) {
 
 func TestModelDirMissing(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "models", "llama")
-	r := checkModelDir(&Input{Argv: []string{"python3", "-m", "sglang.launch_server", "--model-path", missing}})
+	r := checkModelDir(&Input{Args: workerargs.Parse([]string{"python3", "-m", "sglang.launch_server", "--model-path", missing})})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Error, r.Severity)
 	assert.Equal(t, missing+" (--model-path) does not exist", r.Seen)

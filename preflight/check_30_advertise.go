@@ -1,13 +1,12 @@
 package preflight
 
 import (
-	"encoding/json"
-	"fmt"
 	"net"
 	"net/netip"
 	"regexp"
-	"sort"
 	"strings"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // The advertise check: a prefill/decode worker tells its peer on the
@@ -112,25 +111,24 @@ func (a *advCheck) note(seen string) {
 }
 
 func checkAdvertise(in *Input) Result {
-	engine, source, ok := PD(in.Argv)
-	if !ok {
+	if !in.Args.PD() {
 		return skipped("not a prefill/decode worker")
 	}
 	a := &advCheck{in: in}
-	if engine == "vllm" {
+	if in.Args.Engine == workerargs.VLLM {
 		a.vllm()
 	} else {
 		a.sglang()
 	}
-	return a.result(engine, source)
+	return a.result(in.Args.Engine, in.Args.RoleFrom)
 }
 
 // vllm: --data-parallel-address (required: without it vLLM falls back to
 // 127.0.0.1), addresses inside --kv-transfer-config, VLLM_HOST_IP.
 func (a *advCheck) vllm() {
-	argv := a.in.Argv
-	if v, ok := flagValue(argv, "--data-parallel-address", "-dpa"); ok {
-		a.addr("--data-parallel-address", "--data-parallel-address", v)
+	args := a.in.Args
+	if f := args.DataParallelAddress; f.Set {
+		a.addr("--data-parallel-address", "--data-parallel-address", f.Value)
 	} else {
 		a.findings = append(a.findings, advFinding{
 			seen:   "--data-parallel-address not set (vLLM then uses 127.0.0.1)",
@@ -139,16 +137,13 @@ func (a *advCheck) vllm() {
 			kind:   addrLoopback,
 		})
 	}
-	if cfg, ok := flagValue(argv, "--kv-transfer-config"); ok {
-		var doc any
-		if err := json.Unmarshal([]byte(cfg), &doc); err != nil {
-			a.note("--kv-transfer-config is not JSON: addresses in it not checked")
-		} else {
-			for _, kv := range advConfigAddrs(doc, "") {
-				a.addr("--kv-transfer-config "+kv[0], kv[0]+" in --kv-transfer-config", kv[1])
-			}
+	// A prefill/decode role comes from a parsed config, so args.KV is
+	// there.
+	args.KV.Walk(func(path, key string, val any) {
+		if s, ok := val.(string); ok && advConfigKeys[key] {
+			a.addr("--kv-transfer-config "+path, path+" in --kv-transfer-config", s)
 		}
-	}
+	})
 	if v := a.in.Env["VLLM_HOST_IP"]; v != "" {
 		a.addr("VLLM_HOST_IP", "VLLM_HOST_IP", v)
 	}
@@ -156,46 +151,17 @@ func (a *advCheck) vllm() {
 
 // advConfigKeys are the keys of --kv-transfer-config (at any depth, e.g.
 // in kv_connector_extra_config or a MultiConnector's list) that hold an
-// address the peer is given.
+// address the peer is given; the values are strings.
 var advConfigKeys = map[string]bool{"kv_ip": true, "kv_host": true, "host": true}
-
-// advConfigAddrs returns [path, value] of every string under an address
-// key, keys in sorted order.
-func advConfigAddrs(v any, path string) [][2]string {
-	var out [][2]string
-	switch t := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(t))
-		for k := range t {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			if s, ok := t[k].(string); ok && advConfigKeys[k] {
-				out = append(out, [2]string{p, s})
-				continue
-			}
-			out = append(out, advConfigAddrs(t[k], p)...)
-		}
-	case []any:
-		for i, e := range t {
-			out = append(out, advConfigAddrs(e, fmt.Sprintf("%s[%d]", path, i))...)
-		}
-	}
-	return out
-}
 
 // sglang: --host binds the HTTP and bootstrap servers (default 127.0.0.1);
 // SGLANG_HOST_IP or --disaggregation-bootstrap-host say what is
 // advertised; --dist-init-addr is the host:port of multi-node init.
 func (a *advCheck) sglang() {
-	argv, env := a.in.Argv, a.in.Env
+	args, env := a.in.Args, a.in.Env
 	advertised := "" // a routable address (or name) given explicitly
-	if v, ok := flagValue(argv, "--disaggregation-bootstrap-host"); ok {
+	if f := args.BootstrapHost; f.Set {
+		v := f.Value
 		if k := a.addr("--disaggregation-bootstrap-host", "--disaggregation-bootstrap-host", v); k == addrRoutable || k == addrHostname {
 			advertised = "--disaggregation-bootstrap-host " + v
 		}
@@ -207,15 +173,15 @@ func (a *advCheck) sglang() {
 			}
 		}
 	}
-	if v, ok := flagValue(argv, "--dist-init-addr"); ok {
-		host := v
-		if h, _, err := net.SplitHostPort(v); err == nil {
+	if f := args.DistInitAddr; f.Set {
+		host := f.Value
+		if h, _, err := net.SplitHostPort(f.Value); err == nil {
 			host = h
 		}
 		a.addr("--dist-init-addr host", "the host of --dist-init-addr", host)
 	}
-	host, ok := flagValue(argv, "--host")
-	if !ok {
+	host := args.Host.Value
+	if !args.Host.Set {
 		a.findings = append(a.findings, advFinding{
 			seen:   "--host not set (SGLang then binds 127.0.0.1)",
 			sev:    Error,
@@ -242,7 +208,7 @@ func (a *advCheck) sglang() {
 
 // result folds the findings: the worst severity decides; Seen lists every
 // address looked at.
-func (a *advCheck) result(engine, source string) Result {
+func (a *advCheck) result(engine workerargs.Engine, source string) Result {
 	var seen []string
 	worst := Severity("")
 	for _, f := range a.findings {
@@ -278,7 +244,7 @@ func (a *advCheck) result(engine, source string) Result {
 			"cannot reach.")
 	} else {
 		if loopOrAny {
-			why = append(why, "The "+advEngineName[engine]+" worker on the other node ("+source+
+			why = append(why, "The "+engine.Name()+" worker on the other node ("+source+
 				") connects to the address this one advertises; it cannot reach "+
 				"0.0.0.0, 127.0.0.0/8 or ::1, and requests hang until the "+
 				"connector's 480 s timeout.")
@@ -299,8 +265,6 @@ func (a *advCheck) result(engine, source string) Result {
 	}
 	return fail(worst, strings.Join(seen, "; "), strings.Join(why, " "), strings.Join(do, " "))
 }
-
-var advEngineName = map[string]string{"vllm": "vLLM", "sglang": "SGLang"}
 
 // podIPHint suggests $(POD_IP) with its value when the pod has one.
 func (a *advCheck) podIPHint() string {

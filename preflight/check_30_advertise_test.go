@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/workerargs"
 )
 
 const advMooncake = `{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}`
@@ -60,6 +62,7 @@ func TestAdvertise(t *testing.T) {
 		status Status
 		sev    Severity
 		seen   []string
+		why    []string
 		do     []string
 		notDo  []string
 	}{
@@ -96,13 +99,29 @@ func TestAdvertise(t *testing.T) {
 			do: []string{"Set kv_ip in --kv-transfer-config to"}},
 		{name: "vLLM nested host in a MultiConnector",
 			argv: []string{"vllm", "serve", "--data-parallel-address", "10.1.2.3", "--kv-transfer-config",
-				`{"kv_connector":"MultiConnector","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeConnector","kv_connector_extra_config":{"host":"localhost"}}]}}`},
+				`{"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeConnector","kv_role":"kv_producer","kv_connector_extra_config":{"host":"localhost"}}]}}`},
 			status: Fail, sev: Error,
-			seen: []string{"--kv-transfer-config kv_connector_extra_config.connectors[0].kv_connector_extra_config.host localhost"}},
+			seen: []string{"--kv-transfer-config kv_connector_extra_config.connectors[0].kv_connector_extra_config.host localhost"},
+			why:  []string{"(--kv-transfer-config kv_connector_extra_config.connectors[0].kv_role=kv_producer (MooncakeConnector))"}},
 		{name: "vLLM kv_ip routable",
 			argv: []string{"vllm", "serve", "--data-parallel-address", "10.1.2.3", "--kv-transfer-config",
-				`{"kv_connector":"MooncakeConnector","kv_ip":"10.1.2.3"}`},
+				`{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer","kv_ip":"10.1.2.3"}`},
 			status: Pass, seen: []string{"--kv-transfer-config kv_ip 10.1.2.3"}},
+		// The role decides, not the connector: kv_both (a KV cache store
+		// or offload) has no peer; a producer with any connector has one.
+		{name: "vLLM Mooncake kv_both", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"MooncakeStoreConnector","kv_role":"kv_both"}`},
+			status: Skipped, seen: []string{"not a prefill/decode worker"}},
+		{name: "vLLM Mooncake without a role", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"MooncakeConnector"}`},
+			status: Skipped, seen: []string{"not a prefill/decode worker"}},
+		{name: "vLLM Nixl producer", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"NixlConnector","kv_role":"kv_producer"}`},
+			status: Fail, sev: Error, seen: []string{"--data-parallel-address not set"},
+			why: []string{"The vLLM worker on the other node (--kv-transfer-config kv_role=kv_producer (NixlConnector))"}},
+		{name: "SGLang Nixl prefill", argv: []string{"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "prefill",
+			"--disaggregation-transfer-backend", "nixl", "--host", "10.1.2.3"},
+			status: Pass, seen: []string{"--host 10.1.2.3"}},
 		{name: "vLLM VLLM_HOST_IP 0.0.0.0", argv: advVLLM("--data-parallel-address", "10.1.2.3"),
 			env:    map[string]string{"VLLM_HOST_IP": "0.0.0.0"},
 			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP 0.0.0.0"}, do: []string{"Set VLLM_HOST_IP to"}},
@@ -147,11 +166,14 @@ func TestAdvertise(t *testing.T) {
 			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP 127.0.0.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := checkAdvertise(&Input{Argv: tc.argv, Env: tc.env})
+			r := checkAdvertise(&Input{Args: workerargs.Parse(tc.argv), Env: tc.env})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {
 				assert.Contains(t, r.Seen, s)
+			}
+			for _, s := range tc.why {
+				assert.Contains(t, r.Why, s)
 			}
 			for _, s := range tc.do {
 				assert.Contains(t, r.Do, s)

@@ -27,8 +27,8 @@ func init() {
 }
 
 func checkRDMA(in *Input) Result {
-	_, source, ok := PD(in.Argv)
-	if !ok {
+	source := in.Args.RoleFrom
+	if !in.Args.PD() {
 		return skipped("not a prefill/decode worker")
 	}
 	inv := in.RDMA

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 type rdmaFakeDev struct {
@@ -122,7 +123,7 @@ func TestRDMA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sysfs, devDir := rdmaFake(t, tc.devs, tc.entries)
-			r := checkRDMA(&Input{Argv: tc.argv, Env: tc.env, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, RDMA: rdma.Read(sysfs, devDir), ProviderABI: tc.provider})
+			r := checkRDMA(&Input{Args: workerargs.Parse(tc.argv), Env: tc.env, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, RDMA: rdma.Read(sysfs, devDir), ProviderABI: tc.provider})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {
@@ -146,7 +147,7 @@ func TestRDMA(t *testing.T) {
 // one it has nothing to look at, even with devices in sysfs.
 func TestRDMAWithoutInventory(t *testing.T) {
 	sysfs, _ := rdmaFake(t, rdmaIonic, []string{"uverbs0"})
-	r := checkRDMA(&Input{Argv: advSGLang("--host", "10.1.2.3"), Sysfs: sysfs})
+	r := checkRDMA(&Input{Args: workerargs.Parse(advSGLang("--host", "10.1.2.3")), Sysfs: sysfs})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "no RDMA inventory was read for the check", r.Seen)
 }

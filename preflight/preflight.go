@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // Severity of a failed check: an error refuses the start, a warning is
@@ -47,7 +48,7 @@ func (r Result) Failed(s Severity) bool { return r.Status == Fail && r.Severity 
 // Input is everything the checks look at; the pass fills it from the
 // composed environment and the worker command, tests from fixtures.
 type Input struct {
-	Argv         []string          // the worker command
+	Args         workerargs.Args   // the worker command, read once
 	Env          map[string]string // the worker's environment
 	Sysfs        string            // /sys, or SYSFS_PATH
 	RDMA         *rdma.Inventory   // the run's RDMA devices, read once (rdma.Read); nil: none was read
@@ -150,17 +151,4 @@ type Interface struct {
 	Addrs    []string // IP addresses, without prefix length
 	Up       bool
 	Loopback bool
-}
-
-// PD tells whether the worker is one side of a prefill/decode pair, from
-// its arguments: vLLM --kv-transfer-config with a Mooncake connector, or
-// SGLang --disaggregation-mode prefill|decode. engine is vllm or sglang.
-func PD(argv []string) (engine, source string, ok bool) {
-	if cfg, found := flagValue(argv, "--kv-transfer-config"); found && strings.Contains(strings.ToLower(cfg), "mooncake") {
-		return "vllm", "--kv-transfer-config with a Mooncake connector", true
-	}
-	if mode, found := flagValue(argv, "--disaggregation-mode"); found && (mode == "prefill" || mode == "decode") {
-		return "sglang", "--disaggregation-mode " + mode, true
-	}
-	return "", "", false
 }

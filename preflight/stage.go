@@ -10,13 +10,14 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // NewInput is what the checks look at in a real run: the worker command,
 // the worker's environment, the configured thresholds, the run's RDMA
 // devices, and providerABI, the provider build that will serve each of
 // them (nil: unknown).
-func NewInput(cfg config.Config, argv []string, env *environ.Env, inv *rdma.Inventory, providerABI func(ibdev string) (min, max uint32, ok bool)) *Input {
+func NewInput(cfg config.Config, args workerargs.Args, env *environ.Env, inv *rdma.Inventory, providerABI func(ibdev string) (min, max uint32, ok bool)) *Input {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	m := map[string]string{}
@@ -25,7 +26,7 @@ func NewInput(cfg config.Config, argv []string, env *environ.Env, inv *rdma.Inve
 		m[k] = v
 	}
 	return &Input{
-		Argv:         argv,
+		Args:         args,
 		Env:          m,
 		Sysfs:        cfg.Sysfs,
 		RDMA:         inv,
@@ -78,7 +79,7 @@ func (e *Failed) Error() string {
 // environment does not. The error is a *Failed naming the first
 // error-level failure.
 func Evaluate(in *Input, skip []string) (*Outcome, []environ.Edit, error) {
-	o := &Outcome{Command: in.Argv}
+	o := &Outcome{Command: in.Args.Argv}
 	o.Checks, o.Unknown = Run(in, skip)
 	var edits []environ.Edit
 	if !slices.Contains(skip, "advertise-ip") {

@@ -20,12 +20,13 @@ import (
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
-	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
 	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -54,7 +55,7 @@ func exitCode(err error) int {
 	var (
 		unavailable *capability.Unavailable
 		required    *patches.RequiredError
-		command     *lookup.Error
+		command     *launch.Error
 		dest        *overlay.DestError
 	)
 	switch {
@@ -119,7 +120,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 // columns (or JSON). Exit 0 when every check passed, 1 when only warnings
 // failed, 78 when an error-level check failed.
 func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, stdout, stderr io.Writer) int {
-	in := preflight.NewInput(cfg, argv, env, rdma.Read(cfg.Sysfs, rdma.DevDir), libionic.ProviderABI(nil, "/", cfg.RDMAProvider))
+	in := preflight.NewInput(cfg, workerargs.Parse(argv), env, rdma.Read(cfg.Sysfs, rdma.DevDir), libionic.ProviderABI(nil, "/", cfg.RDMAProvider))
 	out, _, _ := preflight.Evaluate(in, cfg.PreflightSkip)
 	for _, w := range out.UnknownSkips() {
 		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)

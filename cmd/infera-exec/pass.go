@@ -19,13 +19,13 @@ import (
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
-	"github.com/infera/infera-exec/lookup"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
 	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/report"
 	"github.com/infera/infera-exec/statedir"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // pass is one run: each step reads what earlier steps decided, applies
@@ -48,10 +48,12 @@ type pass struct {
 	fam       abi.Family
 	sel       *overlay.Selection
 	ionic     *libionic.Outcome
+	args      workerargs.Args // the worker command, read once for every step
 }
 
 func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
-	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr}
+	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr,
+		args: workerargs.Parse(o.Command)}
 	p.rec = &logging.Recorder{}
 	logTo := stderr
 	if p.dry && !o.Verbose {
@@ -123,7 +125,7 @@ func (p *pass) interpreter(context.Context) error {
 	path := environ.New(nil)
 	path.Set("PATH", p.env0.Value("PATH"))
 	if _, ok := p.env0.Get("PATH"); !ok {
-		path.Set("PATH", lookup.DefaultPath)
+		path.Set("PATH", launch.DefaultPath)
 	}
 	path.PrependPaths("PATH", overlay.BinDir(p.cfg.PayloadRoot))
 	p.python, p.pythonErr = abi.Interpreter(p.cfg.Python, path.Value("PATH"), p.cfg.WorkDir())
@@ -154,7 +156,7 @@ func (p *pass) selectTrees(context.Context) error {
 }
 
 func (p *pass) checkCapabilities(context.Context) error {
-	in := capability.Input{Requirement: p.cfg.RequireNative, Argv: p.opt.Command,
+	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args,
 		Tree: p.sel.NativeCapTree(), NoTreeWhy: p.sel.NoNativeWhy, Available: p.sel.AllNative, Log: p.log}
 	if p.sel.Native != nil {
 		in.Evidence = p.sel.Native.Evidence
@@ -183,7 +185,7 @@ func (p *pass) resolveCommand(context.Context) error {
 	if len(p.opt.Command) == 0 {
 		return nil
 	}
-	path, err := lookup.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
+	path, err := launch.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
 		return err
 	}
@@ -210,7 +212,7 @@ func (p *pass) preflight(context.Context) error {
 		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
 		return nil
 	}
-	in := preflight.NewInput(p.cfg, p.opt.Command, p.env, p.ionic.RDMA, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider))
+	in := preflight.NewInput(p.cfg, p.args, p.env, p.ionic.RDMA, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider))
 	out, edits, err := preflight.Evaluate(in, p.cfg.PreflightSkip)
 	p.rep.Preflight = out
 	out.Log(p.log)

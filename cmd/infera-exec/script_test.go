@@ -148,6 +148,19 @@ func TestScripts(t *testing.T) {
 			}
 		}
 	}
+	// Stories that need the binary inside a payload get a hard link of
+	// this copy (shimlink), made here before any story runs: a copy
+	// written while other stories fork is held open for writing by their
+	// children until they exec, and executing it then fails with ETXTBSY.
+	staged := filepath.Join(root, ".shim", "infera-exec")
+	if err := os.MkdirAll(filepath.Dir(staged), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(bin); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(staged, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// The package trees, variants assembled over their base.
 	trees := filepath.Join(t.TempDir(), "trees")
 	if err := fixture.Trees("../../patches/testdata/trees", trees); err != nil {
@@ -159,6 +172,7 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("INFERA_EXEC", bin)
+			env.Setenv("INFERA_EXEC_STAGED", staged)
 			env.Setenv("PATH", filepath.Dir(bin)+":"+env.Getenv("PATH"))
 			// Stories state their own configuration; nothing leaks in
 			// from the machine running the tests.
@@ -194,6 +208,7 @@ func TestScripts(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"shimlink": cmdShimlink,
 			"mkrocm":   cmdMkrocm,
 			"mkelf":    cmdMkelf,
 			"mkpython": cmdMkpython,
@@ -334,4 +349,15 @@ func cmdMkrdma(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Check(err)
 	}
 	ts.Check(fixture.FakeSysfs(filepath.Join(dir, "sys"), "mlx5_0", abi, "0x15b3", "0x1017"))
+}
+
+// shimlink DEST: DEST becomes a hard link of the binary under test (see
+// TestScripts for why not a copy). Stories must not write to it.
+func cmdShimlink(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: shimlink DEST")
+	}
+	dest := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(filepath.Dir(dest), 0o755))
+	ts.Check(os.Link(ts.Getenv("INFERA_EXEC_STAGED"), dest))
 }

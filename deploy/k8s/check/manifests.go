@@ -36,6 +36,7 @@ import (
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/workerargs"
 )
 
 // The overlay image: FROM scratch, the payload as its root filesystem,
@@ -614,7 +615,7 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 	// What the worker's own arguments need must be required, or the pod
 	// starts without it and fails at the first transfer.
 	req := cfg.RequireNative
-	implied := capability.Implied(opts.Command)
+	implied := capability.Implied(workerargs.Parse(opts.Command))
 	for _, im := range implied {
 		if !req.All && !req.Auto && !slices.Contains(req.Names, im.Capability) {
 			c.add(where, "the worker's arguments (%s) need %s, but INFERA_REQUIRE_NATIVE=%q does not require it", im.Source, im.Capability, req.Raw)

@@ -1,4 +1,4 @@
-package lookup
+package launch
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func lookupErr(t *testing.T, err error) *Error {
 	t.Helper()
 	require.Error(t, err)
 	var le *Error
-	require.True(t, errors.As(err, &le), "error is *lookup.Error, got %T: %v", err, err)
+	require.True(t, errors.As(err, &le), "error is *launch.Error, got %T: %v", err, err)
 	return le
 }
 

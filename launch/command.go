@@ -1,7 +1,7 @@
-// Package lookup resolves a command name the way execvp(3) and a POSIX
-// shell do, and tells "not found" (exit 127) from "found but not
-// executable" (exit 126).
-package lookup
+package launch
+
+// Command resolution, the way execvp(3) and a POSIX shell do it: "not
+// found" (exit 127) is told from "found but not executable" (exit 126).
 
 import (
 	"errors"
@@ -14,7 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Exit codes a shell uses for a command it cannot run.
+// Exit codes a shell uses for a command it cannot run; infera-exec exits
+// with them when the worker cannot be started.
 const (
 	CodeNotExecutable = 126
 	CodeNotFound      = 127
