@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect

@@ -24,6 +24,11 @@ const (
 	DefaultChdir         = "/"
 	DefaultHostLibionic  = "/host-libionic/libionic.so"
 	DefaultPython        = "python3"
+	// DefaultPreflightTimeout bounds each access to a filesystem that may
+	// not answer (NFS, FUSE, ...): long enough for a healthy server under
+	// load to list a model directory, short enough not to matter next to
+	// an engine start.
+	DefaultPreflightTimeout = 5 * time.Second
 )
 
 var providerRE = regexp.MustCompile(`^[a-z0-9_]+$`)
@@ -46,15 +51,25 @@ type Config struct {
 	RequirePatches    []string               `json:"require_patches,omitempty"`
 	PreflightOff      bool                   `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
 	PreflightSkip     []string               `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
-	StateDir          string                 `json:"state_dir,omitempty"`      // empty: /run/infera-exec, else /tmp/infera-exec
-	ReportPath        string                 `json:"report_path,omitempty"`    // empty: default location
-	ReportOff         bool                   `json:"report_off,omitempty"`
-	ROCmRoots         []string               `json:"rocm_roots"`
-	ABIFamily         *abi.Family            `json:"-"` // INFERA_ABI_FAMILY, when set
-	LogJSON           bool                   `json:"log_json"`
+	PreflightTimeout  string                 `json:"preflight_timeout"`        // INFERA_PREFLIGHT_TIMEOUT
+	// PreflightTimeoutError: a filesystem that does not answer within
+	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
+	// instead of being a warning.
+	PreflightTimeoutError bool        `json:"preflight_timeout_error,omitempty"`
+	StateDir              string      `json:"state_dir,omitempty"`   // empty: /run/infera-exec, else /tmp/infera-exec
+	ReportPath            string      `json:"report_path,omitempty"` // empty: default location
+	ReportOff             bool        `json:"report_off,omitempty"`
+	ROCmRoots             []string    `json:"rocm_roots"`
+	ABIFamily             *abi.Family `json:"-"` // INFERA_ABI_FAMILY, when set
+	LogJSON               bool        `json:"log_json"`
 
-	pythonTimeout time.Duration
+	pythonTimeout    time.Duration
+	preflightTimeout time.Duration
 }
+
+// PreflightTimeoutDuration is the deadline of each access to a filesystem
+// that may not answer.
+func (c Config) PreflightTimeoutDuration() time.Duration { return c.preflightTimeout }
 
 // PythonTimeoutDuration is how long the interpreter may take to answer.
 func (c Config) PythonTimeoutDuration() time.Duration { return c.pythonTimeout }
@@ -155,6 +170,24 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT=%q is not on or off; running the preflight checks", v))
 	}
 	c.PreflightSkip = strings.FieldsFunc(env.Value("INFERA_PREFLIGHT_SKIP"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+
+	c.preflightTimeout = DefaultPreflightTimeout
+	if v := env.Value("INFERA_PREFLIGHT_TIMEOUT"); v != "" {
+		d, err := ParseSeconds(v)
+		if err != nil || d <= 0 {
+			warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_TIMEOUT=%q is not a positive duration; using %s", v, DefaultPreflightTimeout))
+		} else {
+			c.preflightTimeout = d
+		}
+	}
+	c.PreflightTimeout = c.preflightTimeout.String()
+	switch v := env.Value("INFERA_PREFLIGHT_ON_TIMEOUT"); strings.ToLower(v) {
+	case "", "warn", "warning":
+	case "error":
+		c.PreflightTimeoutError = true
+	default:
+		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_ON_TIMEOUT=%q is not warn or error; a filesystem that does not answer is a warning", v))
+	}
 
 	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
 	c.RequirePatches = strings.FieldsFunc(env.Value("INFERA_REQUIRE_PATCHES"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
