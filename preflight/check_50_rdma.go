@@ -47,6 +47,11 @@ func checkRDMA(in *Input) Result {
 		return skipped("not a prefill/decode worker")
 	}
 	sysfs, devDir := sysfsOf(in), ibDevDirOf(in)
+	for _, g := range []struct{ what, path string }{{"sysfs", sysfs}, {"the RDMA device directory", devDir}} {
+		if d := answers(in, g.path); d != nil {
+			return unanswered(in, g.what, d)
+		}
+	}
 	inv := libionic.ReadInventory(sysfs, devDir)
 	allowTCP := in.Env[AllowTCPVar] == "1"
 

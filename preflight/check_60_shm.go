@@ -51,6 +51,9 @@ func checkShm(in *Input) Result {
 			min = n
 		}
 	}
+	if d := answers(in, dir); d != nil {
+		return unanswered(in, "the shared memory directory", d)
+	}
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
