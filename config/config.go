@@ -171,14 +171,9 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	}
 	c.PreflightSkip = strings.FieldsFunc(env.Value("INFERA_PREFLIGHT_SKIP"), func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 
-	c.preflightTimeout = DefaultPreflightTimeout
-	if v := env.Value("INFERA_PREFLIGHT_TIMEOUT"); v != "" {
-		d, err := ParseSeconds(v)
-		if err != nil || d <= 0 {
-			warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_TIMEOUT=%q is not a positive duration; using %s", v, DefaultPreflightTimeout))
-		} else {
-			c.preflightTimeout = d
-		}
+	var warn string
+	if c.preflightTimeout, warn = PreflightTimeout(env); warn != "" {
+		warns = append(warns, warn)
 	}
 	c.PreflightTimeout = c.preflightTimeout.String()
 	switch v := env.Value("INFERA_PREFLIGHT_ON_TIMEOUT"); strings.ToLower(v) {
@@ -218,6 +213,21 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		warns = append(warns, fmt.Sprintf("INFERA_EXEC_LOG=%q is not text or json; logging text", v))
 	}
 	return c, warns, nil
+}
+
+// PreflightTimeout is INFERA_PREFLIGHT_TIMEOUT, with a warning when it is
+// malformed; Load reads it, and so do the modes that need nothing else of
+// the configuration (--check, --install).
+func PreflightTimeout(env *environ.Env) (time.Duration, string) {
+	v := env.Value("INFERA_PREFLIGHT_TIMEOUT")
+	if v == "" {
+		return DefaultPreflightTimeout, ""
+	}
+	d, err := ParseSeconds(v)
+	if err != nil || d <= 0 {
+		return DefaultPreflightTimeout, fmt.Sprintf("INFERA_PREFLIGHT_TIMEOUT=%q is not a positive duration; using %s", v, DefaultPreflightTimeout)
+	}
+	return d, ""
 }
 
 func abs(p, cwd string) string {

@@ -2,13 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/patches"
 )
 
@@ -18,6 +21,29 @@ type checkReport struct {
 	Location *patches.Location `json:"location"`
 	Results  []patches.Result  `json:"results"`
 	Drift    bool              `json:"drift"`
+}
+
+// answer checks, with the deadline of INFERA_PREFLIGHT_TIMEOUT, that the
+// filesystems of paths answer; a local path costs nothing.
+func answer(e *environ.Env, stderr io.Writer, paths ...string) error {
+	timeout, warn := config.PreflightTimeout(e)
+	if warn != "" {
+		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", warn)
+	}
+	probe := fsprobe.New(timeout)
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if _, err := probe.Answers(p); err != nil {
+			var d *fsprobe.DeadlineError
+			if errors.As(err, &d) {
+				return fmt.Errorf("%w. %s", err, d.Fix())
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // runCheck evaluates every patch definition (built-in and the payload's)
@@ -34,6 +60,12 @@ func runCheck(root string, asJSON bool, env []string, stdout, stderr io.Writer) 
 		if exe, err := os.Executable(); err == nil {
 			payload = filepath.Dir(filepath.Dir(exe))
 		}
+	}
+	// An image root on a filesystem that does not answer would block the
+	// walk below: ask first, with the deadline.
+	if err := answer(e, stderr, root, payload); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
+		return exitConfig
 	}
 	set, err := loadPatchSet(payload)
 	if err != nil {

@@ -29,6 +29,14 @@ func runInstall(dest string, env []string, stdout, stderr io.Writer) int {
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
+	if err := answer(environ.New(env), stderr, src); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
+		return exitConfig
+	}
+	if err := answer(environ.New(env), io.Discard, dest); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
+		return exitCantCreate
+	}
 	r, err := overlay.Install(src, dest)
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)

@@ -28,6 +28,17 @@ func (p *pass) hostLibionic(ctx context.Context) error {
 	}
 	fallbacks = append(fallbacks, "/dev/shm/infera-exec-rdma")
 
+	// The host mount and sysfs are read below without a deadline: a
+	// host path on a filesystem that does not answer is not used.
+	for _, g := range []struct{ what, path string }{{"the host provider", p.cfg.HostLibionic}, {"sysfs (SYSFS_PATH)", p.cfg.Sysfs}} {
+		if _, err := p.probe.Answers(g.path); err != nil {
+			res := &libionic.Result{State: "unanswered", Summary: fmt.Sprintf("%s %v; the container's provider is used, RDMA devices not read", g.what, err)}
+			p.ionic = res
+			p.log.Warn("host libionic: " + res.Summary)
+			p.rep.Stages = append(p.rep.Stages, report.Stage{Name: "host libionic", State: res.State, Summary: res.Summary, Detail: libionicDetail{Swap: res}})
+			return nil
+		}
+	}
 	res := libionic.Swap(ctx, libionic.Options{
 		Host:         p.cfg.HostLibionic,
 		Name:         p.cfg.RDMAProvider,

@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/infera/infera-exec/cli"
+	"github.com/infera/infera-exec/fsprobe"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -34,6 +35,11 @@ const (
 )
 
 func main() {
+	// A helper child started to touch a filesystem that may not answer
+	// (see package fsprobe): one operation, then exit. Never a command.
+	if op, ok := fsprobe.HelperOp(os.Args, os.Getenv); ok {
+		os.Exit(fsprobe.Serve(op, os.Args[1], os.Stdout))
+	}
 	os.Exit(run(os.Args, os.Environ(), os.Stdout, os.Stderr))
 }
 

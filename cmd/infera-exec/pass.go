@@ -18,6 +18,7 @@ import (
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
@@ -54,6 +55,7 @@ type pass struct {
 	fam   abi.Family
 	ionic *libionic.Result // what the host-provider step decided
 	sel   *overlay.Selection
+	probe *fsprobe.Prober // touches filesystems that may not answer with the deadline
 }
 
 func newPass(o cli.Options, env []string, stdout, stderr io.Writer) *pass {
@@ -154,6 +156,7 @@ func (p *pass) loadConfig(context.Context) error {
 		p.log.Warn(w)
 	}
 	p.cfg = cfg
+	p.probe = fsprobe.New(cfg.PreflightTimeoutDuration())
 	p.rep.Config = &p.cfg
 	if err != nil {
 		return refuse(exitConfig, err)
@@ -176,6 +179,12 @@ func (p *pass) detectABI(ctx context.Context) error {
 	}
 	for _, n := range rocm.Notes {
 		p.log.Warn("ROCm: " + n)
+	}
+	if filepath.IsAbs(p.cfg.Python) {
+		// Its links and pyvenv.cfg are read in this process.
+		if _, err := p.probe.Answers(p.cfg.Python); err != nil {
+			return refuse(exitConfig, fmt.Errorf("interpreter (INFERA_PYTHON) %w", err))
+		}
 	}
 	py, err := abi.DetectPython(ctx, abi.PythonProbe{
 		Interpreter: p.cfg.Python,
@@ -200,6 +209,9 @@ func (p *pass) detectABI(ctx context.Context) error {
 // probeDir is where a Python probe runs: the worker's working directory
 // when it exists (pyenv and the import system both look at the cwd).
 func (p *pass) probeDir() string {
+	if _, err := p.probe.Answers(p.cfg.Chdir); err != nil {
+		return p.cwd // resolveCommand refuses it
+	}
 	if fi, err := os.Stat(p.cfg.Chdir); err == nil && fi.IsDir() {
 		return p.cfg.Chdir
 	}
@@ -207,6 +219,9 @@ func (p *pass) probeDir() string {
 }
 
 func (p *pass) selectTrees(context.Context) error {
+	if _, err := p.probe.Answers(p.cfg.PayloadRoot); err != nil {
+		return refuse(exitConfig, fmt.Errorf("payload root %w (payload root from %s)", err, p.cfg.PayloadRootFrom))
+	}
 	pl, err := overlay.Open(p.cfg.PayloadRoot)
 	if err != nil {
 		return refuse(exitConfig, fmt.Errorf("%w (payload root from %s)", err, p.cfg.PayloadRootFrom))
@@ -290,6 +305,10 @@ func (p *pass) composeEnv(context.Context) error {
 // a typo in the command changes nothing.
 func (p *pass) resolveCommand(context.Context) error {
 	p.rep.Exec = &report.Exec{Command: p.opt.Command, Cwd: p.cfg.Chdir}
+	// The chdir before the exec would block on it: nothing to start.
+	if _, err := p.probe.Answers(p.cfg.Chdir); err != nil {
+		return refuse(exitConfig, fmt.Errorf("INFERA_EXEC_CHDIR %w", err))
+	}
 	if err := launch.CheckDir(p.cfg.Chdir); err != nil {
 		return refuse(exitConfig, err)
 	}

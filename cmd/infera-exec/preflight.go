@@ -12,6 +12,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/preflight"
 	"github.com/infera/infera-exec/report"
@@ -20,7 +21,7 @@ import (
 // preflightInput is what the checks look at: the worker command, the
 // worker's environment, and the provider build that will serve each RDMA
 // device (the host's, when the swap step put it in place).
-func preflightInput(cfg config.Config, argv []string, env *environ.Env, swap *libionic.Result) *preflight.Input {
+func preflightInput(cfg config.Config, argv []string, env *environ.Env, swap *libionic.Result, probe *fsprobe.Prober) *preflight.Input {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	m := map[string]string{}
@@ -37,6 +38,8 @@ func preflightInput(cfg config.Config, argv []string, env *environ.Env, swap *li
 		NofileHard:   lim.Max,
 		ReadyTimeout: cfg.ReadyTimeout,
 		ReadyDefault: !cfg.ReadyTimeoutSet,
+		Probe:        probe,
+		TimeoutError: cfg.PreflightTimeoutError,
 		ProviderABI: func(ibdev string) (uint32, uint32, bool) {
 			if !strings.HasPrefix(ibdev, cfg.RDMAProvider) {
 				return 0, 0, false // another NIC's provider: not ours to judge
@@ -63,7 +66,7 @@ func (p *pass) preflight(context.Context) error {
 		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
 		return nil
 	}
-	in := preflightInput(p.cfg, p.opt.Command, p.env, p.ionic)
+	in := preflightInput(p.cfg, p.opt.Command, p.env, p.ionic, p.probe)
 	skip := preflight.ParseSkip(strings.Join(p.cfg.PreflightSkip, ","))
 	results, unknown := preflight.Run(in, skip)
 	// The routable rail address for the worker, chosen by the same rule
@@ -144,7 +147,7 @@ func runDoctor(args []string, asJSON bool, env []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 		return exitConfig
 	}
-	in := preflightInput(cfg, args, e, nil)
+	in := preflightInput(cfg, args, e, nil, fsprobe.New(cfg.PreflightTimeoutDuration()))
 	rep := doctorReport{Command: args}
 	skip := preflight.ParseSkip(strings.Join(cfg.PreflightSkip, ","))
 	rep.Checks, rep.Unknown = preflight.Run(in, skip)
