@@ -114,7 +114,7 @@ func Read(path string) (*Table, error) {
 func Parse(r io.Reader) (*Table, error) {
 	t := &Table{}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	sc.Buffer(make([]byte, 0, 4096), 1024*1024) // lines are short; a long one grows it
 	n := 0
 	for sc.Scan() {
 		n++
