@@ -2,7 +2,6 @@ package abi
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -209,9 +208,9 @@ func ask(ctx context.Context, path string, pr PythonProbe) (int, int, error) {
 		cmd.Env = pr.Env.Slice()
 	}
 	cmd.Dir = pr.Dir
-	var out, errb bytes.Buffer
+	var out, errb procgroup.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err := procgroup.Run(ctx, cmd)
 	if ctx.Err() == context.DeadlineExceeded {
 		return 0, 0, fmt.Errorf("python interpreter %s did not answer its version within %s (INFERA_PYTHON_TIMEOUT); set INFERA_PYTHON to a python3.X path so no run is needed", path, timeout)
 	}

@@ -29,6 +29,11 @@ const (
 	DefaultSysfs         = "/sys"
 	DefaultShmMin        = 1 << 30 // bytes of /dev/shm below which the shm check warns
 	DefaultNofileMin     = 65536   // open-file hard limit below which the nofile check warns
+	// DefaultPreflightTimeout bounds each access to a filesystem that may
+	// not answer (NFS, FUSE, ...): long enough for a healthy server under
+	// load to list a model directory, short enough not to matter next to
+	// an engine start.
+	DefaultPreflightTimeout = 5 * time.Second
 )
 
 var providerRE = regexp.MustCompile(`^[a-z0-9_]+$`)
@@ -60,9 +65,15 @@ type Config struct {
 	ROCmRoots          []string               `json:"rocm_roots"`
 	ABIFamily          *abi.Family            `json:"-"` // INFERA_ABI_FAMILY, when set
 	LogJSON            bool                   `json:"log_json"`
-	StartDir           string                 `json:"start_dir"` // where infera-exec was started
+	StartDir           string                 `json:"start_dir"`         // where infera-exec was started
+	PreflightTimeout   string                 `json:"preflight_timeout"` // INFERA_PREFLIGHT_TIMEOUT
+	// PreflightTimeoutError: a filesystem that does not answer within
+	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
+	// instead of being a warning.
+	PreflightTimeoutError bool `json:"preflight_timeout_error,omitempty"`
 
-	pythonTimeout time.Duration
+	pythonTimeout    time.Duration
+	preflightTimeout time.Duration
 }
 
 // WorkDir is where a process that stands in for the worker runs (the
@@ -74,6 +85,10 @@ func (c Config) WorkDir() string {
 	}
 	return c.StartDir
 }
+
+// PreflightTimeoutDuration is the deadline of each access to a filesystem
+// that may not answer.
+func (c Config) PreflightTimeoutDuration() time.Duration { return c.preflightTimeout }
 
 // PythonTimeoutDuration is how long the interpreter may take to answer.
 func (c Config) PythonTimeoutDuration() time.Duration { return c.pythonTimeout }
@@ -209,6 +224,19 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	}
 	c.AllowTCPKV = env.Value("INFERA_ALLOW_TCP_KV") == "1"
 
+	var warn string
+	if c.preflightTimeout, warn = preflightTimeout(env); warn != "" {
+		warns = append(warns, warn)
+	}
+	c.PreflightTimeout = c.preflightTimeout.String()
+	switch v := env.Value("INFERA_PREFLIGHT_ON_TIMEOUT"); strings.ToLower(v) {
+	case "", "warn", "warning":
+	case "error":
+		c.PreflightTimeoutError = true
+	default:
+		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_ON_TIMEOUT=%q is not warn or error; a filesystem that does not answer is a warning", v))
+	}
+
 	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
 	c.RequirePatches = splitList(env.Value("INFERA_REQUIRE_PATCHES"))
 	if v := env.Value("INFERA_EXEC_STATE_DIR"); v != "" {
@@ -243,6 +271,20 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 // splitList reads a list given with commas or blanks.
 func splitList(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+}
+
+// preflightTimeout is INFERA_PREFLIGHT_TIMEOUT, with a warning when it is
+// malformed.
+func preflightTimeout(env *environ.Env) (time.Duration, string) {
+	v := env.Value("INFERA_PREFLIGHT_TIMEOUT")
+	if v == "" {
+		return DefaultPreflightTimeout, ""
+	}
+	d, err := ParseSeconds(v)
+	if err != nil || d <= 0 {
+		return DefaultPreflightTimeout, fmt.Sprintf("INFERA_PREFLIGHT_TIMEOUT=%q is not a positive duration; using %s", v, DefaultPreflightTimeout)
+	}
+	return d, ""
 }
 
 func abs(p, cwd string) string {

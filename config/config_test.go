@@ -491,3 +491,44 @@ func TestErrorType(t *testing.T) {
 	var err error = &Error{Msg: "boom"}
 	assert.Equal(t, "boom", err.Error())
 }
+
+func TestLoadPreflightTimeout(t *testing.T) {
+	tests := []struct {
+		value  string
+		want   time.Duration
+		warned bool
+	}{
+		{"", DefaultPreflightTimeout, false},
+		{"2", 2 * time.Second, false},
+		{"1500ms", 1500 * time.Millisecond, false},
+		{"0", DefaultPreflightTimeout, true},
+		{"-1s", DefaultPreflightTimeout, true},
+		{"soon", DefaultPreflightTimeout, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_PREFLIGHT_TIMEOUT": tt.value})
+			assert.Equal(t, tt.want, c.PreflightTimeoutDuration())
+			assert.Equal(t, tt.want.String(), c.PreflightTimeout)
+			if !tt.warned {
+				assert.Empty(t, warns)
+				return
+			}
+			require.Len(t, warns, 1)
+			assert.Contains(t, warns[0], `INFERA_PREFLIGHT_TIMEOUT="`+tt.value+`"`)
+		})
+	}
+}
+
+func TestLoadPreflightOnTimeout(t *testing.T) {
+	c, warns := load(t, map[string]string{})
+	assert.False(t, c.PreflightTimeoutError)
+	assert.Empty(t, warns)
+	c, warns = load(t, map[string]string{"INFERA_PREFLIGHT_ON_TIMEOUT": "error"})
+	assert.True(t, c.PreflightTimeoutError)
+	assert.Empty(t, warns)
+	c, warns = load(t, map[string]string{"INFERA_PREFLIGHT_ON_TIMEOUT": "explode"})
+	assert.False(t, c.PreflightTimeoutError)
+	require.Len(t, warns, 1)
+	assert.Contains(t, warns[0], `INFERA_PREFLIGHT_ON_TIMEOUT="explode"`)
+}

@@ -34,7 +34,10 @@ func (o *Outcome) TextLines() []string {
 	if o.Swap.HostABI != nil || o.Swap.ContainerABI != nil {
 		out = append(out, fmt.Sprintf("provider kernel ABI range: host build %s, container's %s", o.Swap.HostABI, o.Swap.ContainerABI))
 	}
-	return append(out, o.RDMA.Lines()...)
+	if o.RDMA != nil {
+		out = append(out, o.RDMA.Lines()...)
+	}
+	return out
 }
 
 // Run swaps the host's RDMA provider in when the host mounts it, reads
@@ -90,4 +93,12 @@ func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uin
 		}
 		return ProviderRange(root, name)
 	}
+}
+
+// Unanswered is the outcome when the host mount or sysfs did not answer
+// within the deadline: the container's own provider is used and no RDMA
+// device is read.
+func Unanswered(err error) *Outcome {
+	return &Outcome{Swap: &Result{State: "unanswered",
+		Summary: fmt.Sprintf("%v; the container's provider is used, RDMA devices not read", err)}}
 }

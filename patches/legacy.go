@@ -1,7 +1,6 @@
 package patches
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -71,9 +70,9 @@ func runScript(ctx context.Context, s *Script, python string, env *environ.Env, 
 	cmd := procgroup.Command(ctx, python, s.Path)
 	cmd.Env = env.Slice()
 	cmd.Dir = "/"
-	var buf bytes.Buffer
+	var buf procgroup.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
+	err := procgroup.Run(ctx, cmd)
 	s.Ran = true
 	s.Took = time.Since(start).Round(time.Millisecond).String()
 	s.Output = tail(buf.String())

@@ -2,7 +2,6 @@ package patches
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -142,9 +141,9 @@ func (l *Locator) run(ctx context.Context, names []string) (*Location, error) {
 	cmd := procgroup.Command(ctx, l.Python, append([]string{"-c", probeScript}, names...)...)
 	cmd.Env = l.Env.Slice()
 	cmd.Dir = l.Dir
-	var out, errb bytes.Buffer
+	var out, errb procgroup.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err := procgroup.Run(ctx, cmd)
 	if ctx.Err() == context.DeadlineExceeded {
 		return nil, fmt.Errorf("%s did not answer where %s would be imported from within %s", l.Python, strings.Join(names, ", "), timeout)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/fsprobe"
 )
 
 func init() {
@@ -69,20 +70,80 @@ func isModelPath(v string) bool {
 }
 
 type shardScan struct {
-	count     int
-	size      uint64
-	pattern   string
-	first     string // a shard to try opening
-	subdirs   bool   // found one level down, not in the directory itself
-	badShard  string // a shard that cannot be stat'ed (dangling link)
-	badReason error
+	Count     int    `json:"count"`
+	Size      uint64 `json:"size"`
+	Pattern   string `json:"pattern,omitempty"`
+	First     string `json:"first,omitempty"`      // a shard to try opening
+	Subdirs   bool   `json:"subdirs,omitempty"`    // found one level down, not in the directory itself
+	BadShard  string `json:"bad_shard,omitempty"`  // a shard that cannot be stat'ed (dangling link)
+	BadReason string `json:"bad_reason,omitempty"` // why, without the path
+}
+
+// modelView is what the model-dir check reads from the model's
+// filesystem: one operation, so that a filesystem that may not answer is
+// asked once, by one helper, with one deadline.
+type modelView struct {
+	Missing  bool      `json:"missing,omitempty"`
+	StatErr  string    `json:"stat_err,omitempty"`  // stat failed otherwise; the reason without the path
+	NotModel bool      `json:"not_model,omitempty"` // neither a directory nor a GGUF file
+	ListErr  string    `json:"list_err,omitempty"`
+	Scan     shardScan `json:"scan"`
+	OpenErr  string    `json:"open_err,omitempty"` // the first shard cannot be opened
+	FS       FS        `json:"fs"`
+	FSErr    string    `json:"fs_err,omitempty"`
+}
+
+// modelDirOp reads the model at an absolute path.
+var modelDirOp = fsprobe.Define("model-dir", inspectModel)
+
+func inspectModel(full string) (modelView, error) {
+	var v modelView
+	fi, err := os.Stat(full)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		v.Missing = true
+		return v, nil
+	case err != nil:
+		v.StatErr = pathErr(err).Error()
+		return v, nil
+	}
+	if fi.IsDir() {
+		entries, err := os.ReadDir(full)
+		if err != nil {
+			v.ListErr = pathErr(err).Error()
+			return v, nil
+		}
+		v.Scan = scanShards(full, entries)
+	} else if fi.Mode().IsRegular() && shardGroup(full) == ggufGroup {
+		// A GGUF checkpoint may be given as the file itself.
+		v.Scan = shardScan{Count: 1, Size: uint64(fi.Size()), Pattern: "a GGUF file", First: full}
+	} else {
+		v.NotModel = true
+		return v, nil
+	}
+	if v.Scan.BadShard != "" {
+		return v, nil
+	}
+	if v.FS, err = RealStatfs(full); err != nil {
+		v.FSErr = err.Error()
+	}
+	if v.Scan.Count == 0 {
+		return v, nil
+	}
+	f, err := os.Open(v.Scan.First)
+	if err != nil {
+		v.OpenErr = pathErr(err).Error()
+		return v, nil
+	}
+	f.Close()
+	return v, nil
 }
 
 // scanShards collects the weight files of dir: those in dir itself, else
 // those one level down, of the format the engine prefers.
 func scanShards(dir string, entries []os.DirEntry) shardScan {
 	files, bad, why := shardFiles(dir, entries)
-	if scan := pick(files, bad, why); scan.count > 0 || scan.badShard != "" {
+	if scan := pick(files, bad, why); scan.Count > 0 || scan.BadShard != "" {
 		return scan
 	}
 	var all [len(shardGroups)][]shardFile
@@ -107,7 +168,7 @@ func scanShards(dir string, entries []os.DirEntry) shardScan {
 		}
 	}
 	scan := pick(all, bad, why)
-	scan.subdirs = true
+	scan.Subdirs = true
 	return scan
 }
 
@@ -142,16 +203,19 @@ func shardFiles(dir string, entries []os.DirEntry) (files [len(shardGroups)][]sh
 
 // pick counts the files of the preferred format present.
 func pick(files [len(shardGroups)][]shardFile, bad string, why error) shardScan {
-	scan := shardScan{badShard: bad, badReason: why}
+	scan := shardScan{BadShard: bad}
+	if why != nil {
+		scan.BadReason = pathErr(why).Error()
+	}
 	for g, fs := range files {
 		if len(fs) == 0 {
 			continue
 		}
-		scan.pattern = shardGroups[g].pattern
-		scan.count = len(fs)
-		scan.first = fs[0].path
+		scan.Pattern = shardGroups[g].pattern
+		scan.Count = len(fs)
+		scan.First = fs[0].path
 		for _, f := range fs {
-			scan.size += uint64(f.size)
+			scan.Size += uint64(f.size)
 		}
 		return scan
 	}
@@ -176,46 +240,57 @@ func checkModelDir(in *Input) Result {
 		full = filepath.Join(cwd, arg)
 		shown = fmt.Sprintf("%s (%s)", arg, full)
 	}
-	fi, err := os.Stat(full)
+	// Everything that touches the model's filesystem is one operation,
+	// run in a helper with the deadline when that filesystem may not
+	// answer (model weights often live on NFS or FUSE).
+	v, acc, err := fsprobe.Call(in.Probe, modelDirOp, full, full)
+	var dl *fsprobe.DeadlineError
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.As(err, &dl):
+		return unanswered(in, "the model directory", dl)
+	case err != nil:
+		return fail(Warn, fmt.Sprintf("%s (%s) could not be checked: %v", shown, source, err),
+			"The check could not look at the model directory.",
+			"Look at the model volume by hand; to silence this, INFERA_PREFLIGHT_SKIP=model-dir.")
+	case v.Missing:
 		return fail(Error, fmt.Sprintf("%s (%s) does not exist", shown, source),
 			"The worker would spend its slow start importing the engine, then "+
 				"fail to load the model with an error that does not name the "+
 				"mount, and restart in a loop.",
 			"Check the model volume (mountPath, subPath, claim) and the path in "+
 				"the command: the directory must exist inside the container.")
-	case err != nil:
-		return unreadableModel(fmt.Sprintf("%s (%s) cannot be read: %v", shown, source, pathErr(err)))
-	}
-
-	var entries []os.DirEntry
-	var scan shardScan
-	if fi.IsDir() {
-		entries, err = os.ReadDir(full)
-		if err != nil {
-			return unreadableModel(fmt.Sprintf("%s (%s) cannot be listed: %v", shown, source, pathErr(err)))
-		}
-		scan = scanShards(full, entries)
-	} else if fi.Mode().IsRegular() && shardGroup(full) == ggufGroup {
-		// A GGUF checkpoint may be given as the file itself.
-		scan = shardScan{count: 1, size: uint64(fi.Size()), pattern: "a GGUF file", first: full}
-	} else {
+	case v.StatErr != "":
+		return unreadableModel(fmt.Sprintf("%s (%s) cannot be read: %s", shown, source, v.StatErr))
+	case v.NotModel:
 		return fail(Error, fmt.Sprintf("%s (%s) is not a directory", shown, source),
 			"The engine loads a model from a directory holding config.json and "+
 				"the weight files; only a GGUF checkpoint may be a single file.",
 			fmt.Sprintf("Point %s at the model's directory.", source))
+	case v.ListErr != "":
+		return unreadableModel(fmt.Sprintf("%s (%s) cannot be listed: %s", shown, source, v.ListErr))
 	}
-	if scan.badShard != "" {
-		return unreadableModel(fmt.Sprintf("%s: weight file %s cannot be read: %v", shown, scan.badShard, pathErr(scan.badReason)))
+	scan := v.Scan
+	if scan.BadShard != "" {
+		return unreadableModel(fmt.Sprintf("%s: weight file %s cannot be read: %s", shown, scan.BadShard, scan.BadReason))
 	}
 
-	fsys, err := statfsOf(in, full)
+	fsys, fsErr := v.FS, v.FSErr
+	if in.Statfs != nil {
+		var err error
+		if fsys, err = in.Statfs(full); err != nil {
+			fsErr = err.Error()
+		}
+	}
 	where := fsys.Type
-	if err != nil {
+	switch {
+	case acc.Helper && acc.Mount.FSType != "":
+		// The mount table names a remote filesystem better than its
+		// magic does: nfs4 from srv:/export, fuse.s3fs.
+		where = acc.Mount.Describe()
+	case fsErr != "":
 		where = "an unknown filesystem"
 	}
-	if scan.count == 0 {
+	if scan.Count == 0 {
 		return fail(Warn, fmt.Sprintf("%s on %s: no weight files (%s) in it or one level down", shown, where, shardPatterns),
 			"The engine would find nothing to load and fail after its slow "+
 				"start. A directory without weights is usually an unfinished "+
@@ -223,26 +298,24 @@ func checkModelDir(in *Input) Result {
 			fmt.Sprintf("Point %s at the directory holding config.json and the "+
 				"weight files, and check that the download finished.", source))
 	}
-	f, err := os.Open(scan.first)
-	if err != nil {
-		return unreadableModel(fmt.Sprintf("%s: weight file %s cannot be read: %v", shown, scan.first, pathErr(err)))
+	if v.OpenErr != "" {
+		return unreadableModel(fmt.Sprintf("%s: weight file %s cannot be read: %s", shown, scan.First, v.OpenErr))
 	}
-	f.Close()
 
-	shards := fmt.Sprintf("%d shards (%s)", scan.count, scan.pattern)
-	if scan.count == 1 {
-		shards = fmt.Sprintf("1 shard (%s)", scan.pattern)
+	shards := fmt.Sprintf("%d shards (%s)", scan.Count, scan.Pattern)
+	if scan.Count == 1 {
+		shards = fmt.Sprintf("1 shard (%s)", scan.Pattern)
 	}
-	if scan.subdirs {
+	if scan.Subdirs {
 		shards += " in subdirectories"
 	}
-	seen := fmt.Sprintf("%s on %s, %s, %s", shown, where, shards, formatGB(scan.size))
+	seen := fmt.Sprintf("%s on %s, %s, %s", shown, where, shards, formatGB(scan.Size))
 
 	rate, medium := localLoadRate, "from local disk"
 	if fsys.Network {
 		rate, medium = networkLoadRate, "over the network"
 	}
-	est := time.Duration(float64(scan.size) / rate * float64(time.Second))
+	est := time.Duration(float64(scan.Size) / rate * float64(time.Second))
 	timeout := in.ReadyTimeout
 	if timeout <= 0 {
 		timeout = config.DefaultReadyTimeout
@@ -268,7 +341,7 @@ func checkModelDir(in *Input) Result {
 		why = "Weights load slowly over the network: a 1.5 TB checkpoint takes " +
 			"about 95 minutes from NFS against 8 from local NVMe. "
 	} else {
-		why = fmt.Sprintf("Even from local disk %s take a while to load. ", formatGB(scan.size))
+		why = fmt.Sprintf("Even from local disk %s take a while to load. ", formatGB(scan.Size))
 	}
 	if est.Seconds() > float64(timeout) {
 		why += "The worker would time out mid-load and restart forever, loading again each time."

@@ -91,6 +91,10 @@ func AdvertiseIP(in *Input) (ip, why string) {
 func decideAdvertiseIP(in *Input) advIPDecision {
 	var d advIPDecision
 	d.ifs, d.listErr = interfacesOf(in)
+	if dl := answers(in, sysfsOf(in)); dl != nil && d.listErr == nil {
+		// Which interfaces are physical is read from sysfs.
+		d.listErr = dl
+	}
 	if d.listErr == nil {
 		d.choice, d.choiceIf, d.reason = advChoose(sysfsOf(in), d.ifs)
 	}

@@ -36,6 +36,9 @@ func checkShm(in *Input) Result {
 		dir = "/dev/shm"
 	}
 	min, note := in.ShmMin, ""
+	if d := answers(in, dir); d != nil {
+		return unanswered(in, "the shared memory directory", d)
+	}
 	fi, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

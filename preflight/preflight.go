@@ -6,11 +6,16 @@
 package preflight
 
 import (
+	"errors"
+	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/workerargs"
+
+	"github.com/infera/infera-exec/fsprobe"
 )
 
 // Severity of a failed check: an error refuses the start, a warning is
@@ -40,6 +45,10 @@ type Result struct {
 	Seen     string   `json:"seen"`
 	Why      string   `json:"why,omitempty"`
 	Do       string   `json:"do,omitempty"`
+	// TookMicros is how long the check ran; DeadlinePassed, whether a
+	// filesystem it touched did not answer within INFERA_PREFLIGHT_TIMEOUT.
+	TookMicros     int64 `json:"took_us"`
+	DeadlinePassed bool  `json:"deadline_passed"`
 }
 
 // Failed reports whether r failed with severity s.
@@ -63,6 +72,13 @@ type Input struct {
 	ProviderABI  func(ibdev string) (min, max uint32, ok bool) // the provider build the worker will use, per device
 	Statfs       func(path string) (FS, error)                 // a seam for tests; nil: the real statfs(2)
 	Interfaces   func() ([]Interface, error)                   // a seam for tests; nil: the machine's
+	// Probe touches paths that may be on a filesystem that does not
+	// answer (NFS, FUSE, ...) with a deadline; nil: every path is touched
+	// directly (tests of local fixtures).
+	Probe *fsprobe.Prober
+	// TimeoutError: a filesystem that does not answer is an error, not a
+	// warning (INFERA_PREFLIGHT_ON_TIMEOUT=error).
+	TimeoutError bool
 }
 
 // Check is a named check.
@@ -100,8 +116,11 @@ func Run(in *Input, skipList []string) (results []Result, unknown []string) {
 			results = append(results, Result{Name: c.Name, Status: Skipped, Seen: "disabled by INFERA_PREFLIGHT_SKIP"})
 			continue
 		}
+		start, passed := time.Now(), in.Probe.Passed()
 		r := c.Run(in)
 		r.Name = c.Name
+		r.TookMicros = time.Since(start).Microseconds()
+		r.DeadlinePassed = in.Probe.Passed() > passed
 		results = append(results, r)
 	}
 	for n := range skip {
@@ -151,4 +170,30 @@ type Interface struct {
 	Addrs    []string // IP addresses, without prefix length
 	Up       bool
 	Loopback bool
+}
+
+// answers is nil when path's filesystem is local or answered a stat
+// within the deadline; else the deadline that passed. Once a mount has
+// not answered, later paths on it are refused at once.
+func answers(in *Input, path string) *fsprobe.DeadlineError {
+	_, err := in.Probe.Answers(path)
+	var d *fsprobe.DeadlineError
+	if errors.As(err, &d) {
+		return d
+	}
+	return nil
+}
+
+// unanswered is the result of a check whose filesystem did not answer: a
+// warning, so the worker still starts (it may wait on the same mount, but
+// then the log says which), or an error when the operator asked for one.
+func unanswered(in *Input, what string, d *fsprobe.DeadlineError) Result {
+	sev := Warn
+	if in.TimeoutError {
+		sev = Error
+	}
+	return fail(sev, what+" "+d.Error(),
+		"A filesystem whose server or daemon stopped answering blocks every "+
+			"access: the worker would hang on it without a message.",
+		d.Fix()+fmt.Sprintf(" The deadline is INFERA_PREFLIGHT_TIMEOUT (%s); INFERA_PREFLIGHT_ON_TIMEOUT=error refuses the start instead.", d.After))
 }

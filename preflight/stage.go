@@ -9,6 +9,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/workerargs"
 )
@@ -17,7 +18,7 @@ import (
 // the worker's environment, the configured thresholds, the run's RDMA
 // devices, and providerABI, the provider build that will serve each of
 // them (nil: unknown).
-func NewInput(cfg config.Config, args workerargs.Args, env *environ.Env, inv *rdma.Inventory, providerABI func(ibdev string) (min, max uint32, ok bool)) *Input {
+func NewInput(cfg config.Config, args workerargs.Args, env *environ.Env, inv *rdma.Inventory, providerABI func(ibdev string) (min, max uint32, ok bool), probe *fsprobe.Prober) *Input {
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	m := map[string]string{}
@@ -39,6 +40,8 @@ func NewInput(cfg config.Config, args workerargs.Args, env *environ.Env, inv *rd
 		NofileMin:    cfg.PreflightNofileMin,
 		AllowTCP:     cfg.AllowTCPKV,
 		ProviderABI:  providerABI,
+		Probe:        probe,
+		TimeoutError: cfg.PreflightTimeoutError,
 	}
 }
 

@@ -3,6 +3,8 @@ package preflight
 import (
 	"fmt"
 
+	"github.com/infera/infera-exec/fsprobe"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -65,10 +67,15 @@ func RealStatfs(path string) (FS, error) {
 	return fs, nil
 }
 
-// statfsOf is in.Statfs, or the real statfs(2) when the seam is not set.
+// statfsOp is statfs(2) where it may block.
+var statfsOp = fsprobe.Define("statfs", RealStatfs)
+
+// statfsOf is in.Statfs, or the real statfs(2) when the seam is not set,
+// with the deadline when path's filesystem may not answer.
 func statfsOf(in *Input, path string) (FS, error) {
 	if in.Statfs != nil {
 		return in.Statfs(path)
 	}
-	return RealStatfs(path)
+	fs, _, err := fsprobe.Call(in.Probe, statfsOp, path, path)
+	return fs, err
 }

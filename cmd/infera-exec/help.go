@@ -66,6 +66,10 @@ Environment:
                                /run/infera-exec, else /tmp/infera-exec)
   INFERA_PREFLIGHT             off: skip the preflight checks
   INFERA_PREFLIGHT_SKIP        preflight checks to skip, e.g. rdma,shm
+  INFERA_PREFLIGHT_TIMEOUT     how long a filesystem that may not answer (NFS,
+                               FUSE, ...) may take (default 5s)
+  INFERA_PREFLIGHT_ON_TIMEOUT  warn (default): start the worker anyway; error:
+                               refuse (78)
   INFERA_ALLOW_TCP_KV          1: prefill/decode without RDMA only warns
   INFERA_EXEC_LOG              text (default) or json log lines on stderr
   INFERA_EXEC_REPORT           report file (default /run/infera-exec/report.json,

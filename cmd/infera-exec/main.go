@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
@@ -72,6 +73,11 @@ func exitCode(err error) int {
 }
 
 func main() {
+	// A helper child started to touch a filesystem that may not answer
+	// (see package fsprobe): one operation, then exit. Never a command.
+	if op, ok := fsprobe.HelperOp(os.Args, os.Getenv); ok {
+		os.Exit(fsprobe.Serve(op, os.Args[1], os.Stdout))
+	}
 	os.Exit(run(os.Args, os.Environ(), os.Stdout, os.Stderr))
 }
 
@@ -120,7 +126,12 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 // columns (or JSON). Exit 0 when every check passed, 1 when only warnings
 // failed, 78 when an error-level check failed.
 func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, stdout, stderr io.Writer) int {
-	in := preflight.NewInput(cfg, workerargs.Parse(argv), env, rdma.Read(cfg.Sysfs, rdma.DevDir), libionic.ProviderABI(nil, "/", cfg.RDMAProvider))
+	probe := fsprobe.New(cfg.PreflightTimeoutDuration())
+	var inv *rdma.Inventory
+	if probe.AllAnswer(cfg.Sysfs, rdma.DevDir) == nil {
+		inv = rdma.Read(cfg.Sysfs, rdma.DevDir)
+	}
+	in := preflight.NewInput(cfg, workerargs.Parse(argv), env, inv, libionic.ProviderABI(nil, "/", cfg.RDMAProvider), probe)
 	out, _, _ := preflight.Evaluate(in, cfg.PreflightSkip)
 	for _, w := range out.UnknownSkips() {
 		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
@@ -146,6 +157,15 @@ func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
+	probe := fsprobe.New(cfg.PreflightTimeoutDuration())
+	if err := probe.AllAnswer(cfg.PayloadRoot); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: payload %v\n", err)
+		return exitConfig
+	}
+	if err := probe.AllAnswer(dest); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: destination %v\n", err)
+		return exitCantCreate
+	}
 	r, err := overlay.Install(cfg.PayloadRoot, dest)
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
@@ -161,6 +181,12 @@ func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
 func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
+	}
+	// An image root on a filesystem that does not answer would block the
+	// walk: ask first, with the deadline.
+	if err := fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer(root, cfg.PayloadRoot); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
+		return exitConfig
 	}
 	rep, err := patches.Check(root, cfg.PayloadRoot)
 	if err != nil {

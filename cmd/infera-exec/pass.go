@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
@@ -49,11 +51,12 @@ type pass struct {
 	sel       *overlay.Selection
 	ionic     *libionic.Outcome
 	args      workerargs.Args // the worker command, read once for every step
+	probe     *fsprobe.Prober // touches filesystems that may not answer, with the deadline
 }
 
 func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
 	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr,
-		args: workerargs.Parse(o.Command)}
+		args: workerargs.Parse(o.Command), probe: fsprobe.New(cfg.PreflightTimeoutDuration())}
 	p.rec = &logging.Recorder{}
 	logTo := stderr
 	if p.dry && !o.Verbose {
@@ -122,6 +125,17 @@ func (p *pass) run() int {
 // ABI step and the engine probe both use this answer. A failure here only
 // matters to the steps that need Python, which say so.
 func (p *pass) interpreter(context.Context) error {
+	// Everything below and the chdir before the exec would block on a
+	// working directory that does not answer: nothing to start.
+	if err := p.probe.AllAnswer(p.cfg.Chdir); err != nil {
+		return fmt.Errorf("INFERA_EXEC_CHDIR %w", err)
+	}
+	if filepath.IsAbs(p.cfg.Python) {
+		// Its links and pyvenv.cfg are read in this process.
+		if err := p.probe.AllAnswer(p.cfg.Python); err != nil {
+			return fmt.Errorf("interpreter (INFERA_PYTHON) %w", err)
+		}
+	}
 	path := environ.New(nil)
 	path.Set("PATH", p.env0.Value("PATH"))
 	if _, ok := p.env0.Get("PATH"); !ok {
@@ -150,6 +164,9 @@ func (p *pass) detectABI(ctx context.Context) error {
 }
 
 func (p *pass) selectTrees(context.Context) error {
+	if err := p.probe.AllAnswer(p.cfg.PayloadRoot); err != nil {
+		return fmt.Errorf("payload root %w (payload root from %s)", err, p.cfg.PayloadRootFrom)
+	}
 	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, p.log)
 	p.rep.Payload, p.rep.Trees, p.sel = pl, sel, sel
 	return err
@@ -194,6 +211,14 @@ func (p *pass) resolveCommand(context.Context) error {
 }
 
 func (p *pass) hostLibionic(ctx context.Context) error {
+	// The host mount and sysfs are read without a deadline: a host path on
+	// a filesystem that does not answer is not used.
+	if err := p.probe.AllAnswer(p.cfg.HostLibionic, p.cfg.Sysfs, rdma.DevDir); err != nil {
+		p.ionic = libionic.Unanswered(err)
+		p.rep.Libionic = p.ionic
+		p.log.Warn("host libionic: " + p.ionic.Swap.Summary)
+		return nil
+	}
 	out, edits := libionic.Run(ctx, libionic.Options{
 		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", RDMA: rdma.Read(p.cfg.Sysfs, rdma.DevDir),
 		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
@@ -212,7 +237,7 @@ func (p *pass) preflight(context.Context) error {
 		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
 		return nil
 	}
-	in := preflight.NewInput(p.cfg, p.args, p.env, p.ionic.RDMA, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider))
+	in := preflight.NewInput(p.cfg, p.args, p.env, p.ionic.RDMA, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider), p.probe)
 	out, edits, err := preflight.Evaluate(in, p.cfg.PreflightSkip)
 	p.rep.Preflight = out
 	out.Log(p.log)

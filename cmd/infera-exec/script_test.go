@@ -27,6 +27,10 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"sandbox":     func() { os.Exit(sandbox.Main()) },
 		"show-worker": showWorker,
+		// A FUSE filesystem that stops answering, and the story run
+		// against it (deadmount_test.go).
+		"dead-fuse-server": deadFuseServer,
+		"dead-mount":       deadMount,
 		// infera-exec-index DIR: write DIR's payload index, as make payload does.
 		"infera-exec-index": func() {
 			if _, err := overlay.WriteIndex(os.Args[1]); err != nil {
@@ -195,6 +199,19 @@ func TestScripts(t *testing.T) {
 			switch cond {
 			case "sandbox":
 				return canSandbox()
+			case "fuse":
+				// A FUSE mount needs root (a private mount namespace
+				// keeps it from the machine) and the kernel's /dev/fuse.
+				ok, err := canSandbox()
+				if err != nil {
+					return false, err
+				}
+				_, ferr := os.Stat("/dev/fuse")
+				ok = ok && os.Geteuid() == 0 && ferr == nil
+				if !ok && os.Getenv("INFERA_REQUIRE_SANDBOX") == "1" {
+					return false, fmt.Errorf("INFERA_REQUIRE_SANDBOX=1 but a FUSE mount cannot be made here: needs root and /dev/fuse (euid %d, %v)", os.Geteuid(), ferr)
+				}
+				return ok, nil
 			case "root":
 				return os.Geteuid() == 0, nil
 			case "rdma":

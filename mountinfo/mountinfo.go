@@ -1,0 +1,257 @@
+// Package mountinfo answers "which filesystem is this path on, and can
+// touching it hang?" without touching the path: it reads the kernel's
+// mount table (/proc/self/mountinfo), which lives in memory, so a dead NFS
+// server or a FUSE daemon that stopped answering cannot block the answer.
+package mountinfo
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// SelfPath is the mount table of this process, as its mount namespace and
+// root see it.
+const SelfPath = "/proc/self/mountinfo"
+
+// Kind is what touching a filesystem can cost.
+type Kind string
+
+const (
+	// Local: the kernel answers from memory or a local block device.
+	Local Kind = "local"
+	// Remote: a server or a userspace daemon answers (NFS, CIFS, FUSE,
+	// Ceph, ...); when it stops answering, every access blocks, in a
+	// FUSE request even beyond SIGKILL.
+	Remote Kind = "remote"
+	// Unknown: a type this package does not know, or no mount table.
+	Unknown Kind = "unknown"
+)
+
+// Mount is one line of the mount table.
+type Mount struct {
+	Point  string `json:"mount_point"` // as this process sees it
+	FSType string `json:"fs_type"`     // nfs4, fuse.sshfs, ext4, ...
+	Source string `json:"source"`      // server:/export, /dev/nvme0n1p1, ...
+	Kind   Kind   `json:"kind"`
+}
+
+// Describe names the filesystem for a message: "nfs4 from srv:/export".
+func (m Mount) Describe() string {
+	if m.FSType == "" {
+		return "an unknown filesystem"
+	}
+	if m.Source == "" || m.Source == "none" || m.Source == m.FSType {
+		return m.FSType
+	}
+	return m.FSType + " from " + m.Source
+}
+
+// Table is a parsed mount table, in the kernel's order (a later mount on
+// the same point hides an earlier one).
+type Table struct {
+	Mounts []Mount
+}
+
+// localTypes are filesystems the kernel serves without asking anyone who
+// can stop answering.
+var localTypes = map[string]bool{
+	"ext2": true, "ext3": true, "ext4": true, "xfs": true, "btrfs": true,
+	"zfs": true, "f2fs": true, "vfat": true, "exfat": true, "ntfs3": true,
+	"erofs": true, "squashfs": true, "iso9660": true, "udf": true,
+	"tmpfs": true, "ramfs": true, "overlay": true, "devtmpfs": true,
+	"proc": true, "sysfs": true, "devpts": true, "mqueue": true,
+	"cgroup": true, "cgroup2": true, "bpf": true, "tracefs": true,
+	"debugfs": true, "securityfs": true, "hugetlbfs": true, "configfs": true,
+	"pstore": true, "efivarfs": true, "binfmt_misc": true, "nsfs": true,
+	"fusectl": true, "rpc_pipefs": true, "selinuxfs": true,
+}
+
+// remoteTypes are filesystems answered by a server or a daemon. fuse.* and
+// fuseblk are matched by prefix below.
+var remoteTypes = map[string]bool{
+	"nfs": true, "nfs4": true, "cifs": true, "smb3": true, "smbfs": true,
+	"ceph": true, "lustre": true, "gpfs": true, "9p": true, "afs": true,
+	"glusterfs": true, "beegfs": true, "virtiofs": true, "orangefs": true,
+	"ocfs2": true, "gfs2": true, "coda": true, "ncpfs": true, "pvfs2": true,
+	"fuse": true, "fuseblk": true,
+}
+
+// Classify is what touching a filesystem of type fstype can cost.
+func Classify(fstype string) Kind {
+	switch {
+	case localTypes[fstype]:
+		return Local
+	case remoteTypes[fstype], strings.HasPrefix(fstype, "fuse."):
+		return Remote
+	}
+	return Unknown
+}
+
+// Read reads the mount table at path (SelfPath, or a fixture in tests).
+func Read(path string) (*Table, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Parse reads mountinfo lines (proc(5)):
+//
+//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+//
+// mount ID, parent ID, major:minor, root, mount point, options, optional
+// fields ending with "-", then the type, the source and super options.
+func Parse(r io.Reader) (*Table, error) {
+	t := &Table{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1024*1024) // lines are short; a long one grows it
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
+			return nil, fmt.Errorf("line %d: not a mountinfo line: %q", n, line)
+		}
+		fstype := unescape(f[sep+1])
+		t.Mounts = append(t.Mounts, Mount{
+			Point:  unescape(f[4]),
+			FSType: fstype,
+			Source: unescape(f[sep+2]),
+			Kind:   Classify(fstype),
+		})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// unescape undoes the kernel's octal escapes of space, tab, newline and
+// backslash (\040, \011, \012, \134).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// Lookup is the mount that holds path, by text alone: the longest mount
+// point that is path or one of its parent directories (the last such
+// line when mounts are stacked). path is cleaned, not resolved: resolving
+// links would touch the filesystems on the way. ok is false when the table
+// has no mount for it (no "/" line).
+func (t *Table) Lookup(path string) (m Mount, ok bool) {
+	p := filepath.Clean(path)
+	if !filepath.IsAbs(p) {
+		return Mount{}, false
+	}
+	best := -1
+	for _, c := range t.Mounts {
+		if !under(p, c.Point) {
+			continue
+		}
+		if l := len(c.Point); l >= best {
+			best, m, ok = l, c, true
+		}
+	}
+	return m, ok
+}
+
+// under reports whether p is point or below it.
+func under(p, point string) bool {
+	if point == "/" {
+		return true
+	}
+	return p == point || strings.HasPrefix(p, point+"/")
+}
+
+// KindOf is how touching path can cost, from the table alone; without a
+// mount for it, Unknown.
+func (t *Table) KindOf(path string) (Mount, Kind) {
+	m, ok := t.Lookup(path)
+	if !ok {
+		return Mount{}, Unknown
+	}
+	return m, m.Kind
+}
+
+// maxLinks bounds link resolution, as the kernel's ELOOP does.
+const maxLinks = 40
+
+// Where is the mount that will answer for path once its links are
+// followed, and the path with the links it could follow resolved. Links
+// are followed only on local filesystems, one component at a time (lstat
+// and readlink of a local directory cannot block); the first component on
+// a remote or unknown filesystem ends the walk and the rest is taken as
+// text, so a link there is not followed (its target may lie on another
+// mount, which only a call that can block would tell).
+func (t *Table) Where(path string) (resolved string, m Mount, kind Kind) {
+	p := filepath.Clean(path)
+	if !filepath.IsAbs(p) {
+		return p, Mount{}, Unknown
+	}
+	links := 0
+	done := "/"
+	rest := strings.TrimPrefix(p, "/")
+	for rest != "" {
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		next := filepath.Join(done, name)
+		if mm, k := t.KindOf(next); k != Local {
+			// Beyond here every step could block: the rest is text.
+			full := filepath.Join(next, rest)
+			return full, mm, k
+		}
+		fi, err := os.Lstat(next)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		links++
+		target, err := os.Readlink(next)
+		if err != nil || links > maxLinks {
+			done = next
+			continue // the caller's own access reports the loop or the error
+		}
+		// Start again from the root with the link replaced: the walk
+		// so far had no links left, so done is the link's real parent.
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(done, target)
+		}
+		done, rest = "/", strings.TrimPrefix(filepath.Join(target, rest), "/")
+	}
+	m, kind = t.KindOf(done)
+	return done, m, kind
+}
