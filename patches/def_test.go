@@ -67,7 +67,7 @@ func TestParseRejects(t *testing.T) {
 		{"bad versions", edit("a.py", "x", "y", "versions = \"~~1\"\n"), "versions \"~~1\""},
 		{"no edit", "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n", "no [[edit]]"},
 		{"negative count", edit("a.py", "x", "y", "") + "count = -1\n", "count -1 is negative"},
-		{"marker in replacement", edit("a.py", "x", "y_marker", "") + "upstream = \"marker\"\n", "upstream marker occurs in the anchor or the replacement"},
+		{"marker in anchor", edit("a.py", "x_marker", "y", "") + "upstream = \"marker\"\n", "upstream marker occurs in the anchor"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
