@@ -274,11 +274,13 @@ func pick(cands []candidate) candidate {
 		return *drift
 	}
 	out := *drift
-	var whys []string
+	var others []string
 	for _, c := range cands {
-		whys = append(whys, fmt.Sprintf("%s is %s (%s)", c.variant.Name, c.state, c.why))
+		if c.variant != drift.variant {
+			others = append(others, fmt.Sprintf("%s is %s: %s", c.variant.Name, c.state, c.why))
+		}
 	}
-	out.why = "no variant matches: " + strings.Join(whys, "; ")
+	out.why = fmt.Sprintf("%s (no variant matches; closest: %s; %s)", drift.why, drift.variant.Name, strings.Join(others, "; "))
 	return out
 }
 

@@ -68,7 +68,7 @@ func (p *pass) enginePatches(ctx context.Context) error {
 		}
 		require[id] = true
 	}
-	scripts := patches.Scripts(filepath.Join(p.cfg.PayloadRoot, "patches"))
+	scripts := patches.Superseded(patches.Scripts(filepath.Join(p.cfg.PayloadRoot, "patches")), set)
 	names := set.Packages()
 	for _, s := range scripts {
 		if !slices.Contains(names, s.Package) {
