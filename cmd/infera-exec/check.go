@@ -77,7 +77,11 @@ func runCheck(root string, asJSON bool, env []string, stdout, stderr io.Writer) 
 				if r.Package != n {
 					continue
 				}
-				fmt.Fprintf(stdout, "  %-40s %-15s %s\n", r.ID, r.State, r.Summary)
+				state := string(r.State)
+				if r.Variant != "" {
+					state += " (" + r.Variant + ")"
+				}
+				fmt.Fprintf(stdout, "  %-40s %-15s %s\n", r.ID, state, r.Summary)
 				if r.Why != "" && r.State != patches.Pending {
 					fmt.Fprintf(stdout, "  %-40s %-15s %s\n", "", "", r.Why)
 				}
