@@ -23,9 +23,10 @@ type Result struct {
 	Package  string       `json:"package"`
 	Version  string       `json:"version,omitempty"`
 	Required bool         `json:"required"`
-	State    State        `json:"state"`  // after this run
-	Before   State        `json:"before"` // as found
-	Action   string       `json:"action"` // applied, would-apply, none, failed
+	Variant  string       `json:"variant,omitempty"` // the variant that decided the state
+	State    State        `json:"state"`             // after this run
+	Before   State        `json:"before"`            // as found
+	Action   string       `json:"action"`            // applied, would-apply, none, failed
 	Why      string       `json:"why,omitempty"`
 	Missing  bool         `json:"package_missing,omitempty"` // the package is not importable
 	Edits    []EditResult `json:"edits,omitempty"`
@@ -122,29 +123,19 @@ type target struct {
 func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
 	files := map[string]*target{}
 	var order []string
-	var states []State
-	for i := range d.Edits {
-		e := &d.Edits[i]
-		er := EditResult{File: e.File}
-		t, err := resolve(pkg, e.File, files, &order)
-		switch {
-		case err != nil:
-			er.State, er.Why = Drift, err.Error()
-		case !t.exists && e.Optional:
-			er.Path, er.State, er.Why = t.path, NotApplicable, "optional file absent"
-		case !t.exists:
-			er.Path, er.State, er.Why = t.path, Drift, "file absent"
-		default:
-			er.Path = t.path
-			er.Evaluation = Evaluate(e, t.content)
-			er.SHA256Before = digest.Bytes(t.original)
-		}
-		states = append(states, er.State)
-		r.Edits = append(r.Edits, er)
+	if why, ok := guardsHold(d.Guards, pkg, files, &order); !ok {
+		r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
+		return
 	}
-	r.Before = Combine(states)
+	variants := d.variants()
+	cands := make([]candidate, len(variants))
+	for i := range variants {
+		cands[i] = evaluateVariant(&variants[i], d, pkg, files, &order)
+	}
+	c := pick(cands)
+	v := c.variant
+	r.Variant, r.Edits, r.Before, r.Why = v.Name, c.edits, c.state, c.why
 	r.State = r.Before
-	r.Why = firstWhy(r.Edits, r.Before)
 	if r.Before != Pending {
 		if r.Before == Applied && !dry {
 			for i := range r.Edits {
@@ -157,19 +148,19 @@ func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
 
 	// Compute every new file in memory, then check that each edit is
 	// applied in the result: edits that disturb one another are drift.
-	for i := range d.Edits {
+	for i := range v.Edits {
 		if r.Edits[i].State == Pending {
 			t := files[r.Edits[i].Path]
-			t.content = apply(&d.Edits[i], t.content)
+			t.content = apply(&v.Edits[i], t.content)
 		}
 	}
-	for i := range d.Edits {
+	for i := range v.Edits {
 		if r.Edits[i].State == NotApplicable {
 			continue
 		}
-		if ev := Evaluate(&d.Edits[i], files[r.Edits[i].Path].content); ev.State != Applied {
+		if ev := Evaluate(&v.Edits[i], files[r.Edits[i].Path].content); ev.State != Applied {
 			r.State, r.Action = Drift, "none"
-			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", d.Edits[i].File, i+1, ev.State, ev.Why)
+			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", v.Edits[i].File, i+1, ev.State, ev.Why)
 			fillAfter(r, nil)
 			return
 		}
@@ -206,6 +197,108 @@ func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
 		r.Edits[i].PycsRemoved = removePycs(r.Edits[i].Path, true)
 	}
 	fillAfter(r, files)
+}
+
+// candidate is one variant as evaluated against the files.
+type candidate struct {
+	variant *Variant
+	edits   []EditResult
+	state   State
+	why     string
+	matched int // edits pending or applied: how close a drifting variant came
+}
+
+func evaluateVariant(v *Variant, d *Definition, pkg Package, files map[string]*target, order *[]string) candidate {
+	c := candidate{variant: v}
+	if in, why := inScope(v.constraint, v.Versions, d.Package, d.Distribution, pkg.Version); !in {
+		c.state, c.why = NotApplicable, why
+		return c
+	}
+	if why, ok := guardsHold(v.Guards, pkg, files, order); !ok {
+		c.state, c.why = NotApplicable, why
+		return c
+	}
+	var states []State
+	for i := range v.Edits {
+		e := &v.Edits[i]
+		er := EditResult{File: e.File}
+		t, err := resolve(pkg, e.File, files, order)
+		switch {
+		case err != nil:
+			er.State, er.Why = Drift, err.Error()
+		case !t.exists && e.Optional:
+			er.Path, er.State, er.Why = t.path, NotApplicable, "optional file absent"
+		case !t.exists:
+			er.Path, er.State, er.Why = t.path, Drift, "file absent"
+		default:
+			er.Path = t.path
+			er.Evaluation = Evaluate(e, t.content)
+			er.SHA256Before = digest.Bytes(t.original)
+		}
+		if er.State == Pending || er.State == Applied {
+			c.matched++
+		}
+		states = append(states, er.State)
+		c.edits = append(c.edits, er)
+	}
+	c.state = Combine(states)
+	c.why = firstWhy(c.edits, c.state)
+	return c
+}
+
+// pick chooses the variant that decides the patch: one already in force
+// (applied, or fixed upstream) first, then the first whose anchors all
+// match; when none matches, not-applicable if every variant is out of
+// scope, else drift, reported against the variant that came closest.
+func pick(cands []candidate) candidate {
+	for _, c := range cands {
+		if c.state == Applied || c.state == Upstream {
+			return c
+		}
+	}
+	for _, c := range cands {
+		if c.state == Pending {
+			return c
+		}
+	}
+	var drift *candidate
+	for i := range cands {
+		if cands[i].state == Drift && (drift == nil || cands[i].matched > drift.matched) {
+			drift = &cands[i]
+		}
+	}
+	if drift == nil {
+		return cands[0] // every variant not-applicable; the first says why
+	}
+	if len(cands) == 1 {
+		return *drift
+	}
+	out := *drift
+	var others []string
+	for _, c := range cands {
+		if c.variant != drift.variant {
+			others = append(others, fmt.Sprintf("%s is %s: %s", c.variant.Name, c.state, c.why))
+		}
+	}
+	out.why = fmt.Sprintf("%s (no variant matches; closest: %s; %s)", drift.why, drift.variant.Name, strings.Join(others, "; "))
+	return out
+}
+
+// guardsHold checks that the code a fix is about is there: every guard's
+// file exists in the package and contains its text.
+func guardsHold(guards []Guard, pkg Package, files map[string]*target, order *[]string) (string, bool) {
+	for _, g := range guards {
+		t, err := resolve(pkg, g.File, files, order)
+		switch {
+		case err != nil:
+			return fmt.Sprintf("guard %s: %v", g.File, err), false
+		case !t.exists:
+			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), false
+		case g.Contains != "" && !strings.Contains(t.content, g.Contains):
+			return fmt.Sprintf("%s has no %q: the code this fix is about does not exist here", g.File, strings.TrimSpace(g.Contains)), false
+		}
+	}
+	return "", true
 }
 
 // resolve finds file inside the package (the first portion that has it, for

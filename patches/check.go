@@ -57,7 +57,11 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 			if r.Package != n {
 				continue
 			}
-			fmt.Fprintf(w, "  %-40s %-15s %s\n", r.ID, r.State, r.Summary)
+			state := string(r.State)
+			if r.Variant != "" {
+				state += " (" + r.Variant + ")"
+			}
+			fmt.Fprintf(w, "  %-40s %-15s %s\n", r.ID, state, r.Summary)
 			if r.Why != "" && r.State != Pending {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
 			}

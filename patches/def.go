@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,18 +25,47 @@ import (
 )
 
 // Definition is one patch: one or more edits that stand or fall together.
+// Upstream code moves, so a patch may carry several variants, each a
+// complete set of edits for one range of upstream code; top-level edits
+// are a patch with a single, unnamed variant.
 type Definition struct {
-	ID           string `toml:"id" json:"id"`
-	Summary      string `toml:"summary" json:"summary"`
-	Package      string `toml:"package" json:"package"`
-	Distribution string `toml:"distribution" json:"distribution"`
-	Versions     string `toml:"versions" json:"versions,omitempty"`
-	Required     bool   `toml:"required" json:"required"`
-	Edits        []Edit `toml:"edit" json:"edits"`
+	ID           string    `toml:"id" json:"id"`
+	Summary      string    `toml:"summary" json:"summary"`
+	Package      string    `toml:"package" json:"package"`
+	Distribution string    `toml:"distribution" json:"distribution"`
+	Versions     string    `toml:"versions" json:"versions,omitempty"`
+	Required     bool      `toml:"required" json:"required"`
+	Guards       []Guard   `toml:"guard" json:"guards,omitempty"`
+	Edits        []Edit    `toml:"edit" json:"edits,omitempty"`
+	Variants     []Variant `toml:"variant" json:"variants,omitempty"`
+	// Supersedes names v0.2.2 patch scripts (file names under
+	// patches/<package>/) that fix the same bug; they are not run.
+	Supersedes []string `toml:"supersedes" json:"supersedes,omitempty"`
 
 	Source string `toml:"-" json:"source"` // file it was read from
 
 	constraint goversion.Constraints
+}
+
+// Variant is one complete, self-consistent set of edits for a range of
+// upstream code. Its own guards and version range narrow where it is
+// tried; the first variant whose anchors all match is the one applied.
+type Variant struct {
+	Name     string  `toml:"name" json:"name"`
+	Versions string  `toml:"versions" json:"versions,omitempty"`
+	Guards   []Guard `toml:"guard" json:"guards,omitempty"`
+	Edits    []Edit  `toml:"edit" json:"edits"`
+
+	constraint goversion.Constraints
+}
+
+// Guard names the code a fix is about: the file (relative to the package
+// directory) and, optionally, text it must contain. Where a guard does
+// not hold, the bug cannot exist and the patch (or variant) is
+// not-applicable, never drift.
+type Guard struct {
+	File     string `toml:"file" json:"file"`
+	Contains string `toml:"contains" json:"contains,omitempty"`
 }
 
 // Edit replaces Count occurrences of Anchor in File with Replacement.
@@ -89,28 +119,95 @@ func (d *Definition) validate() error {
 		return fmt.Errorf("%s: package %q is not a top-level import name", d.ID, d.Package)
 	case !distRE.MatchString(d.Distribution):
 		return fmt.Errorf("%s: distribution %q is not a distribution name", d.ID, d.Distribution)
-	case len(d.Edits) == 0:
-		return fmt.Errorf("%s: no [[edit]]", d.ID)
+	case len(d.Edits) == 0 && len(d.Variants) == 0:
+		return fmt.Errorf("%s: no [[edit]] and no [[variant]]", d.ID)
+	case len(d.Edits) > 0 && len(d.Variants) > 0:
+		return fmt.Errorf("%s: both [[edit]] and [[variant]]; put every edit in a variant", d.ID)
 	}
-	if d.Versions != "" {
-		c, err := goversion.NewConstraint(d.Versions)
-		if err != nil {
-			return fmt.Errorf("%s: versions %q: %w", d.ID, d.Versions, err)
+	var err error
+	if d.constraint, err = parseVersions(d.Versions); err != nil {
+		return fmt.Errorf("%s: %w", d.ID, err)
+	}
+	if err := validateGuards(d.ID, d.Guards); err != nil {
+		return err
+	}
+	for _, s := range d.Supersedes {
+		if path.Base(s) != s || !strings.HasSuffix(s, ".py") {
+			return fmt.Errorf("%s: supersedes %q: want the file name of a patch script (*.py)", d.ID, s)
 		}
-		d.constraint = c
 	}
-	for i := range d.Edits {
-		e := &d.Edits[i]
-		where := fmt.Sprintf("%s: edit %d (%s)", d.ID, i+1, e.File)
+	if len(d.Variants) == 0 {
+		return validateEdits(d.ID, d.Edits)
+	}
+	names := map[string]bool{}
+	for i := range d.Variants {
+		v := &d.Variants[i]
+		where := fmt.Sprintf("%s: variant %d", d.ID, i+1)
 		switch {
-		case e.File == "":
-			return fmt.Errorf("%s: edit %d: file is empty", d.ID, i+1)
-		case path.IsAbs(e.File) || filepath.IsAbs(e.File):
-			return fmt.Errorf("%s: file must be relative to the package directory", where)
-		case path.Clean(e.File) != e.File || strings.Contains(e.File, `\`):
-			return fmt.Errorf("%s: file must be a clean relative path (no \"..\", \".\", \"//\" or trailing /)", where)
-		case e.File == ".." || strings.HasPrefix(e.File, "../"):
-			return fmt.Errorf("%s: file must stay inside the package directory", where)
+		case !idRE.MatchString(v.Name):
+			return fmt.Errorf("%s: name %q: want lower-case letters, digits, '.', '_' or '-'", where, v.Name)
+		case names[v.Name]:
+			return fmt.Errorf("%s: name %q is used twice", where, v.Name)
+		case len(v.Edits) == 0:
+			return fmt.Errorf("%s (%s): no [[variant.edit]]", where, v.Name)
+		}
+		names[v.Name] = true
+		if v.constraint, err = parseVersions(v.Versions); err != nil {
+			return fmt.Errorf("%s (%s): %w", where, v.Name, err)
+		}
+		if err := validateGuards(d.ID+": variant "+v.Name, v.Guards); err != nil {
+			return err
+		}
+		if err := validateEdits(d.ID+": variant "+v.Name, v.Edits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func parseVersions(s string) (goversion.Constraints, error) {
+	if s == "" {
+		return nil, nil
+	}
+	c, err := goversion.NewConstraint(s)
+	if err != nil {
+		return nil, fmt.Errorf("versions %q: %w", s, err)
+	}
+	return c, nil
+}
+
+// checkFile refuses a path that could name a file outside the package.
+func checkFile(where, file string) error {
+	switch {
+	case file == "":
+		return fmt.Errorf("%s: file is empty", where)
+	case path.IsAbs(file) || filepath.IsAbs(file):
+		return fmt.Errorf("%s (%s): file must be relative to the package directory", where, file)
+	case path.Clean(file) != file || strings.Contains(file, `\`):
+		return fmt.Errorf("%s (%s): file must be a clean relative path (no \"..\", \".\", \"//\" or trailing /)", where, file)
+	case file == ".." || strings.HasPrefix(file, "../"):
+		return fmt.Errorf("%s (%s): file must stay inside the package directory", where, file)
+	}
+	return nil
+}
+
+func validateGuards(owner string, guards []Guard) error {
+	for i, g := range guards {
+		if err := checkFile(fmt.Sprintf("%s: guard %d", owner, i+1), g.File); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateEdits(owner string, edits []Edit) error {
+	for i := range edits {
+		e := &edits[i]
+		where := fmt.Sprintf("%s: edit %d (%s)", owner, i+1, e.File)
+		if err := checkFile(fmt.Sprintf("%s: edit %d", owner, i+1), e.File); err != nil {
+			return err
+		}
+		switch {
 		case e.Anchor == "":
 			return fmt.Errorf("%s: anchor is empty", where)
 		case e.Replacement == "":
@@ -125,11 +222,35 @@ func (d *Definition) validate() error {
 		if e.Count == 0 {
 			e.Count = 1
 		}
-		if e.Upstream != "" && (strings.Contains(e.Replacement, e.Upstream) || strings.Contains(e.Anchor, e.Upstream)) {
-			return fmt.Errorf("%s: the upstream marker occurs in the anchor or the replacement, so it cannot tell upstream's fix from ours", where)
+		// The marker may occur in our replacement (a file we patched must
+		// read as fixed to scripts that look for the method we add); such
+		// occurrences are not counted. In the anchor it could never tell
+		// unpatched code from upstream's fix.
+		if e.Upstream != "" && strings.Contains(e.Anchor, e.Upstream) {
+			return fmt.Errorf("%s: the upstream marker occurs in the anchor, so it cannot tell upstream's fix from the code to patch", where)
 		}
 	}
 	return nil
+}
+
+// variants are the edit sets to try, in order.
+func (d *Definition) variants() []Variant {
+	if len(d.Variants) > 0 {
+		return d.Variants
+	}
+	return []Variant{{Edits: d.Edits}}
+}
+
+// Supersede reports the id of the definition in s that supersedes the
+// v0.2.2 script file (a path under patches/<package>/), or "".
+func (s *Set) Supersede(script, pkg string) string {
+	base := filepath.Base(script)
+	for _, d := range s.Defs {
+		if d.Package == pkg && slices.Contains(d.Supersedes, base) {
+			return d.ID
+		}
+	}
+	return ""
 }
 
 // Set is the definitions in force, in the order they apply.
@@ -243,19 +364,23 @@ func (s *Set) Lookup(id string) *Definition {
 // constraint is checked against the release segments (0.11.1), since a
 // ROCm build of a release is that release.
 func (d *Definition) InScope(version string) (bool, string) {
-	if d.constraint == nil {
+	return inScope(d.constraint, d.Versions, d.Package, d.Distribution, version)
+}
+
+func inScope(c goversion.Constraints, text, pkg, dist, version string) (bool, string) {
+	if c == nil {
 		return true, ""
 	}
 	if version == "" {
-		return false, fmt.Sprintf("version of %s unknown (no %s dist-info found); constraint %s", d.Package, d.Distribution, d.Versions)
+		return false, fmt.Sprintf("version of %s unknown (no %s dist-info found); constraint %s", pkg, dist, text)
 	}
 	rel := releaseRE.FindString(version)
 	v, err := goversion.NewVersion(rel)
 	if rel == "" || err != nil {
-		return false, fmt.Sprintf("version %q of %s is not a release number; constraint %s", version, d.Distribution, d.Versions)
+		return false, fmt.Sprintf("version %q of %s is not a release number; constraint %s", version, dist, text)
 	}
-	if !d.constraint.Check(v) {
-		return false, fmt.Sprintf("%s %s is outside %s", d.Distribution, version, d.Versions)
+	if !c.Check(v) {
+		return false, fmt.Sprintf("%s %s is outside %s", dist, version, text)
 	}
 	return true, ""
 }

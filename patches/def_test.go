@@ -3,6 +3,7 @@ package patches
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -51,6 +52,9 @@ func TestParseRejects(t *testing.T) {
 		return "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n" + extra +
 			"[[edit]]\nfile = \"" + file + "\"\nanchor = \"" + anchor + "\"\nreplacement = \"" + repl + "\"\n"
 	}
+	variants := func(body string) string {
+		return "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n" + body
+	}
 	cases := []struct {
 		name, toml, want string
 	}{
@@ -65,9 +69,18 @@ func TestParseRejects(t *testing.T) {
 		{"bad id", `id = "Bad Id"` + "\n", `id "Bad Id"`},
 		{"bad package", edit("a.py", "x", "y", "") + "\n", ""},
 		{"bad versions", edit("a.py", "x", "y", "versions = \"~~1\"\n"), "versions \"~~1\""},
-		{"no edit", "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n", "no [[edit]]"},
+		{"no edit", "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n", "no [[edit]] and no [[variant]]"},
+		{"edits and variants", edit("a.py", "x", "y", "") + "[[variant]]\nname = \"v\"\n[[variant.edit]]\nfile = \"a.py\"\nanchor = \"x\"\nreplacement = \"y\"\n", "both [[edit]] and [[variant]]"},
+		{"variant without edits", variants("[[variant]]\nname = \"v\"\n"), "variant 1 (v): no [[variant.edit]]"},
+		{"variant without name", variants("[[variant]]\n[[variant.edit]]\nfile = \"a.py\"\nanchor = \"x\"\nreplacement = \"y\"\n"), "variant 1: name \"\""},
+		{"variant names twice", variants(strings.Repeat("[[variant]]\nname = \"v\"\n[[variant.edit]]\nfile = \"a.py\"\nanchor = \"x\"\nreplacement = \"y\"\n", 2)), "variant 2: name \"v\" is used twice"},
+		{"variant bad versions", variants("[[variant]]\nname = \"v\"\nversions = \"~~1\"\n[[variant.edit]]\nfile = \"a.py\"\nanchor = \"x\"\nreplacement = \"y\"\n"), "variant 1 (v): versions \"~~1\""},
+		{"variant edit leaves", variants("[[variant]]\nname = \"v\"\n[[variant.edit]]\nfile = \"../a.py\"\nanchor = \"x\"\nreplacement = \"y\"\n"), "variant v: edit 1 (../a.py): file must stay inside"},
+		{"guard leaves", edit("a.py", "x", "y", "[[guard]]\nfile = \"/etc/passwd\"\n"), "guard 1 (/etc/passwd): file must be relative"},
+		{"guard unknown key", edit("a.py", "x", "y", "[[guard]]\nfile = \"a.py\"\nhas = \"z\"\n"), "unknown keys guard.has"},
+		{"supersedes a path", edit("a.py", "x", "y", "supersedes = [\"../x.py\"]\n"), "want the file name of a patch script"},
 		{"negative count", edit("a.py", "x", "y", "") + "count = -1\n", "count -1 is negative"},
-		{"marker in replacement", edit("a.py", "x", "y_marker", "") + "upstream = \"marker\"\n", "upstream marker occurs in the anchor or the replacement"},
+		{"marker in anchor", edit("a.py", "x_marker", "y", "") + "upstream = \"marker\"\n", "upstream marker occurs in the anchor"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -121,6 +134,46 @@ func TestLoadDir(t *testing.T) {
 	assert.Empty(t, defs)
 }
 
+func TestParseVariants(t *testing.T) {
+	d, err := Parse([]byte(`id = "v"
+summary = "s"
+package = "demo"
+distribution = "demo"
+supersedes = ["patch_demo.py"]
+[[guard]]
+file = "a.py"
+contains = "def f("
+[[variant]]
+name = "new"
+versions = ">= 2"
+[[variant.edit]]
+file = "a.py"
+anchor = "x"
+replacement = "y"
+[[variant]]
+name = "old"
+[[variant.guard]]
+file = "b.py"
+[[variant.edit]]
+file = "a.py"
+anchor = "z"
+replacement = "y"
+count = 2
+`), "t.toml")
+	require.NoError(t, err)
+	require.Len(t, d.Variants, 2)
+	assert.Equal(t, "new", d.Variants[0].Name)
+	assert.NotNil(t, d.Variants[0].constraint)
+	assert.Equal(t, []Guard{{File: "b.py"}}, d.Variants[1].Guards)
+	assert.Equal(t, 1, d.Variants[0].Edits[0].Count, "count defaults to 1 in variants too")
+	assert.Equal(t, 2, d.Variants[1].Edits[0].Count)
+	assert.Equal(t, []Guard{{File: "a.py", Contains: "def f("}}, d.Guards)
+	set := &Set{Defs: []*Definition{d}}
+	assert.Equal(t, "v", set.Supersede("/p/patches/demo/patch_demo.py", "demo"))
+	assert.Equal(t, "", set.Supersede("/p/patches/other/patch_demo.py", "other"), "only scripts of the same package")
+	assert.Equal(t, "", set.Supersede("/p/patches/demo/patch_else.py", "demo"))
+}
+
 func TestBuiltinDefinitionsParse(t *testing.T) {
 	defs, err := Builtin()
 	require.NoError(t, err)
@@ -143,7 +196,11 @@ func FuzzParse(f *testing.F) {
 		}
 		// Whatever parses is safe to apply: relative, clean, inside the
 		// package, with real anchors.
-		for _, e := range d.Edits {
+		var edits []Edit
+		for _, v := range d.variants() {
+			edits = append(edits, v.Edits...)
+		}
+		for _, e := range edits {
 			if filepath.IsAbs(e.File) || e.File == ".." || len(e.File) >= 3 && e.File[:3] == "../" || filepath.Clean(e.File) != e.File {
 				t.Fatalf("unsafe file accepted: %q", e.File)
 			}
@@ -151,8 +208,13 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("edit accepted without anchor, replacement or count: %+v", e)
 			}
 		}
-		if !idRE.MatchString(d.ID) || len(d.Edits) == 0 {
-			t.Fatalf("definition accepted with id %q and %d edits", d.ID, len(d.Edits))
+		for _, g := range d.Guards {
+			if filepath.IsAbs(g.File) || filepath.Clean(g.File) != g.File || strings.HasPrefix(g.File, "..") {
+				t.Fatalf("unsafe guard file accepted: %q", g.File)
+			}
+		}
+		if !idRE.MatchString(d.ID) || len(edits) == 0 {
+			t.Fatalf("definition accepted with id %q and %d edits", d.ID, len(edits))
 		}
 	})
 }

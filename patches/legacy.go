@@ -24,6 +24,10 @@ type Script struct {
 	Took     string `json:"took,omitempty"`
 	Output   string `json:"output,omitempty"` // the tail of stdout+stderr
 	Why      string `json:"why,omitempty"`
+	// SupersededBy is the id of the definition that fixes the same bug;
+	// such a script never runs (on top of the definition's edits it would
+	// half-apply or apply twice).
+	SupersededBy string `json:"superseded_by,omitempty"`
 }
 
 // Scripts lists the v0.2.2 scripts under dir, in name order per package.
@@ -40,6 +44,15 @@ func Scripts(dir string) []Script {
 	return out
 }
 
+// Superseded marks the scripts whose fix a definition of set covers (its
+// supersedes list names the script's file name, for the same package).
+func Superseded(scripts []Script, set *Set) []Script {
+	for i := range scripts {
+		scripts[i].SupersededBy = set.Supersede(scripts[i].Path, scripts[i].Package)
+	}
+	return scripts
+}
+
 // RunScripts runs each script whose package was found, as v0.2.2 did:
 // `<python> <script>` with the worker's environment and cwd /. A failing
 // script is reported, never fatal.
@@ -51,6 +64,8 @@ func RunScripts(ctx context.Context, scripts []Script, loc *Location, python str
 	for _, s := range scripts {
 		pkg, ok := loc.Packages[s.Package]
 		switch {
+		case s.SupersededBy != "":
+			s.Why = "superseded by " + s.SupersededBy + "; not run"
 		case !ok || !pkg.Found:
 			s.Why = s.Package + " is not importable; not run"
 		case dry:

@@ -100,7 +100,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 		require[id] = true
 	}
-	scripts := Scripts(filepath.Join(in.PayloadRoot, "patches"))
+	scripts := Superseded(Scripts(filepath.Join(in.PayloadRoot, "patches")), set)
 	names := set.Packages()
 	for _, s := range scripts {
 		if !slices.Contains(names, s.Package) {
@@ -222,6 +222,9 @@ func (loc *Location) FillVersions(set *Set, cwd string) {
 }
 
 func logResult(log *slog.Logger, r Result) {
+	if r.Variant != "" {
+		r.Summary += "; variant " + r.Variant
+	}
 	switch {
 	case r.Action == "applied":
 		var files []string

@@ -12,8 +12,8 @@ const (
 	Pending       State = "pending"        // anchor found as expected: the fix can be applied
 	Applied       State = "applied"        // replacement present, anchor gone
 	Upstream      State = "upstream"       // the upstream marker is present: upstream fixed it
-	NotApplicable State = "not-applicable" // version outside the constraint, package or optional file absent
-	Drift         State = "drift"          // anything else: never written
+	NotApplicable State = "not-applicable" // version outside the range, a guard does not hold (the code the fix is about is absent), package or optional file absent
+	Drift         State = "drift"          // the code the fix is about is there but no variant's anchors match: never written
 )
 
 // Evaluation is the state of one edit in one file content, with the counts
@@ -29,8 +29,15 @@ type Evaluation struct {
 // contain one another (an insertion keeps its anchor inside the
 // replacement); occurrences inside the other string are not counted twice.
 func Evaluate(e *Edit, content string) Evaluation {
-	if e.Upstream != "" && strings.Contains(content, e.Upstream) {
-		return Evaluation{State: Upstream, Why: "upstream marker present"}
+	if e.Upstream != "" {
+		// Occurrences inside our own replacement are ours, not upstream's.
+		m := strings.Count(content, e.Upstream)
+		if k := strings.Count(e.Replacement, e.Upstream); k > 0 {
+			m -= strings.Count(content, e.Replacement) * k
+		}
+		if m > 0 {
+			return Evaluation{State: Upstream, Why: "upstream marker present"}
+		}
 	}
 	a := strings.Count(content, e.Anchor)
 	r := strings.Count(content, e.Replacement)

@@ -1,0 +1,171 @@
+package patches
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// twoVariants is a patch for code that changed shape: "new" for the
+// current call, "old" for the call before an argument was added.
+func twoVariants(t *testing.T, guards ...Guard) *Definition {
+	t.Helper()
+	d := &Definition{ID: "moved", Summary: "s", Package: "demo", Distribution: "demo", Guards: guards,
+		Variants: []Variant{
+			{Name: "new", Edits: []Edit{{File: "a.py", Anchor: "    send(x, trace)\n", Replacement: "    send(x, trace, wait)\n"}}},
+			{Name: "old", Edits: []Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, wait=wait)\n"}}},
+		}}
+	require.NoError(t, d.validate())
+	return d
+}
+
+func TestVariantSelection(t *testing.T) {
+	cases := []struct {
+		name, content string
+		state         State
+		variant, want string
+	}{
+		{"first matching variant", "def f():\n    send(x, trace)\n", Applied, "new", "def f():\n    send(x, trace, wait)\n"},
+		{"later variant when the first does not match", "def f():\n    send(x)\n", Applied, "old", "def f():\n    send(x, wait=wait)\n"},
+		{"a later variant already in force", "def f():\n    send(x, wait=wait)\n", Applied, "old", "def f():\n    send(x, wait=wait)\n"},
+		{"no variant matches", "def f():\n    send(y)\n", Drift, "new", "def f():\n    send(y)\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			site, loc := pkgTree(t, map[string]string{"a.py": c.content})
+			r := Apply(&Set{Defs: []*Definition{twoVariants(t)}}, loc, Options{})[0]
+			assert.Equal(t, c.state, r.State, r.Why)
+			assert.Equal(t, c.variant, r.Variant)
+			assert.Equal(t, c.want, read(t, filepath.Join(site, "demo/a.py")))
+			if c.state == Drift {
+				assert.Contains(t, r.Why, "(no variant matches; closest: new; old is drift: ")
+			}
+			// A second run changes nothing and names the same variant.
+			r2 := Apply(&Set{Defs: []*Definition{twoVariants(t)}}, loc, Options{})[0]
+			assert.Equal(t, r.State, r2.State)
+			assert.Equal(t, r.Variant, r2.Variant)
+			assert.Equal(t, "none", r2.Action)
+		})
+	}
+}
+
+func TestVariantsNeverMix(t *testing.T) {
+	// One edit of each variant matches: neither variant matches as a
+	// whole, so nothing is written.
+	d := &Definition{ID: "mix", Summary: "s", Package: "demo", Distribution: "demo", Variants: []Variant{
+		{Name: "new", Edits: []Edit{
+			{File: "a.py", Anchor: "    one(x, trace)\n", Replacement: "    one(x, trace, wait)\n"},
+			{File: "a.py", Anchor: "    two(x, trace)\n", Replacement: "    two(x, trace, wait)\n"}}},
+		{Name: "old", Edits: []Edit{
+			{File: "a.py", Anchor: "    one(x)\n", Replacement: "    one(x, wait)\n"},
+			{File: "a.py", Anchor: "    two(x)\n", Replacement: "    two(x, wait)\n"}}},
+	}}
+	require.NoError(t, d.validate())
+	content := "def f():\n    one(x, trace)\n    two(x)\n"
+	site, loc := pkgTree(t, map[string]string{"a.py": content})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Equal(t, content, read(t, filepath.Join(site, "demo/a.py")))
+}
+
+func TestGuardNotApplicableVersusDrift(t *testing.T) {
+	guard := Guard{File: "a.py", Contains: "def send("}
+	cases := []struct {
+		name  string
+		files map[string]string
+		state State
+		why   string
+	}{
+		{"guarded file absent", map[string]string{"b.py": "x = 1\n"}, NotApplicable, "a.py is absent: the code this fix is about does not exist here"},
+		{"guarded code absent", map[string]string{"a.py": "def other():\n    send(y)\n"}, NotApplicable, `a.py has no "def send(": the code this fix is about does not exist here`},
+		{"code there, anchors not", map[string]string{"a.py": "def send():\n    pass\n\ndef f():\n    send(y)\n"}, Drift, "anchor found 0 times and replacement 0 times; expected the anchor 1 times (pending) or the replacement 1 times (applied) (no variant matches; closest: new; old is drift: "},
+		{"code there, anchors match", map[string]string{"a.py": "def send():\n    pass\n\ndef f():\n    send(x)\n"}, Pending, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, loc := pkgTree(t, c.files)
+			r := Apply(&Set{Defs: []*Definition{twoVariants(t, guard)}}, loc, Options{DryRun: true})[0]
+			assert.Equal(t, c.state, r.State, r.Why)
+			assert.Contains(t, r.Why, c.why)
+		})
+	}
+}
+
+func TestVariantGuardAndVersionRange(t *testing.T) {
+	d := &Definition{ID: "ranged", Summary: "s", Package: "demo", Distribution: "demo", Variants: []Variant{
+		{Name: "two", Versions: ">= 2", Edits: []Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, 2)\n"}}},
+		{Name: "one", Versions: "< 2", Guards: []Guard{{File: "a.py", Contains: "# v1"}}, Edits: []Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, 1)\n"}}},
+	}}
+	require.NoError(t, d.validate())
+	set := &Set{Defs: []*Definition{d}}
+
+	// 1.2.0 is outside "two"; "one" applies where its guard holds.
+	_, loc := pkgTree(t, map[string]string{"a.py": "# v1\ndef f():\n    send(x)\n"})
+	r := Apply(set, loc, Options{DryRun: true})[0]
+	assert.Equal(t, Pending, r.State, r.Why)
+	assert.Equal(t, "one", r.Variant)
+
+	// Without the guarded text, both variants are out of scope: not-applicable, not drift.
+	_, loc = pkgTree(t, map[string]string{"a.py": "def f():\n    send(x)\n"})
+	r = Apply(set, loc, Options{DryRun: true})[0]
+	assert.Equal(t, NotApplicable, r.State)
+	assert.Contains(t, r.Why, "demo 1.2.0 is outside >= 2")
+
+	// At 2.1 the first variant is in range.
+	_, loc = pkgTree(t, map[string]string{"a.py": "def f():\n    send(x)\n"})
+	pkg := loc.Packages["demo"]
+	pkg.Version = "2.1.0rc1.dev3+g1.rocm700"
+	loc.Packages["demo"] = pkg
+	r = Apply(set, loc, Options{DryRun: true})[0]
+	assert.Equal(t, Pending, r.State, r.Why)
+	assert.Equal(t, "two", r.Variant)
+
+	// An unknown version is outside every range.
+	pkg.Version = ""
+	loc.Packages["demo"] = pkg
+	r = Apply(set, loc, Options{DryRun: true})[0]
+	assert.Equal(t, NotApplicable, r.State)
+	assert.Contains(t, r.Why, "version of demo unknown")
+}
+
+func TestUpstreamMarkerInsideReplacementIsOurs(t *testing.T) {
+	e := Edit{File: "a.py", Anchor: "    def stats(cls):\n        return S()\n",
+		Replacement: "    def stats(cls):\n        return S()\n\n    def metrics(cls):\n        return None\n",
+		Upstream:    "    def metrics(", Count: 1}
+	base := "class C:\n    def stats(cls):\n        return S()\n"
+	assert.Equal(t, Pending, Evaluate(&e, base).State)
+	assert.Equal(t, Applied, Evaluate(&e, apply(&e, base)).State, "our own method does not read as upstream's")
+	upstream := "class C:\n    def stats(cls):\n        return S()\n\n    def metrics(cls, config):\n        return M(config)\n"
+	assert.Equal(t, Upstream, Evaluate(&e, upstream).State)
+}
+
+func TestSupersededScriptsDoNotRun(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"demo/patch_old_fix.py", "demo/patch_other.py"} {
+		p := filepath.Join(dir, f)
+		require.NoError(t, mkfile(p, "raise SystemExit(9)\n"))
+	}
+	d := def(t, "demo-fix", Edit{File: "a.py", Anchor: "x", Replacement: "y"})
+	d.Supersedes = []string{"patch_old_fix.py"}
+	scripts := Superseded(Scripts(dir), &Set{Defs: []*Definition{d}})
+	require.Len(t, scripts, 2)
+	assert.Equal(t, "demo-fix", scripts[0].SupersededBy)
+	assert.Empty(t, scripts[1].SupersededBy)
+
+	_, loc := pkgTree(t, map[string]string{"a.py": "x"})
+	out := RunScripts(context.Background(), scripts, loc, "/nonexistent/python3", nil, 0, true)
+	assert.False(t, out[0].Ran)
+	assert.Equal(t, "superseded by demo-fix; not run", out[0].Why)
+	assert.Equal(t, "would run", out[1].Why)
+}
+
+func mkfile(p, content string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(content), 0o644)
+}
