@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // Input is what the engine-patch step takes from the decided configuration
@@ -63,11 +64,16 @@ func LoadSet(payloadRoot string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("built-in patch definitions: %w", err)
 	}
-	own, err := LoadDir(filepath.Join(payloadRoot, "patches"))
+	own, ownDigest, err := loadDir(filepath.Join(payloadRoot, "patches"))
 	if err != nil {
 		return nil, err
 	}
-	return Merge(builtin, own)
+	set, err := Merge(builtin, own)
+	if err != nil {
+		return nil, err
+	}
+	set.Digest = digest.Bytes([]byte("builtin:" + builtinDigest + "\x00payload:" + ownDigest))
+	return set, nil
 }
 
 // Run brings the engine packages the worker will import to the patched
