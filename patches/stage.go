@@ -119,10 +119,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		return o, nil
 	}
 
-	loc, err := locate(ctx, in, names)
-	if err == nil {
-		loc.FillVersions(set, in.Dir)
-	}
+	loc, err := locate(ctx, in, names, set.dists(names))
 	if err != nil {
 		// Cannot know where the engine is: nothing is patched. A required
 		// patch cannot be vouched for, so that refuses.
@@ -187,31 +184,47 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 // locate asks the container's interpreter, with the worker's final
 // environment and working directory, where the engine packages resolve,
 // and reads each found package's version.
-func locate(ctx context.Context, in Input, names []string) (*Location, error) {
+func locate(ctx context.Context, in Input, names []string, dists map[string]string) (*Location, error) {
 	if in.Python == "" {
 		return nil, fmt.Errorf("cannot run the interpreter to locate %s: %v", strings.Join(names, ", "), in.PythonErr)
 	}
-	l := &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir}
+	l := &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir, Dists: dists}
 	return l.Locate(ctx, names)
 }
 
-// FillVersions reads each found package's version from the dist-info of
-// the distribution set's definitions name for it. The dist-info may be
-// beside the package (a regular install) or in any sys.path entry (an
-// editable install keeps its dist-info in site-packages, far from the
-// source); an empty entry is cwd.
-func (loc *Location) FillVersions(set *Set, cwd string) {
-	dist := func(name string) string {
-		for _, d := range set.Defs {
-			if d.Package == name && d.Distribution != "" {
-				return d.Distribution
-			}
-		}
-		return name
+// dists names the distribution whose version decides each import name's
+// definitions: the first definition's for that package, else the name.
+func (s *Set) dists(names []string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = n
 	}
+	for i := len(s.Defs) - 1; i >= 0; i-- {
+		if d := s.Defs[i]; d.Distribution != "" {
+			out[d.Package] = d.Distribution
+		}
+	}
+	return out
+}
+
+// FillVersions reads each found package's version from the dist-info of
+// the distribution the set's definitions name for it.
+func (loc *Location) FillVersions(set *Set, cwd string) {
+	loc.fillVersions(set.dists(set.Packages()), cwd)
+}
+
+// fillVersions reads each found package's version from the dist-info of
+// dists[name]. The dist-info may be beside the package (a regular
+// install) or in any sys.path entry (an editable install keeps its
+// dist-info in site-packages, far from the source); an empty entry is cwd.
+func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 	for n, pkg := range loc.Packages {
 		if !pkg.Found {
 			continue
+		}
+		dist := dists[n]
+		if dist == "" {
+			dist = n
 		}
 		dirs := []string{filepath.Dir(pkg.Dir)}
 		for _, s := range loc.SysPath {
@@ -222,7 +235,7 @@ func (loc *Location) FillVersions(set *Set, cwd string) {
 				dirs = append(dirs, s)
 			}
 		}
-		pkg.Version, pkg.VersionFrom = DistVersion(dist(n), dirs)
+		pkg.Version, pkg.VersionFrom = DistVersion(dist, dirs)
 		loc.Packages[n] = pkg
 	}
 }
