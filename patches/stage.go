@@ -25,7 +25,7 @@ type Input struct {
 	Env          *environ.Env
 	Dir          string        // the worker's working directory
 	ProbeTimeout time.Duration // for the interpreter's answer
-	StateDir     string        // where the probe's answer is cached; "" = no cache
+	StateDir     string        // infera-exec's trusted state directory: the probe cache and the patch record; "" = neither
 	DryRun       bool
 	Log          *slog.Logger
 }
@@ -146,13 +146,13 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require})
+	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir})
 	counts := map[State]int{}
 	var refusal error
 	for _, r := range o.Results {
 		counts[r.State]++
 		logResult(log, r)
-		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && r.State == Pending) {
+		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}
 	}
@@ -168,7 +168,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 	}
 	var parts []string
-	for _, s := range []State{Applied, Pending, Upstream, NotApplicable, Drift} {
+	for _, s := range []State{Applied, Pending, Shadowed, Upstream, NotApplicable, Drift} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -245,6 +245,8 @@ func logResult(log *slog.Logger, r Result) {
 		r.Summary += "; variant " + r.Variant
 	}
 	switch {
+	case r.Action == "applied" && r.State == Shadowed:
+		log.Warn(fmt.Sprintf("patch %s written but not in force: %s", r.ID, r.Why))
 	case r.Action == "applied":
 		var files []string
 		for _, e := range r.Edits {
@@ -268,6 +270,8 @@ func logResult(log *slog.Logger, r Result) {
 		log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == Drift:
 		log.Warn(fmt.Sprintf("patch %s not applied: drift in %s", r.ID, r.Why))
+	case r.State == Shadowed:
+		log.Warn(fmt.Sprintf("patch %s not in force: %s", r.ID, r.Why))
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
