@@ -73,8 +73,11 @@ test: build
 	cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
 	cd deploy/k8s/check && $(GO) test -count=1 ./...
 
+# Start-up cost, side by side in one run (see BenchmarkStart): the worker
+# alone, the floor (a static Go execve), infera-exec restart and first
+# start on a real-sized vLLM install. Benchmarks never run in `make test`.
 bench: build
-	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -benchtime 50x ./...
+	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkStart$$' -benchtime 1x -timeout 10m ./cmd/infera-exec
 
 # Every fuzz target for FUZZTIME each (go test runs only their seed corpus).
 FUZZTIME ?= 30s

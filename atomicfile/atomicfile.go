@@ -27,6 +27,11 @@ type Options struct {
 	// never a torn one, but after a power loss the file may be lost. For
 	// diagnostics only, where a start should not wait for the disk.
 	NoSync bool
+	// BeforeRename, when set, runs after the new file is complete and
+	// just before it replaces path; an error leaves path untouched. A
+	// writer uses it to make sure path is still the file it read (another
+	// writer's change would otherwise be silently overwritten).
+	BeforeRename func() error
 }
 
 // Write replaces path with the bytes read from r: a temporary file in the
@@ -83,6 +88,11 @@ func Write(path string, r io.Reader, opt Options) (err error) {
 	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("replace %s: close %s: %w", path, tmpName, err)
+	}
+	if opt.BeforeRename != nil {
+		if err = opt.BeforeRename(); err != nil {
+			return err
+		}
 	}
 	if err = os.Rename(tmpName, path); err != nil {
 		return fmt.Errorf("replace %s: %w", path, err)

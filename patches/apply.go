@@ -13,6 +13,7 @@ import (
 
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
+	"golang.org/x/sys/unix"
 )
 
 // Result is what happened to one patch.
@@ -30,6 +31,11 @@ type Result struct {
 	Why      string       `json:"why,omitempty"`
 	Missing  bool         `json:"package_missing,omitempty"` // the package is not importable
 	Edits    []EditResult `json:"edits,omitempty"`
+	// Recorded: decided from the record of an earlier verified run, every
+	// file's identity unchanged since; no file was read.
+	Recorded bool `json:"recorded,omitempty"`
+
+	err error // why a write was abandoned
 }
 
 // Ok reports whether the patch is in a state the worker can run with.
@@ -47,19 +53,41 @@ type EditResult struct {
 	PycsRemoved  []string `json:"pycs_removed,omitempty"`
 }
 
-// writeFile replaces a file crash-safely, keeping its mode and owner; a
-// variable so tests can make a write fail half-way through a patch.
+// writeFile replaces a file crash-safely, keeping its mode and owner,
+// provided the file is still the one read (identity was); a variable so
+// tests can make a write fail half-way through a patch.
 var writeFile = atomicWrite
 
-func atomicWrite(path string, data []byte) error {
-	return atomicfile.WriteBytes(path, data, atomicfile.Options{KeepOwner: true})
+// beforeRenameHook lets tests act as another writer at the last moment.
+var beforeRenameHook func(path string)
+
+// errChanged: the file is no longer the one that was read and evaluated.
+var errChanged = errors.New("changed by another writer since it was read")
+
+func atomicWrite(path string, data []byte, was Identity) error {
+	return atomicfile.WriteBytes(path, data, atomicfile.Options{KeepOwner: true, BeforeRename: func() error {
+		if beforeRenameHook != nil {
+			beforeRenameHook(path)
+		}
+		if now, ok := lstatIdentity(path); !ok || now != was {
+			return fmt.Errorf("%s: %w; not written", path, errChanged)
+		}
+		return nil
+	}})
 }
+
+// removeFile deletes cached bytecode; a variable so tests can make it fail.
+var removeFile = os.Remove
 
 // Options control a run.
 type Options struct {
 	DryRun      bool            // decide states, write nothing
 	Require     map[string]bool // ids required in addition to required = true
 	LockTimeout time.Duration
+	// StateDir is infera-exec's trusted state directory: where the state
+	// verified by a run is recorded, so that a restart on unchanged files
+	// reads none of them (see record.go). "" = always the full check.
+	StateDir string
 }
 
 // Apply brings every definition of set to its target state in the
@@ -69,6 +97,17 @@ type Options struct {
 // written), and a start that died between two files is finished by the
 // next one, because "some applied, some pending" is itself pending.
 func Apply(set *Set, loc *Location, opt Options) []Result {
+	if opt.StateDir == "" || opt.DryRun {
+		res, _ := apply(set, loc, opt)
+		return res
+	}
+	return applyRecorded(set, loc, opt)
+}
+
+// apply is Apply without the record: it returns what it saw of every file
+// it consulted, for the record.
+func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
+	seen := &observed{}
 	var results []Result
 	locks := map[string]*os.File{}
 	defer func() {
@@ -101,15 +140,27 @@ func Apply(set *Set, loc *Location, opt Options) []Result {
 				if err != nil {
 					r.State, r.Before, r.Action, r.Why = Drift, Drift, "failed", err.Error()
 					results = append(results, r)
+					seen.incomplete = true
 					continue
 				}
 				locks[pkg.Dir] = f
 			}
 		}
-		applyOne(d, pkg, opt.DryRun, &r)
+		files := applyOne(d, pkg, opt.DryRun, &r)
+		if errors.Is(r.err, errChanged) {
+			// Another writer was at work: read everything afresh, once.
+			r = Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
+				Required: r.Required, Action: "none", Version: pkg.Version}
+			files = applyOne(d, pkg, opt.DryRun, &r)
+			if errors.Is(r.err, errChanged) {
+				r.State, r.Action = Drift, "none"
+				r.Why = "another writer changed the files while they were being patched, twice; nothing of theirs was overwritten: " + r.Why
+			}
+		}
+		seen.add(pkg, r, files)
 		results = append(results, r)
 	}
-	return results
+	return results, seen
 }
 
 type target struct {
@@ -118,32 +169,66 @@ type target struct {
 	content  string
 	exists   bool
 	mode     fs.FileMode
+	direct   bool     // path is the package directory joined with the file: no symlink on the way
+	id       Identity // as read, or after this run's verified write
+	verified bool     // id is known to be the identity of content
+
+	text, newText       *text  // indexes of original and content
+	sumBefore, sumAfter string // SHA-256 of original and content, once computed
 }
 
-func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
-	files := map[string]*target{}
-	var order []string
-	if why, ok := guardsHold(d.Guards, pkg, files, &order); !ok {
+func (t *target) indexed() *text {
+	if t.text == nil {
+		t.text = newText(t.content)
+	}
+	return t.text
+}
+
+func (t *target) before() string {
+	if t.sumBefore == "" {
+		t.sumBefore = digest.Bytes(t.original)
+	}
+	return t.sumBefore
+}
+
+func (t *target) after() string {
+	if t.content == string(t.original) {
+		return t.before()
+	}
+	if t.sumAfter == "" {
+		t.sumAfter = digest.Bytes([]byte(t.content))
+	}
+	return t.sumAfter
+}
+
+// files is what one patch read, by real path, in reading order.
+type files struct {
+	m     map[string]*target
+	order []string
+}
+
+func applyOne(d *Definition, pkg Package, dry bool, r *Result) *files {
+	fs := &files{m: map[string]*target{}}
+	files, order := fs.m, &fs.order
+	if why, ok := guardsHold(d.Guards, pkg, files, order); !ok {
 		r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
-		return
+		return fs
 	}
 	variants := d.variants()
 	cands := make([]candidate, len(variants))
 	for i := range variants {
-		cands[i] = evaluateVariant(&variants[i], d, pkg, files, &order)
+		cands[i] = evaluateVariant(&variants[i], d, pkg, files, order)
 	}
 	c := pick(cands)
 	v := c.variant
 	r.Variant, r.Edits, r.Before, r.Why = v.Name, c.edits, c.state, c.why
 	r.State = r.Before
 	if r.Before != Pending {
-		if r.Before == Applied && !dry {
-			for i := range r.Edits {
-				r.Edits[i].PycsRemoved = removePycs(r.Edits[i].Path, false)
-			}
+		if r.Before == Applied {
+			checkBytecode(r, files, false, dry)
 		}
 		fillAfter(r, files)
-		return
+		return fs
 	}
 
 	// Compute every new file in memory, then check that each edit is
@@ -151,52 +236,85 @@ func applyOne(d *Definition, pkg Package, dry bool, r *Result) {
 	for i := range v.Edits {
 		if r.Edits[i].State == Pending {
 			t := files[r.Edits[i].Path]
-			t.content = apply(&v.Edits[i], t.content)
+			t.content = applyEdit(&v.Edits[i], t.content)
 		}
 	}
 	for i := range v.Edits {
 		if r.Edits[i].State == NotApplicable {
 			continue
 		}
-		if ev := Evaluate(&v.Edits[i], files[r.Edits[i].Path].content); ev.State != Applied {
+		t := files[r.Edits[i].Path]
+		if t.newText == nil {
+			t.newText = newText(t.content)
+		}
+		if ev := evaluate(&v.Edits[i], t.newText); ev.State != Applied {
 			r.State, r.Action = Drift, "none"
 			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", v.Edits[i].File, i+1, ev.State, ev.Why)
 			fillAfter(r, nil)
-			return
+			return fs
 		}
 	}
 	if dry {
 		r.Action = "would-apply"
 		fillAfter(r, files)
-		return
+		return fs
 	}
 
 	var written []*target
-	for _, p := range order {
+	for _, p := range *order {
 		atomicfile.RemoveStale(p) // left by a start killed mid-write; we hold the lock
 		t := files[p]
 		if string(t.original) == t.content {
 			continue
 		}
-		if err := writeFile(t.path, []byte(t.content)); err != nil {
-			r.Action, r.Why = "failed", err.Error()
+		if err := writeFile(t.path, []byte(t.content), t.id); err != nil {
+			r.Action, r.Why, r.err = "failed", err.Error(), err
 			if rerr := restore(written); rerr != nil {
 				r.State = Drift
 				r.Why += "; restoring the files already written failed: " + rerr.Error()
 			}
 			fillAfter(r, nil)
-			return
+			return fs
 		}
 		written = append(written, t)
+		t.id, t.verified = Identity{}, false
+		// Read back what was renamed into place: its identity is recorded
+		// only for the bytes this run wrote.
+		if data, id, err := readRegular(t.path, maxSourceBytes); err == nil && string(data) == t.content {
+			t.id, t.verified = id, true
+		}
 	}
 	r.Action, r.State = "applied", Applied
+	checkBytecode(r, files, true, false)
+	fillAfter(r, files)
+	return fs
+}
+
+// checkBytecode removes the cached bytecode that could run instead of the
+// patched source (after a write: every .pyc of the module; otherwise the
+// unchecked-hash ones) and makes the patch shadowed when some cannot be
+// removed. A dry run removes nothing: bytecode that would have to go
+// makes the patch shadowed there, saying that a start removes it.
+func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
+	var shadows []string
 	for i := range r.Edits {
-		if r.Edits[i].State == NotApplicable {
+		e := &r.Edits[i]
+		if e.State == NotApplicable || e.Path == "" {
 			continue
 		}
-		r.Edits[i].PycsRemoved = removePycs(r.Edits[i].Path, true)
+		t := files[e.Path]
+		removed, stuck := removePycs(e.Path, wrote, dry, t)
+		e.PycsRemoved = removed
+		shadows = append(shadows, stuck...)
 	}
-	fillAfter(r, files)
+	if len(shadows) > 0 {
+		r.State = Shadowed
+		if dry {
+			r.Why = "stale bytecode would run instead of the patched source (a start removes it): " + strings.Join(shadows, "; ")
+		} else {
+			r.Why = "stale bytecode that could not be removed would run instead of the patched source: " + strings.Join(shadows, "; ")
+		}
+	}
 }
 
 // candidate is one variant as evaluated against the files.
@@ -232,8 +350,7 @@ func evaluateVariant(v *Variant, d *Definition, pkg Package, files map[string]*t
 			er.Path, er.State, er.Why = t.path, Drift, "file absent"
 		default:
 			er.Path = t.path
-			er.Evaluation = Evaluate(e, t.content)
-			er.SHA256Before = digest.Bytes(t.original)
+			er.Evaluation = evaluate(e, t.indexed())
 		}
 		if er.State == Pending || er.State == Applied {
 			c.matched++
@@ -294,7 +411,7 @@ func guardsHold(guards []Guard, pkg Package, files map[string]*target, order *[]
 			return fmt.Sprintf("guard %s: %v", g.File, err), false
 		case !t.exists:
 			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), false
-		case g.Contains != "" && !strings.Contains(t.content, g.Contains):
+		case g.Contains != "" && t.indexed().count(g.Contains) == 0:
 			return fmt.Sprintf("%s has no %q: the code this fix is about does not exist here", g.File, strings.TrimSpace(g.Contains)), false
 		}
 	}
@@ -334,18 +451,12 @@ func resolve(pkg Package, file string, files map[string]*target, order *[]string
 		if t, ok := files[real]; ok {
 			return t, nil
 		}
-		fi, err := os.Stat(real)
+		data, id, err := readRegular(real, maxSourceBytes)
 		if err != nil {
 			return nil, err
 		}
-		if !fi.Mode().IsRegular() {
-			return nil, fmt.Errorf("%s is not a regular file", real)
-		}
-		data, err := os.ReadFile(real)
-		if err != nil {
-			return nil, err
-		}
-		t := &target{path: real, original: data, content: string(data), exists: true, mode: fi.Mode()}
+		t := &target{path: real, original: data, content: string(data), exists: true, mode: fs.FileMode(id.Mode & 0o777),
+			direct: real == p && realRoot == root, id: id, verified: true}
 		files[real] = t
 		*order = append(*order, real)
 		return t, nil
@@ -357,7 +468,7 @@ func resolve(pkg Package, file string, files map[string]*target, order *[]string
 	if t, ok := files[p]; ok {
 		return t, nil
 	}
-	t := &target{path: p}
+	t := &target{path: p, direct: len(dirs) == 1, id: Identity{Absent: true}, verified: true}
 	files[p] = t
 	return t, nil
 }
@@ -366,7 +477,7 @@ func restore(written []*target) error {
 	var errs []error
 	for i := len(written) - 1; i >= 0; i-- {
 		t := written[i]
-		if err := writeFile(t.path, t.original); err != nil {
+		if err := writeFile(t.path, t.original, t.id); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -376,10 +487,14 @@ func restore(written []*target) error {
 func fillAfter(r *Result, files map[string]*target) {
 	for i := range r.Edits {
 		e := &r.Edits[i]
-		if t, ok := files[e.Path]; ok && t.exists {
-			e.SHA256After = digest.Bytes([]byte(t.content))
-		} else {
-			e.SHA256After = e.SHA256Before
+		t, ok := files[e.Path]
+		if !ok || !t.exists {
+			continue
+		}
+		e.SHA256Before = t.before()
+		e.SHA256After = e.SHA256Before
+		if files != nil {
+			e.SHA256After = t.after()
 		}
 	}
 }
@@ -400,35 +515,59 @@ func firstWhy(edits []EditResult, s State) string {
 // write every cache file goes; otherwise only unchecked-hash pycs (PEP 552
 // flags = 0b01), which Python never revalidates and which would keep
 // running the unpatched code after a start that died before this step.
-func removePycs(pyFile string, all bool) []string {
+// stuck names the ones that could not be removed (or, dry, would have to
+// be) and would run instead of the source: unchecked-hash ones, and
+// timestamp ones whose recorded mtime and size match the source's.
+func removePycs(pyFile string, all, dry bool, src *target) (removed, stuck []string) {
 	if !strings.HasSuffix(pyFile, ".py") {
-		return nil
+		return nil, nil
 	}
 	dir, base := filepath.Split(pyFile)
 	matches, _ := filepath.Glob(filepath.Join(dir, "__pycache__", strings.TrimSuffix(base, ".py")+".*.pyc"))
-	var removed []string
 	for _, m := range matches {
-		if !all && !uncheckedHash(m) {
+		flags, stamp, ok := pycHeader(m)
+		unchecked := ok && flags == 0b01
+		if !all && !unchecked {
 			continue
 		}
-		if os.Remove(m) == nil {
+		if dry {
+			if unchecked {
+				stuck = append(stuck, m+" (unchecked-hash)")
+			}
+			continue
+		}
+		err := removeFile(m)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			removed = append(removed, m)
+			continue
+		}
+		switch {
+		case unchecked:
+			stuck = append(stuck, fmt.Sprintf("%s (unchecked-hash, never revalidated): %v", m, err))
+		case ok && flags == 0 && src != nil && src.verified && stamp == uint64(uint32(src.id.Mtime/1e9))|uint64(uint32(src.id.Size))<<32:
+			stuck = append(stuck, fmt.Sprintf("%s (its mtime and size match the new source): %v", m, err))
 		}
 	}
-	return removed
+	return removed, stuck
 }
 
-func uncheckedHash(pyc string) bool {
-	f, err := os.Open(pyc)
+// pycHeader reads a .pyc's PEP 552 flags and, for a timestamp pyc, its
+// source mtime (low 32 bits) and size (high 32 bits).
+func pycHeader(pyc string) (flags uint32, stamp uint64, ok bool) {
+	fd, err := unix.Open(pyc, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false
+		return 0, 0, false
 	}
-	defer f.Close()
-	var hdr [8]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return false
+	defer unix.Close(fd)
+	var hdr [16]byte
+	n, err := unix.Pread(fd, hdr[:], 0)
+	if err != nil || n < 8 {
+		return 0, 0, false
 	}
-	return binary.LittleEndian.Uint32(hdr[4:8]) == 0b01
+	if n == 16 {
+		stamp = binary.LittleEndian.Uint64(hdr[8:16])
+	}
+	return binary.LittleEndian.Uint32(hdr[4:8]), stamp, true
 }
 
 // lockDir takes an exclusive flock on the package directory itself: two

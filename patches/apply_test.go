@@ -119,12 +119,12 @@ func TestFailedWriteRestores(t *testing.T) {
 		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
 	calls := 0
-	writeFile = func(path string, data []byte) error {
+	writeFile = func(path string, data []byte, was Identity) error {
 		calls++
 		if calls == 2 {
 			return errors.New("replace " + path + ": read-only file system")
 		}
-		return atomicWrite(path, data)
+		return atomicWrite(path, data, was)
 	}
 	t.Cleanup(func() { writeFile = atomicWrite })
 	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]

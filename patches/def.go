@@ -8,11 +8,11 @@ package patches
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"embed"
-	"errors"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -257,52 +257,109 @@ func (s *Set) Supersede(script, pkg string) string {
 type Set struct {
 	Defs  []*Definition
 	Notes []string // e.g. a payload definition replacing a built-in one
+	// Digest identifies the definitions' source text (built-in and
+	// payload): anything recorded about a set holds only for its digest.
+	Digest string
 }
 
 //go:embed builtin
 var builtinFS embed.FS
 
 // Builtin returns the project's own definitions, carried in the binary so
-// that a payload without patches still gets them.
+// that a payload without patches still gets them. They were decoded from
+// builtin/*/*.toml at build time (go generate writes builtin_gen.go; a
+// test checks that it matches the TOML), so no start parses TOML for them.
 func Builtin() ([]*Definition, error) {
+	defs := builtinDefs()
+	for _, d := range defs {
+		if err := d.prepare(); err != nil {
+			return nil, fmt.Errorf("patch definition %s: %w", d.Source, err)
+		}
+	}
+	return defs, nil
+}
+
+// builtinFromTOML parses the embedded TOML: the source of truth that
+// builtin_gen.go is generated from and checked against.
+func builtinFromTOML() ([]*Definition, string, error) {
 	sub, err := fs.Sub(builtinFS, "builtin")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return loadFS(sub, "builtin:")
+	files, err := fs.Glob(sub, "*/*.toml")
+	if err != nil {
+		return nil, "", err
+	}
+	return loadFiles(files, "builtin:", func(f string) ([]byte, error) { return fs.ReadFile(sub, f) })
 }
+
+// prepare parses the version constraints of a definition that was not
+// read by Parse (the generated built-ins).
+func (d *Definition) prepare() error {
+	var err error
+	if d.constraint, err = parseVersions(d.Versions); err != nil {
+		return err
+	}
+	for i := range d.Variants {
+		if d.Variants[i].constraint, err = parseVersions(d.Variants[i].Versions); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxDefinitionBytes caps a payload definition file.
+const maxDefinitionBytes = 1 << 20
 
 // LoadDir reads <dir>/<import-name>/*.toml (a payload's patches/).
 // A missing directory holds no definitions.
 func LoadDir(dir string) ([]*Definition, error) {
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return loadFS(os.DirFS(dir), dir+"/")
+	defs, _, err := loadDir(dir)
+	return defs, err
 }
 
-func loadFS(fsys fs.FS, prefix string) ([]*Definition, error) {
-	files, err := fs.Glob(fsys, "*/*.toml")
-	if err != nil {
-		return nil, err
+// loadDir is LoadDir with the digest of the files read.
+func loadDir(dir string) ([]*Definition, string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*", "*.toml"))
+	if err != nil || len(files) == 0 {
+		return nil, "", err
 	}
+	for i, f := range files {
+		files[i], _ = filepath.Rel(dir, f)
+	}
+	return loadFiles(files, dir+"/", func(f string) ([]byte, error) {
+		data, _, err := readRegular(filepath.Join(dir, f), maxDefinitionBytes)
+		return data, err
+	})
+}
+
+// loadFiles parses each named definition file (slash-separated,
+// <import-name>/<file>.toml) and digests their names and contents.
+func loadFiles(files []string, prefix string, read func(string) ([]byte, error)) ([]*Definition, string, error) {
 	sort.Strings(files)
 	var defs []*Definition
+	h := sha256.New()
 	for _, f := range files {
-		data, err := fs.ReadFile(fsys, f)
+		f = filepath.ToSlash(f)
+		data, err := read(f)
 		if err != nil {
-			return nil, fmt.Errorf("patch definition %s%s: %w", prefix, f, err)
+			return nil, "", fmt.Errorf("patch definition %s%s: %w", prefix, f, err)
 		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f, len(data))
+		h.Write(data)
 		d, err := Parse(data, prefix+f)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if dir := path.Dir(f); dir != d.Package {
-			return nil, fmt.Errorf("patch definition %s%s: package %q lives under %s/, not %s/", prefix, f, d.Package, d.Package, dir)
+			return nil, "", fmt.Errorf("patch definition %s%s: package %q lives under %s/, not %s/", prefix, f, d.Package, d.Package, dir)
 		}
 		defs = append(defs, d)
 	}
-	return defs, nil
+	if len(files) == 0 {
+		return nil, "", nil
+	}
+	return defs, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Merge combines the built-in definitions with a payload's. A payload
@@ -384,3 +441,5 @@ func inScope(c goversion.Constraints, text, pkg, dist, version string) (bool, st
 	}
 	return true, ""
 }
+
+//go:generate go test -run ^TestBuiltinGenerated$ -update-builtin .

@@ -1,7 +1,6 @@
 package patches
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/atomicfile"
@@ -37,6 +35,9 @@ type Location struct {
 	Packages    map[string]Package `json:"packages"`
 	Cached      bool               `json:"cached"`
 	Took        string             `json:"took"`
+	// Fingerprint digests every input of the probe's answer (see
+	// probeInputs); "" for an offline location.
+	Fingerprint string `json:"-"`
 }
 
 // probeScript asks the import system where each name on argv would come
@@ -75,7 +76,7 @@ sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "2"
+const probeVersion = "3"
 
 // Locator runs the probe.
 type Locator struct {
@@ -84,33 +85,44 @@ type Locator struct {
 	Dir      string        // the worker's final working directory
 	Timeout  time.Duration // for the interpreter
 	CacheDir string        // where the probe's answer is kept; "" = no cache
+	// Dists names the distribution whose version each import name has
+	// (see FillVersions); the versions are part of the cached answer.
+	Dists map[string]string
 }
 
-type probeAnswer struct {
-	SysPath []string                    `json:"sys_path"`
-	Specs   map[string]*json.RawMessage `json:"specs"`
-}
-
-type spec struct {
-	Origin    *string  `json:"origin"`
-	Locations []string `json:"locations"`
-	Error     string   `json:"error"`
-}
-
+// cacheEntry is the probe's answer with every input that decided it:
+// the variables and settings (Settings), and the identity of each file
+// and directory it depends on (Inputs). It holds while all are unchanged.
 type cacheEntry struct {
-	Fingerprint string   `json:"fingerprint"`
-	Location    Location `json:"location"`
+	Version  string           `json:"version"`
+	Settings string           `json:"settings"`
+	Inputs   []cachedIdentity `json:"inputs"`
+	Location Location         `json:"location"`
+}
+
+type cachedIdentity struct {
+	Path string   `json:"path"`
+	Link bool     `json:"link,omitempty"` // the identity of the path itself, not what it names
+	ID   Identity `json:"id"`
+}
+
+// current is the identity the path has now.
+func (c cachedIdentity) current() (Identity, bool) {
+	if c.Link {
+		return lstatIdentity(c.Path)
+	}
+	return statIdentity(c.Path)
 }
 
 // Locate resolves names. It reuses the last answer when nothing that
-// decides import resolution has changed (see fingerprint), else runs the
+// decides import resolution has changed (see probeInputs), else runs the
 // interpreter once.
 func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
 	cacheFile := ""
 	if l.CacheDir != "" {
 		cacheFile = filepath.Join(l.CacheDir, "probe-"+l.key(names)+".json")
-		if loc, ok := l.cached(cacheFile); ok {
+		if loc, ok := l.cached(cacheFile, names); ok {
 			loc.Cached = true
 			loc.Took = time.Since(start).Round(time.Microsecond).String()
 			return loc, nil
@@ -120,11 +132,18 @@ func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error)
 	if err != nil {
 		return nil, err
 	}
+	if l.Dists != nil {
+		loc.fillVersions(l.Dists, l.Dir)
+	}
+	inputs, ok := l.probeInputs(loc, true)
+	if ok {
+		loc.Fingerprint = fingerprint(l.settings(names), inputs)
+	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
-	if cacheFile != "" {
-		if b, err := json.Marshal(cacheEntry{Fingerprint: l.fingerprint(loc.SysPath, loc.Packages), Location: *loc}); err == nil {
+	if cacheFile != "" && ok && !racy(inputs, time.Now()) {
+		if b, err := json.Marshal(cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
 			if os.MkdirAll(l.CacheDir, 0o755) == nil {
-				atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644}) // best effort: next start runs the probe again
+				atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: next start runs the probe again
 			}
 		}
 	}
@@ -208,65 +227,153 @@ func parseProbe(out string, names []string) (*Location, error) {
 
 // fingerprintEnv are the variables that change where Python imports from.
 var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
-	"PYTHONPLATLIBDIR", "PYTHONNOUSERSITE", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
+	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
 
-// fingerprint covers everything that decides the probe's answer: the
-// interpreter file, the variables above, the working directory, and each
-// sys.path entry and package directory. Installing, removing or editing a
-// package, adding a .pth file or an editable finder all change the
-// directory they happen in (its mtime and, for a replaced directory, its
-// inode), so a changed answer always shows in the fingerprint.
-func (l *Locator) fingerprint(sysPath []string, pkgs map[string]Package) string {
+// settings are the probe's inputs that are not files: its version, the
+// interpreter's path, the variables above, the working directory, the
+// names asked for and the distributions whose versions are read.
+func (l *Locator) settings(names []string) string {
 	h := &strings.Builder{}
-	fmt.Fprintf(h, "v%s\x00%s\x00%s\x00", probeVersion, l.Python, statKey(l.Python))
+	fmt.Fprintf(h, "v%s\x00%s\x00cwd=%s\x00names=%s\x00", probeVersion, l.Python, l.Dir, strings.Join(names, ","))
 	for _, k := range fingerprintEnv {
 		v, ok := l.Env.Get(k)
 		fmt.Fprintf(h, "%s=%t:%s\x00", k, ok, v)
 	}
-	fmt.Fprintf(h, "cwd=%s:%s\x00", l.Dir, statKey(l.Dir))
-	for _, p := range sysPath {
+	dists := make([]string, 0, len(l.Dists))
+	for n, d := range l.Dists {
+		dists = append(dists, n+"="+d)
+	}
+	sort.Strings(dists)
+	fmt.Fprintf(h, "dists=%s", strings.Join(dists, ","))
+	return h.String()
+}
+
+// probeInputs lists every file and directory whose change can change the
+// probe's answer, with its identity now:
+//
+//   - the interpreter (the link and what it names) and the pyvenv.cfg
+//     files beside it, which decide the site directories;
+//   - the working directory and each sys.path entry: adding, removing or
+//     renaming anything in a directory (a package, a .pth file, an
+//     editable finder, a dist-info) moves its mtime and ctime;
+//   - in each of those directories, the files whose content decides
+//     resolution without touching the directory when edited in place:
+//     .pth, .egg-link, editable finders (__editable__*),
+//     sitecustomize.py and usercustomize.py;
+//   - each package directory, the directory its dist-info is looked for
+//     beside, and the METADATA its version came from.
+//
+// With scan false the listed files are not looked for (verifying a cached
+// answer: the directories' own identities say none came or went). ok is
+// false when some input cannot be stat'ed (then nothing is cached).
+func (l *Locator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool) {
+	var out []cachedIdentity
+	seen := map[cachedIdentity]bool{}
+	ok := true
+	addAs := func(p string, link bool) {
+		c := cachedIdentity{Path: p, Link: link}
+		if seen[c] {
+			return
+		}
+		seen[c] = true
+		var good bool
+		c.ID, good = c.current()
+		ok = ok && good
+		out = append(out, c)
+	}
+	add := func(p string) { addAs(p, false) }
+	addAs(l.Python, true)
+	add(l.Python) // what the link names
+	pyDir := filepath.Dir(l.Python)
+	add(filepath.Join(pyDir, "pyvenv.cfg"))
+	add(filepath.Join(filepath.Dir(pyDir), "pyvenv.cfg"))
+	add(l.Dir)
+	for _, p := range loc.SysPath {
 		if p == "" {
 			p = l.Dir
 		}
-		fmt.Fprintf(h, "path=%s:%s\x00", p, statKey(p))
+		add(p)
+		if !scan {
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			continue // absent (its identity says so), or a zip file
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if strings.HasSuffix(n, ".pth") || strings.HasSuffix(n, ".egg-link") || strings.HasPrefix(n, "__editable__") ||
+				n == "sitecustomize.py" || n == "usercustomize.py" {
+				add(filepath.Join(p, n))
+			}
+		}
 	}
-	names := make([]string, 0, len(pkgs))
-	for n := range pkgs {
+	names := make([]string, 0, len(loc.Packages))
+	for n := range loc.Packages {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		for _, d := range pkgs[n].Dirs {
-			fmt.Fprintf(h, "pkg=%s:%s:%s\x00", n, d, statKey(d))
+		pkg := loc.Packages[n]
+		for _, d := range pkg.Dirs {
+			add(d)
 		}
+		if pkg.Dir != "" {
+			add(filepath.Dir(pkg.Dir))
+		}
+		if pkg.VersionFrom != "" {
+			add(pkg.VersionFrom)
+		}
+	}
+	return out, ok
+}
+
+// fingerprint digests settings and input identities: the probe's part of
+// the key of anything recorded about the packages it located.
+func fingerprint(settings string, inputs []cachedIdentity) string {
+	h := &strings.Builder{}
+	h.WriteString(settings)
+	for _, in := range inputs {
+		fmt.Fprintf(h, "\x00%s:%+v", in.Path, in.ID)
 	}
 	return digest.Bytes([]byte(h.String()))
 }
 
-func statKey(p string) string {
-	var st syscall.Stat_t
-	if err := syscall.Stat(p, &st); err != nil {
-		return "absent"
+func racy(inputs []cachedIdentity, now time.Time) bool {
+	for _, in := range inputs {
+		if in.ID.Racy(now) {
+			return true
+		}
 	}
-	return fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	return false
 }
 
 func (l *Locator) key(names []string) string {
 	return digest.Bytes([]byte(l.Python + "\x00" + l.Dir + "\x00" + strings.Join(names, ",")))[:16]
 }
 
-func (l *Locator) cached(file string) (*Location, bool) {
-	data, err := os.ReadFile(file)
+// cached returns the recorded answer when the cache file is trusted and
+// every input it was decided by is unchanged: the settings are equal, and
+// each recorded path has the identity it had (so no .pth file, finder,
+// package or dist-info came, went or changed).
+func (l *Locator) cached(file string, names []string) (*Location, bool) {
+	if !trustedStateFile(l.CacheDir, file) {
+		return nil, false
+	}
+	data, _, err := readRegular(file, maxStateBytes)
 	if err != nil {
 		return nil, false
 	}
 	var c cacheEntry
-	if json.Unmarshal(data, &c) != nil || c.Location.Packages == nil {
+	if json.Unmarshal(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != l.settings(names) {
 		return nil, false
 	}
-	if c.Fingerprint != l.fingerprint(c.Location.SysPath, c.Location.Packages) {
-		return nil, false
+	for _, in := range c.Inputs {
+		if id, ok := in.current(); !ok || id != in.ID {
+			return nil, false
+		}
 	}
+	c.Location.Fingerprint = fingerprint(c.Settings, c.Inputs)
 	return &c.Location, true
 }
 
@@ -312,14 +419,12 @@ func normalizeDist(s string) string { return strings.ToLower(distNormRE.ReplaceA
 // metadataVersion reads the Version header of a core metadata file; the
 // headers end at the first empty line.
 func metadataVersion(path string) string {
-	f, err := os.Open(path)
+	data, _, err := readRegular(path, maxMetadataBytes)
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
 		if line == "" {
 			break
 		}

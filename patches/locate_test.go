@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,6 +183,7 @@ func TestLocateCache(t *testing.T) {
 		return strings.Count(string(b), "run")
 	}
 	cache := t.TempDir()
+	time.Sleep(racyWindow) // files written within the clock's granularity are not trusted
 	l := &Locator{Python: wrapper, Env: envWith(), Dir: "/", CacheDir: cache}
 	loc, err := l.Locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
@@ -208,6 +210,119 @@ func TestLocateCache(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, loc.Cached)
 	assert.Equal(t, 3, runs())
+}
+
+// An in-place edit of a .pth file leaves its directory's mtime alone, yet
+// moves the package elsewhere: the cached answer must not be reused. The
+// edit keeps the file's size and even its mtime; its ctime still moves.
+func TestLocateCachePthEditedInPlace(t *testing.T) {
+	py, site := venv(t, false)
+	a, b := filepath.Join(t.TempDir(), "aaaa"), filepath.Join(t.TempDir(), "bbbb")
+	write(t, filepath.Join(a, "demo/__init__.py"), "")
+	write(t, filepath.Join(b, "demo/__init__.py"), "")
+	pth := filepath.Join(site, "engine.pth")
+	write(t, pth, a+"\n")
+	cache := t.TempDir()
+	time.Sleep(racyWindow)
+	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
+	loc, err := l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(a, "demo"), loc.Packages["demo"].Dir)
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.True(t, loc.Cached)
+
+	siteBefore, _ := os.Stat(site)
+	fi, err := os.Stat(pth)
+	require.NoError(t, err)
+	f, err := os.OpenFile(pth, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(b+"\n"), 0) // same length: same size
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, os.Chtimes(pth, fi.ModTime(), fi.ModTime()))
+	siteAfter, _ := os.Stat(site)
+	require.Equal(t, siteBefore.ModTime(), siteAfter.ModTime(), "the directory does not show the edit")
+
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached, "the .pth file's ctime moved")
+	assert.Equal(t, filepath.Join(b, "demo"), loc.Packages["demo"].Dir)
+}
+
+// So does an edit of an editable install's finder, and a cache file that
+// someone else could have written is not read at all.
+func TestLocateCacheFinderAndTrust(t *testing.T) {
+	py, site := venv(t, false)
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	finder := filepath.Join(site, "__editable___demo_1_0_finder.py")
+	write(t, finder, "MAPPING = {}\n")
+	cache := t.TempDir()
+	time.Sleep(racyWindow)
+	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
+	_, err := l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	loc, err := l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.True(t, loc.Cached)
+
+	f, err := os.OpenFile(finder, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	f.WriteString("# edited\n")
+	f.Close()
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached, "the finder changed")
+
+	time.Sleep(racyWindow)
+	_, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	files, _ := filepath.Glob(filepath.Join(cache, "probe-*.json"))
+	require.Len(t, files, 1)
+	require.NoError(t, os.Chmod(files[0], 0o666))
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached, "a world-writable cache file is not trusted")
+
+	// A FIFO in place of the cache file is neither trusted nor waited on.
+	require.NoError(t, os.Remove(files[0]))
+	require.NoError(t, syscall.Mkfifo(files[0], 0o644))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		loc, err = (&Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}).Locate(context.Background(), []string{"demo"})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Locate blocked on a FIFO cache file")
+	}
+	require.NoError(t, err)
+	assert.False(t, loc.Cached)
+}
+
+// METADATA is read as a bounded regular file: a FIFO or an oversized file
+// gives no version rather than a hang or a huge read.
+func TestMetadataIsBounded(t *testing.T) {
+	site := t.TempDir()
+	meta := filepath.Join(site, "demo-1.0.dist-info", "METADATA")
+	write(t, meta, "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n\n")
+	v, _ := DistVersion("demo", []string{site})
+	assert.Equal(t, "1.0", v)
+	require.NoError(t, os.Remove(meta))
+	require.NoError(t, syscall.Mkfifo(meta, 0o644))
+	done := make(chan string)
+	go func() { v, _ := DistVersion("demo", []string{site}); done <- v }()
+	select {
+	case v := <-done:
+		assert.Equal(t, "", v)
+	case <-time.After(10 * time.Second):
+		t.Fatal("DistVersion blocked on a FIFO METADATA")
+	}
+	require.NoError(t, os.Remove(meta))
+	write(t, meta, "Version: 1.0\n"+strings.Repeat("x", maxMetadataBytes))
+	v, _ = DistVersion("demo", []string{site})
+	assert.Equal(t, "", v, "over the cap")
 }
 
 func TestLocateInterpreterFailures(t *testing.T) {

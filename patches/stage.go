@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // Input is what the engine-patch step takes from the decided configuration
@@ -24,7 +25,7 @@ type Input struct {
 	Env          *environ.Env
 	Dir          string        // the worker's working directory
 	ProbeTimeout time.Duration // for the interpreter's answer
-	StateDir     string        // where the probe's answer is cached; "" = no cache
+	StateDir     string        // infera-exec's trusted state directory: the probe cache and the patch record; "" = neither
 	DryRun       bool
 	Log          *slog.Logger
 }
@@ -63,11 +64,16 @@ func LoadSet(payloadRoot string) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("built-in patch definitions: %w", err)
 	}
-	own, err := LoadDir(filepath.Join(payloadRoot, "patches"))
+	own, ownDigest, err := loadDir(filepath.Join(payloadRoot, "patches"))
 	if err != nil {
 		return nil, err
 	}
-	return Merge(builtin, own)
+	set, err := Merge(builtin, own)
+	if err != nil {
+		return nil, err
+	}
+	set.Digest = digest.Bytes([]byte("builtin:" + builtinDigest + "\x00payload:" + ownDigest))
+	return set, nil
 }
 
 // Run brings the engine packages the worker will import to the patched
@@ -113,10 +119,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		return o, nil
 	}
 
-	loc, err := locate(ctx, in, names)
-	if err == nil {
-		loc.FillVersions(set, in.Dir)
-	}
+	loc, err := locate(ctx, in, names, set.dists(names))
 	if err != nil {
 		// Cannot know where the engine is: nothing is patched. A required
 		// patch cannot be vouched for, so that refuses.
@@ -143,13 +146,13 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require})
+	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir})
 	counts := map[State]int{}
 	var refusal error
 	for _, r := range o.Results {
 		counts[r.State]++
 		logResult(log, r)
-		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && r.State == Pending) {
+		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}
 	}
@@ -165,7 +168,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 	}
 	var parts []string
-	for _, s := range []State{Applied, Pending, Upstream, NotApplicable, Drift} {
+	for _, s := range []State{Applied, Pending, Shadowed, Upstream, NotApplicable, Drift} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -181,31 +184,47 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 // locate asks the container's interpreter, with the worker's final
 // environment and working directory, where the engine packages resolve,
 // and reads each found package's version.
-func locate(ctx context.Context, in Input, names []string) (*Location, error) {
+func locate(ctx context.Context, in Input, names []string, dists map[string]string) (*Location, error) {
 	if in.Python == "" {
 		return nil, fmt.Errorf("cannot run the interpreter to locate %s: %v", strings.Join(names, ", "), in.PythonErr)
 	}
-	l := &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir}
+	l := &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir, Dists: dists}
 	return l.Locate(ctx, names)
 }
 
-// FillVersions reads each found package's version from the dist-info of
-// the distribution set's definitions name for it. The dist-info may be
-// beside the package (a regular install) or in any sys.path entry (an
-// editable install keeps its dist-info in site-packages, far from the
-// source); an empty entry is cwd.
-func (loc *Location) FillVersions(set *Set, cwd string) {
-	dist := func(name string) string {
-		for _, d := range set.Defs {
-			if d.Package == name && d.Distribution != "" {
-				return d.Distribution
-			}
-		}
-		return name
+// dists names the distribution whose version decides each import name's
+// definitions: the first definition's for that package, else the name.
+func (s *Set) dists(names []string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = n
 	}
+	for i := len(s.Defs) - 1; i >= 0; i-- {
+		if d := s.Defs[i]; d.Distribution != "" {
+			out[d.Package] = d.Distribution
+		}
+	}
+	return out
+}
+
+// FillVersions reads each found package's version from the dist-info of
+// the distribution the set's definitions name for it.
+func (loc *Location) FillVersions(set *Set, cwd string) {
+	loc.fillVersions(set.dists(set.Packages()), cwd)
+}
+
+// fillVersions reads each found package's version from the dist-info of
+// dists[name]. The dist-info may be beside the package (a regular
+// install) or in any sys.path entry (an editable install keeps its
+// dist-info in site-packages, far from the source); an empty entry is cwd.
+func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 	for n, pkg := range loc.Packages {
 		if !pkg.Found {
 			continue
+		}
+		dist := dists[n]
+		if dist == "" {
+			dist = n
 		}
 		dirs := []string{filepath.Dir(pkg.Dir)}
 		for _, s := range loc.SysPath {
@@ -216,7 +235,7 @@ func (loc *Location) FillVersions(set *Set, cwd string) {
 				dirs = append(dirs, s)
 			}
 		}
-		pkg.Version, pkg.VersionFrom = DistVersion(dist(n), dirs)
+		pkg.Version, pkg.VersionFrom = DistVersion(dist, dirs)
 		loc.Packages[n] = pkg
 	}
 }
@@ -226,6 +245,8 @@ func logResult(log *slog.Logger, r Result) {
 		r.Summary += "; variant " + r.Variant
 	}
 	switch {
+	case r.Action == "applied" && r.State == Shadowed:
+		log.Warn(fmt.Sprintf("patch %s written but not in force: %s", r.ID, r.Why))
 	case r.Action == "applied":
 		var files []string
 		for _, e := range r.Edits {
@@ -249,6 +270,8 @@ func logResult(log *slog.Logger, r Result) {
 		log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == Drift:
 		log.Warn(fmt.Sprintf("patch %s not applied: drift in %s", r.ID, r.Why))
+	case r.State == Shadowed:
+		log.Warn(fmt.Sprintf("patch %s not in force: %s", r.ID, r.Why))
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}

@@ -14,6 +14,11 @@ const (
 	Upstream      State = "upstream"       // the upstream marker is present: upstream fixed it
 	NotApplicable State = "not-applicable" // version outside the range, a guard does not hold (the code the fix is about is absent), package or optional file absent
 	Drift         State = "drift"          // the code the fix is about is there but no variant's anchors match: never written
+	// Shadowed: the source is patched, but cached bytecode that could not
+	// be removed would run instead of it (an unchecked-hash .pyc, which
+	// Python never revalidates, or a timestamp .pyc that matches the new
+	// source's mtime and size). Not in force.
+	Shadowed State = "shadowed"
 )
 
 // Evaluation is the state of one edit in one file content, with the counts
@@ -29,18 +34,24 @@ type Evaluation struct {
 // contain one another (an insertion keeps its anchor inside the
 // replacement); occurrences inside the other string are not counted twice.
 func Evaluate(e *Edit, content string) Evaluation {
+	return evaluate(e, newText(content))
+}
+
+// evaluate is Evaluate on an indexed content, so that the edits of every
+// variant share one pass over each file.
+func evaluate(e *Edit, content *text) Evaluation {
 	if e.Upstream != "" {
 		// Occurrences inside our own replacement are ours, not upstream's.
-		m := strings.Count(content, e.Upstream)
+		m := content.count(e.Upstream)
 		if k := strings.Count(e.Replacement, e.Upstream); k > 0 {
-			m -= strings.Count(content, e.Replacement) * k
+			m -= content.count(e.Replacement) * k
 		}
 		if m > 0 {
 			return Evaluation{State: Upstream, Why: "upstream marker present"}
 		}
 	}
-	a := strings.Count(content, e.Anchor)
-	r := strings.Count(content, e.Replacement)
+	a := content.count(e.Anchor)
+	r := content.count(e.Replacement)
 	if k := strings.Count(e.Replacement, e.Anchor); k > 0 {
 		a -= r * k // anchors that are part of a replacement
 	}
@@ -86,7 +97,7 @@ func Combine(states []State) State {
 	return Applied
 }
 
-// apply returns content with e's anchor replaced; e must be pending in it.
-func apply(e *Edit, content string) string {
+// applyEdit returns content with e's anchor replaced; e must be pending in it.
+func applyEdit(e *Edit, content string) string {
 	return strings.ReplaceAll(content, e.Anchor, e.Replacement)
 }

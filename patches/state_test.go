@@ -65,7 +65,7 @@ func TestApplyMakesApplied(t *testing.T) {
 		if !assert.Equal(t, Pending, Evaluate(e, content).State, "%q", e.Anchor) {
 			continue
 		}
-		out := apply(e, content)
+		out := applyEdit(e, content)
 		assert.Equal(t, Applied, Evaluate(e, out).State, "%q -> %q", e.Anchor, e.Replacement)
 		assert.Equal(t, Applied, Evaluate(e, out).State)
 	}

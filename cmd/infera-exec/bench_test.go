@@ -40,7 +40,7 @@ func benchPayload(b *testing.B) []string {
 		"INFERA_PYTHON="+filepath.Join(dir, "py/python3.12"),
 		"INFERA_REQUIRE_NATIVE=mooncake",
 		"INFERA_EXEC_REPORT=off",
-		"INFERA_SKIP_ENGINE_PATCHES=1", // BenchmarkEnginePatches measures those
+		"INFERA_SKIP_ENGINE_PATCHES=1", // BenchmarkStart measures those
 	)
 }
 
@@ -82,62 +82,184 @@ func BenchmarkStartToExec(b *testing.B) {
 	})
 }
 
-// BenchmarkEnginePatches measures the whole pre-exec overhead with the
-// project's full patch set on a synthetic vLLM-sized install (the test
-// tree's patched files plus 2,000 other modules, about 40 MB), run by the
-// real binary exec'ing /bin/true, against the two costs it cannot avoid:
-// an exec, and one interpreter start.
-//
-//	first-start: every patch pending, no probe cache: one interpreter run
-//	             to locate vllm, then the writes
-//	restart:     every patch applied, probe cache valid: no interpreter
-//
-// Reported: the median wall time per start and the peak RSS of the start
-// (the shim, and the interpreter it ran).
-func BenchmarkEnginePatches(b *testing.B) {
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		b.Skip("needs Debian python3")
+// The real-sized engine install of BenchmarkStart: a vLLM-like tree of
+// benchFiles .py files, benchBytes in all, whose patched files have the
+// sizes of vLLM's own (gpu_model_runner.py, gpu_worker.py,
+// mooncake_connector.py of a 2026 vLLM).
+const (
+	benchFiles = 2246
+	benchBytes = 42 << 20
+	benchRuns  = 30
+)
+
+var benchPatchedSizes = map[string]int{
+	"vllm/v1/worker/gpu_model_runner.py":                                          355 << 10,
+	"vllm/v1/worker/gpu_worker.py":                                                61 << 10,
+	"vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py": 86 << 10,
+}
+
+// benchProgram builds a small static Go program from source, in dir.
+func benchProgram(b *testing.B, dir, name, src string) string {
+	b.Helper()
+	d := filepath.Join(dir, name+"-src")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		b.Fatal(err)
 	}
-	bin := shim(b)
-	dir := b.TempDir()
-	site := filepath.Join(dir, "site")
-	if out, err := exec.Command("cp", "-r", "../../patches/testdata/trees/vllm-pending/site-packages", site).CombinedOutput(); err != nil {
-		b.Fatalf("%v: %s", err, out)
+	os.WriteFile(filepath.Join(d, "go.mod"), []byte("module "+name+"\n\ngo 1.21\n"), 0o644)
+	os.WriteFile(filepath.Join(d, "main.go"), []byte(src), 0o644)
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
+	cmd.Dir = d
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build %s: %v\n%s", name, err, o)
 	}
-	filler := strings.Repeat("def f(x):\n    return x  # a line of an engine module, about forty bytes\n", 270)
-	for i := 0; i < 2000; i++ {
+	return out
+}
+
+// floorSrc is the least a Go shim can do: start, then execve the worker.
+const floorSrc = `package main
+
+import (
+	"os"
+	"syscall"
+)
+
+func main() {
+	err := syscall.Exec(os.Args[1], os.Args[1:], os.Environ())
+	os.Stderr.WriteString("floor: " + err.Error() + "\n")
+	os.Exit(127)
+}
+`
+
+// rssSrc runs a command and prints its peak RSS in KB. Run from this
+// small program rather than from the test binary: a child started with
+// CLONE_VM inherits its parent's high-water mark across execve, so from
+// the test binary every child would report the test binary's size; from
+// here it reports at least this program's own (about 1 MB).
+const rssSrc = `package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+func main() {
+	cmd := exec.Command(os.Args[1], os.Args[2:]...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss)
+}
+`
+
+// benchInstall writes the real-sized install into site: the vllm-pending
+// test tree, its patched files padded to their real sizes, and filler
+// modules up to benchFiles files and benchBytes bytes.
+func benchInstall(b *testing.B, site string) map[string][]byte {
+	b.Helper()
+	src := "../../patches/testdata/trees/vllm-pending/site-packages"
+	targets := map[string][]byte{}
+	count, total := 0, 0
+	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		data, _ := os.ReadFile(p)
+		if size, ok := benchPatchedSizes[filepath.ToSlash(rel)]; ok {
+			// Real files are mostly other code: pad with functions of
+			// their shape after the anchors.
+			for i := 0; len(data) < size; i++ {
+				data = append(data, fmt.Sprintf("\n\ndef _helper_%d(self, batch, *, scheduler_output=None):\n    if batch is None:\n        return None\n    return self._prepare(batch, scheduler_output)\n", i)...)
+			}
+			data = data[:size-1]
+			data = append(data, '\n')
+		}
+		targets[rel] = data
+		if strings.HasSuffix(rel, ".py") {
+			count++
+		}
+		total += len(data)
+		return nil
+	})
+	filler := strings.Repeat("def f(x):\n    return x  # a line of an engine module, about forty bytes\n", 20)
+	n := benchFiles - count
+	per := (benchBytes - total) / n
+	body := strings.Repeat(filler, per/len(filler)+1)[:per]
+	for i := 0; i < n; i++ {
 		p := filepath.Join(site, "vllm", "model_executor", fmt.Sprintf("pkg%02d", i/100), fmt.Sprintf("mod%04d.py", i))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			b.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(filler), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
-	targets := map[string][]byte{}
-	filepath.WalkDir(filepath.Join("../../patches/testdata/trees/vllm-pending/site-packages"), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			data, _ := os.ReadFile(p)
-			rel, _ := filepath.Rel("../../patches/testdata/trees/vllm-pending/site-packages", p)
-			targets[rel] = data
+	for rel, data := range targets {
+		p := filepath.Join(site, rel)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
 		}
-		return nil
-	})
+	}
+	return targets
+}
+
+type benchStats struct {
+	name             string
+	median, min, max time.Duration
+	rssKB            int64
+}
+
+// BenchmarkStart is `make bench`: side by side in one run, on a
+// real-sized vLLM install with the project's full patch set, fake ROCm 7
+// and Debian's python3, each over benchRuns runs:
+//
+//	bare-exec:    the worker (/bin/true) alone
+//	floor:        a minimal static Go program that execs the worker
+//	restart:      infera-exec with every stage on (preflight, host
+//	              provider check, patches, report written), the patches
+//	              already applied and recorded, the probe cached
+//	first-start:  every patch pending, no probe cache, no record
+//	python-start: one interpreter start (python3 -c pass), for scale
+//
+// It prints median, min and max wall time, peak RSS, and the overhead
+// (time beyond bare-exec) as a ratio to the floor's.
+func BenchmarkStart(b *testing.B) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		b.Skip("needs /usr/bin/python3 (Debian python3)")
+	}
+	bin := shim(b)
+	dir := b.TempDir()
+	floor := benchProgram(b, dir, "floor", floorSrc)
+	rss := benchProgram(b, dir, "rss", rssSrc)
+	site := filepath.Join(dir, "site")
+	targets := benchInstall(b, site)
+	if err := fixture.ROCm(filepath.Join(dir, "rocm"), 7, "7.1.70100"); err != nil {
+		b.Fatal(err)
+	}
 	pyTree := strings.TrimSpace(string(must(exec.Command("/usr/bin/python3", "-c", `import sys; print("py%d%d" % sys.version_info[:2])`).Output())))
 	for _, d := range []string{"payload/bin", "payload/" + pyTree} {
 		os.MkdirAll(filepath.Join(dir, d), 0o755)
 	}
 	state := filepath.Join(dir, "state")
+	report := filepath.Join(dir, "report.json")
 	env := append(os.Environ(),
 		"PAYLOAD_ROOT="+filepath.Join(dir, "payload"),
-		"ROCM_PATH="+filepath.Join(dir, "none"),
+		"ROCM_PATH="+filepath.Join(dir, "rocm"),
 		"INFERA_PYTHON=/usr/bin/python3",
 		"PYTHONPATH="+site,
 		"INFERA_EXEC_STATE_DIR="+state,
-		"INFERA_EXEC_REPORT="+filepath.Join(dir, "report.json"),
+		"INFERA_EXEC_REPORT="+report,
 		"INFERA_SKIP_ENGINE_PATCHES=",
+		"INFERA_PREFLIGHT=",
 	)
-	restore := func() {
+	pending := func() {
 		for rel, data := range targets {
 			if err := os.WriteFile(filepath.Join(site, rel), data, 0o644); err != nil {
 				b.Fatal(err)
@@ -145,61 +267,94 @@ func BenchmarkEnginePatches(b *testing.B) {
 		}
 		os.RemoveAll(state)
 	}
-	// Peak memory comes from the report (VmHWM of the shim, ru_maxrss of
-	// the interpreter it ran): the rusage of a process forked from this
-	// large test binary would report the test binary's size.
-	start := func(name string, args ...string) (time.Duration, int64) {
+	runOnce := func(name string, args ...string) time.Duration {
 		cmd := exec.Command(name, args...)
 		cmd.Env = env
-		os.Remove(filepath.Join(dir, "report.json"))
 		t := time.Now()
 		out, err := cmd.CombinedOutput()
 		d := time.Since(t)
 		if err != nil {
 			b.Fatalf("%s: %v: %s", name, err, out)
 		}
-		var rep struct {
-			Resources struct {
-				Peak     int64 `json:"peak_rss_kb"`
-				Children int64 `json:"children_peak_rss_kb"`
-			} `json:"resources"`
-		}
-		if data, err := os.ReadFile(filepath.Join(dir, "report.json")); err == nil {
-			json.Unmarshal(data, &rep)
-		}
-		return d, max(rep.Resources.Peak, rep.Resources.Children)
+		return d
 	}
-	measure := func(b *testing.B, before func(), name string, args ...string) {
-		var times []time.Duration
-		var peak int64
-		for b.Loop() {
+	peak := func(before func(), name string, args ...string) int64 {
+		var kb int64
+		for i := 0; i < 3; i++ {
 			if before != nil {
-				b.StopTimer()
 				before()
-				b.StartTimer()
 			}
-			d, rss := start(name, args...)
-			times = append(times, d)
-			peak = max(peak, rss)
+			cmd := exec.Command(rss, append([]string{name}, args...)...)
+			cmd.Env = env
+			out, err := cmd.Output()
+			if err != nil {
+				b.Fatalf("rss %s: %v", name, err)
+			}
+			var v int64
+			fmt.Sscan(string(out), &v)
+			kb = max(kb, v)
+		}
+		return kb
+	}
+	measure := func(label string, before func(), name string, args ...string) benchStats {
+		times := make([]time.Duration, 0, benchRuns)
+		for i := 0; i < benchRuns; i++ {
+			if before != nil {
+				before()
+			}
+			times = append(times, runOnce(name, args...))
 		}
 		sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-		b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "ms-median")
-		if peak > 0 {
-			b.ReportMetric(float64(peak), "peak-RSS-KB")
+		return benchStats{name: label, median: times[len(times)/2], min: times[0], max: times[len(times)-1], rssKB: peak(before, name, args...)}
+	}
+
+	var rows []benchStats
+	for b.Loop() {
+		rows = rows[:0]
+		rows = append(rows, measure("bare-exec", nil, "/bin/true"))
+		rows = append(rows, measure("floor", nil, floor, "/bin/true"))
+		rows = append(rows, measure("python-start", nil, "/usr/bin/python3", "-c", "pass"))
+		rows = append(rows, measure("first-start", pending, bin, "/bin/true"))
+		// Two starts confirm the last first start's writes and record
+		// them; every restart after that reads no engine file.
+		runOnce(bin, "/bin/true")
+		time.Sleep(100 * time.Millisecond)
+		runOnce(bin, "/bin/true")
+		rows = append(rows, measure("restart", nil, bin, "/bin/true"))
+	}
+	data, err := os.ReadFile(report)
+	if err != nil || !strings.Contains(string(data), `"recorded": true`) || !strings.Contains(string(data), `"cached": true`) {
+		b.Fatalf("the restarts did not use the record and the probe cache: %v", err)
+	}
+	if strings.Contains(string(data), `"pending"`) || !strings.Contains(string(data), `"state": "applied"`) {
+		b.Fatalf("the restarts did not find the patches applied")
+	}
+	bare, fl := rows[0].median, rows[1].median
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+	fmt.Printf("\n%-13s %9s %9s %9s %12s %14s %9s\n", "start", "median ms", "min ms", "max ms", "overhead ms", "overhead/floor", "peak RSS")
+	for _, r := range rows {
+		over := r.median - bare
+		ratio := "-"
+		if r.name != "bare-exec" && fl > bare {
+			ratio = fmt.Sprintf("%.2f", float64(over)/float64(fl-bare))
 		}
+		fmt.Printf("%-13s %9s %9s %9s %12s %14s %7.1fMB\n", r.name, ms(r.median), ms(r.min), ms(r.max), ms(over), ratio, float64(r.rssKB)/1024)
+		b.ReportMetric(float64(r.median.Microseconds())/1000, r.name+"-ms")
 	}
-
-	b.Run("bare-exec", func(b *testing.B) { measure(b, nil, "/bin/true") })
-	b.Run("python-start", func(b *testing.B) { measure(b, nil, "/usr/bin/python3", "-c", "pass") })
-	os.RemoveAll(state)
-	b.Run("first-start", func(b *testing.B) { measure(b, restore, bin, "/bin/true") })
-	// The last first-start left everything applied and the cache written.
-	b.Run("restart", func(b *testing.B) { measure(b, nil, bin, "/bin/true") })
-
-	report, err := os.ReadFile(filepath.Join(dir, "report.json"))
-	if err != nil || !strings.Contains(string(report), `"before": "applied"`) || !strings.Contains(string(report), `"cached": true`) {
-		b.Fatalf("the restart runs did not find the patches applied with a cached location: %v", err)
+	var rep struct {
+		Timings []struct {
+			Step   string `json:"step"`
+			Micros int64  `json:"us"`
+		} `json:"timings"`
 	}
+	json.Unmarshal(data, &rep)
+	fmt.Printf("last restart, by step (µs):")
+	for _, t := range rep.Timings {
+		fmt.Printf(" %s %d", t.Step, t.Micros)
+	}
+	fmt.Println()
+	fi, _ := os.Stat(bin)
+	fmt.Printf("binary: %.1f MB; %d runs each; install: %d .py files, %d MB\n", float64(fi.Size())/(1<<20), benchRuns, benchFiles, benchBytes>>20)
 }
 
 func must(b []byte, err error) []byte {

@@ -1,0 +1,234 @@
+package patches
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/digest"
+)
+
+// The record is what makes a restart cheap. Right after a run has read
+// and verified every file a definition set consults (or written and read
+// back the ones it patched), it keeps, in infera-exec's own state
+// directory, each patch's result and the identity of every one of those
+// files (see Identity), and of the __pycache__ directory of every module
+// it edits. A later start with the same key (the definitions' digest, the
+// probe's fingerprint: interpreter, environment, sys.path inputs; the
+// packages' directories and versions) whose files all still have those
+// identities has, byte for byte, the files that were verified: it takes
+// the results from the record and reads no engine file. Anything else
+// (a changed file, inode or mode, a new or removed file, another
+// interpreter or sys.path, other definitions, a record or directory that
+// is not ours alone) runs the full check, never a shortcut to "applied".
+
+// recordVersion changes with the record's format or meaning.
+const recordVersion = "1"
+
+type record struct {
+	Version string         `json:"version"`
+	Key     string         `json:"key"`
+	Files   []recordedFile `json:"files"`
+	Results []Result       `json:"results"`
+}
+
+type recordedFile struct {
+	Path string   `json:"path"`
+	ID   Identity `json:"id"`
+	// PyCache: a __pycache__ directory; when it alone changed, only the
+	// bytecode of the edited modules in it is checked again.
+	PyCache bool `json:"pycache,omitempty"`
+}
+
+// observed is what a run saw, for the record; incomplete when something
+// cannot be vouched for by identities (a namespace package, a path
+// through a symlink, a failed or shadowed patch, a file read while it
+// changed).
+type observed struct {
+	files      []recordedFile
+	seen       map[string]bool
+	incomplete bool
+}
+
+func (o *observed) add(pkg Package, r Result, fs *files) {
+	if r.Action == "failed" || r.State == Shadowed || r.State == Pending {
+		o.incomplete = true
+	}
+	if fs == nil {
+		return
+	}
+	if len(fs.m) > 0 && len(pkg.Dirs) > 1 {
+		o.incomplete = true
+		return
+	}
+	if o.seen == nil {
+		o.seen = map[string]bool{}
+	}
+	paths := make([]string, 0, len(fs.m))
+	for p := range fs.m {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		t := fs.m[p]
+		if !t.direct || !t.verified {
+			o.incomplete = true
+			continue
+		}
+		if !o.seen[p] {
+			o.seen[p] = true
+			o.files = append(o.files, recordedFile{Path: p, ID: t.id})
+		}
+	}
+	for _, e := range r.Edits {
+		if e.State == NotApplicable || !strings.HasSuffix(e.Path, ".py") {
+			continue
+		}
+		pc := filepath.Join(filepath.Dir(e.Path), "__pycache__")
+		if !o.seen[pc] {
+			o.seen[pc] = true
+			id, ok := lstatIdentity(pc)
+			if !ok {
+				o.incomplete = true
+			}
+			o.files = append(o.files, recordedFile{Path: pc, ID: id, PyCache: true})
+		}
+	}
+}
+
+// recordKey is everything besides file identities that the results
+// depend on; "" when the location cannot be fingerprinted (no record).
+func recordKey(set *Set, loc *Location) string {
+	if loc.Fingerprint == "" || set.Digest == "" {
+		return ""
+	}
+	h := &strings.Builder{}
+	fmt.Fprintf(h, "record v%s\x00defs %s\x00probe %s\x00", recordVersion, set.Digest, loc.Fingerprint)
+	names := make([]string, 0, len(loc.Packages))
+	for n := range loc.Packages {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := loc.Packages[n]
+		fmt.Fprintf(h, "pkg %s %t %q %q %q\x00", n, p.Found, p.Dir, p.Dirs, p.Version)
+	}
+	return digest.Bytes([]byte(h.String()))
+}
+
+// applyRecorded is Apply with the record: the recorded results when they
+// still hold, else the full run, recorded when it can be vouched for.
+func applyRecorded(set *Set, loc *Location, opt Options) []Result {
+	key := recordKey(set, loc)
+	if key == "" {
+		res, _ := apply(set, loc, opt)
+		return res
+	}
+	file := filepath.Join(opt.StateDir, "patches-"+key[:16]+".json")
+	if res, ok := fromRecord(file, key, set, loc, opt); ok {
+		return res
+	}
+	res, seen := apply(set, loc, opt)
+	if !seen.incomplete {
+		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: res})
+	}
+	return res
+}
+
+// writeRecord keeps rec unless one of its identities is racy (taken
+// within the clock's granularity of a write: a file this very run wrote
+// is confirmed by the next start's reading, then recorded). Best effort:
+// without a record the next start runs the full check.
+func writeRecord(file string, rec record) {
+	now := time.Now()
+	for _, f := range rec.Files {
+		if f.ID.Racy(now) {
+			return
+		}
+	}
+	rec.Results = append([]Result(nil), rec.Results...)
+	for i := range rec.Results {
+		rec.Results[i].Edits = append([]EditResult(nil), rec.Results[i].Edits...)
+		for j := range rec.Results[i].Edits {
+			rec.Results[i].Edits[j].PycsRemoved = nil
+		}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	// No fsync: a record lost or torn by a crash is simply not used.
+	atomicfile.WriteBytes(file, b, atomicfile.Options{Mode: 0o644, NoSync: true})
+}
+
+// fromRecord returns the recorded results when the record is trusted, has
+// this key, and every file it names has its recorded identity. A changed
+// __pycache__ directory alone is not a change of the source: the edited
+// modules' bytecode is checked again (and stale bytecode removed), and
+// the record renewed; bytecode that cannot be removed runs the full check.
+func fromRecord(file, key string, set *Set, loc *Location, opt Options) ([]Result, bool) {
+	if !trustedStateFile(opt.StateDir, file) {
+		return nil, false
+	}
+	data, _, err := readRegular(file, maxStateBytes)
+	if err != nil {
+		return nil, false
+	}
+	var rec record
+	if json.Unmarshal(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
+		return nil, false
+	}
+	var pycDirs map[string]bool
+	for i, f := range rec.Files {
+		id, ok := lstatIdentity(f.Path)
+		switch {
+		case !ok:
+			return nil, false
+		case id == f.ID:
+		case f.PyCache:
+			if pycDirs == nil {
+				pycDirs = map[string]bool{}
+			}
+			pycDirs[f.Path] = true
+			rec.Files[i].ID = id
+		default:
+			return nil, false
+		}
+	}
+	res := rec.Results
+	for i, d := range set.Defs {
+		r := &res[i]
+		if r.ID != d.ID {
+			return nil, false
+		}
+		r.Required = d.Required || opt.Require[d.ID]
+		r.Before, r.Action, r.Recorded = r.State, "none", true
+		if r.State != Applied || pycDirs == nil {
+			continue
+		}
+		for j := range r.Edits {
+			e := &r.Edits[j]
+			if e.State == NotApplicable || !pycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
+				continue
+			}
+			removed, stuck := removePycs(e.Path, false, false, nil)
+			if len(stuck) > 0 {
+				return nil, false
+			}
+			e.PycsRemoved = removed
+		}
+	}
+	if pycDirs != nil {
+		for i, f := range rec.Files {
+			if pycDirs[f.Path] {
+				rec.Files[i].ID, _ = lstatIdentity(f.Path)
+			}
+		}
+		writeRecord(file, rec)
+	}
+	return res, true
+}

@@ -1,0 +1,241 @@
+package patches
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// recorded sets up package demo with one pending patch and a state
+// directory, applies it, and returns what a restart needs: after a
+// confirming start (the first start's own writes are too recent to
+// record), the record holds.
+func recorded(t *testing.T) (site string, set *Set, loc *Location, opt Options) {
+	t.Helper()
+	site, loc = pkgTree(t, map[string]string{"a.py": "def f(x):\n    a, _ = x\n    return a\n"})
+	loc.Fingerprint = "probe-1"
+	set = &Set{Defs: []*Definition{def(t, "fix", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}, Digest: "defs-1"}
+	opt = Options{StateDir: t.TempDir()}
+	r := Apply(set, loc, opt)[0]
+	require.Equal(t, "applied", r.Action)
+	time.Sleep(racyWindow)
+	r = Apply(set, loc, opt)[0]
+	require.Equal(t, Applied, r.State)
+	require.False(t, r.Recorded, "the first restart reads the files it confirms")
+	r = Apply(set, loc, opt)[0]
+	require.Equal(t, Applied, r.State)
+	require.True(t, r.Recorded, "the next one reads none")
+	return site, set, loc, opt
+}
+
+func TestRecordSkipsReadingUnchangedFiles(t *testing.T) {
+	site, set, loc, opt := recorded(t)
+	p := filepath.Join(site, "demo/a.py")
+	st, _ := lstatIdentity(p)
+	r := Apply(set, loc, opt)[0]
+	assert.True(t, r.Recorded)
+	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, Applied, r.Before)
+	assert.Equal(t, "none", r.Action)
+	assert.NotEmpty(t, r.Edits[0].SHA256After)
+	now, _ := lstatIdentity(p)
+	assert.Equal(t, st, now)
+}
+
+// Each change of what the results depend on runs the full check.
+func TestRecordInvalidation(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(t *testing.T, site string, set *Set, loc *Location, opt *Options)
+		want   State
+	}{
+		{"content edited in place, same size and mtime", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+			p := filepath.Join(site, "demo/a.py")
+			fi, _ := os.Stat(p)
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			require.NoError(t, err)
+			_, err = f.WriteAt([]byte("    b"), int64(len("def f(x):\n")))
+			require.NoError(t, err)
+			f.Close()
+			require.NoError(t, os.Chtimes(p, fi.ModTime(), fi.ModTime()))
+		}, Drift},
+		{"same content, another inode", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+			p := filepath.Join(site, "demo/a.py")
+			data, _ := os.ReadFile(p)
+			require.NoError(t, os.WriteFile(p+".new", data, 0o644))
+			require.NoError(t, os.Rename(p+".new", p))
+		}, Applied},
+		{"mode", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+			require.NoError(t, os.Chmod(filepath.Join(site, "demo/a.py"), 0o600))
+		}, Applied},
+		{"file replaced by the original", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+			write(t, filepath.Join(site, "demo/a.py"), "def f(x):\n    a, _ = x\n    return a\n")
+		}, Applied}, // applied again by this start
+		{"definitions", func(t *testing.T, _ string, set *Set, _ *Location, _ *Options) { set.Digest = "defs-2" }, Applied},
+		{"interpreter or sys.path inputs (the probe's fingerprint)", func(t *testing.T, _ string, _ *Set, loc *Location, _ *Options) {
+			loc.Fingerprint = "probe-2"
+		}, Applied},
+		{"engine version", func(t *testing.T, _ string, _ *Set, loc *Location, _ *Options) {
+			p := loc.Packages["demo"]
+			p.Version = "1.3.0"
+			loc.Packages["demo"] = p
+		}, Applied},
+		{"no location fingerprint", func(t *testing.T, _ string, _ *Set, loc *Location, _ *Options) { loc.Fingerprint = "" }, Applied},
+		{"no state directory", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) { opt.StateDir = "" }, Applied},
+		{"state directory writable by others", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) {
+			require.NoError(t, os.Chmod(opt.StateDir, 0o777))
+		}, Applied},
+		{"record writable by others", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) {
+			files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
+			require.Len(t, files, 1)
+			require.NoError(t, os.Chmod(files[0], 0o646))
+		}, Applied},
+		{"record replaced by a FIFO", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) {
+			files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
+			require.Len(t, files, 1)
+			require.NoError(t, os.Remove(files[0]))
+			require.NoError(t, syscall.Mkfifo(files[0], 0o644))
+		}, Applied},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			site, set, loc, opt := recorded(t)
+			c.change(t, site, set, loc, &opt)
+			r := Apply(set, loc, opt)[0]
+			assert.False(t, r.Recorded, "the record must not be used")
+			assert.Equal(t, c.want, r.State, r.Why)
+		})
+	}
+}
+
+// New bytecode beside a recorded module is checked without reading the
+// source: unchecked-hash bytecode is removed; when it cannot be, the full
+// check runs and the patch is shadowed.
+func TestRecordBytecodeChecked(t *testing.T) {
+	site, set, loc, opt := recorded(t)
+	pyc := filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc")
+	write(t, pyc, "\x00\x00\r\n\x01\x00\x00\x00"+strings.Repeat("\x00", 8))
+	r := Apply(set, loc, opt)[0]
+	assert.True(t, r.Recorded)
+	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, []string{pyc}, r.Edits[0].PycsRemoved)
+	assert.NoFileExists(t, pyc)
+
+	write(t, pyc, "\x00\x00\r\n\x01\x00\x00\x00"+strings.Repeat("\x00", 8))
+	removeFile = func(string) error { return syscall.EROFS }
+	t.Cleanup(func() { removeFile = os.Remove })
+	r = Apply(set, loc, opt)[0]
+	assert.False(t, r.Recorded)
+	assert.Equal(t, Shadowed, r.State)
+	assert.False(t, r.Ok())
+}
+
+// Issue: when __pycache__ could not be cleaned, the patch was "applied"
+// while an unchecked-hash .pyc kept the old code running.
+func TestShadowedWhenBytecodeCannotBeRemoved(t *testing.T) {
+	hdr := func(flags byte) string {
+		return "\x00\x00\r\n" + string([]byte{flags, 0, 0, 0}) + strings.Repeat("\x00", 8)
+	}
+	removeFile = func(p string) error { return &os.PathError{Op: "remove", Path: p, Err: syscall.EACCES} }
+	t.Cleanup(func() { removeFile = os.Remove })
+
+	// A write whose module keeps an unchecked-hash .pyc.
+	site, loc := pkgTree(t, map[string]string{
+		"a.py":                          "    a, _ = x\n",
+		"__pycache__/a.cpython-312.pyc": hdr(0b01),
+		"__pycache__/a.cpython-311.pyc": hdr(0), // timestamp, of the old source: revalidated, harmless
+	})
+	d := def(t, "pyc", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, "applied", r.Action, "the source was written")
+	assert.Equal(t, Shadowed, r.State)
+	assert.False(t, r.Ok())
+	assert.Contains(t, r.Why, "a.cpython-312.pyc (unchecked-hash")
+	assert.NotContains(t, r.Why, "a.cpython-311.pyc")
+	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
+
+	// Already applied, the same bytecode: still shadowed, every start.
+	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Applied, r.Before)
+	assert.Equal(t, Shadowed, r.State)
+
+	// A dry run (--explain, --check) says so, and that a start removes it.
+	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{DryRun: true})[0]
+	assert.Equal(t, Shadowed, r.State)
+	assert.Contains(t, r.Why, "a start removes it")
+}
+
+// INFERA_REQUIRE_PATCHES refuses a shadowed patch (exit 65 in main).
+func TestRequiredShadowedRefuses(t *testing.T) {
+	py := debianPython(t)
+	site := t.TempDir()
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	write(t, filepath.Join(site, "demo/a.py"), "    a, _ = x\n")
+	write(t, filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc"), "\x00\x00\r\n\x01\x00\x00\x00"+strings.Repeat("\x00", 8))
+	payload := t.TempDir()
+	write(t, filepath.Join(payload, "patches/demo/fix.toml"), "id = \"demo-fix\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n[[edit]]\nfile = \"a.py\"\nanchor = \"    a, _ = x\\n\"\nreplacement = \"    a = x[0]\\n\"\n")
+	removeFile = func(p string) error { return &os.PathError{Op: "remove", Path: p, Err: syscall.EROFS} }
+	t.Cleanup(func() { removeFile = os.Remove })
+	out, err := Run(t.Context(), Input{PayloadRoot: payload, Require: []string{"demo-fix"}, Python: py,
+		Env: envWith("PYTHONPATH", site), Dir: "/", Log: discardLog()})
+	var req *RequiredError
+	require.True(t, errors.As(err, &req), "%v", err)
+	assert.Contains(t, err.Error(), "demo-fix is shadowed")
+	assert.Contains(t, out.Summary, "1 shadowed")
+}
+
+// Issue: a file changed by another writer between read and rename was
+// silently overwritten. Now the write is abandoned, the patch read and
+// decided again once, and applied on top of the other writer's change.
+func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	p := filepath.Join(site, "demo/a.py")
+	d := def(t, "race", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	calls := 0
+	beforeRenameHook = func(path string) {
+		calls++
+		if calls == 1 {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			f.WriteString("# the other writer's line\n")
+			f.Close()
+		}
+	}
+	t.Cleanup(func() { beforeRenameHook = nil })
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Applied, r.State, r.Why)
+	assert.Equal(t, "    a = x[0]\n# the other writer's line\n", read(t, p), "both changes are there")
+	assert.Equal(t, 2, calls)
+}
+
+// A writer that keeps changing the file: nothing of theirs is
+// overwritten; after one retry the patch is drift.
+func TestConcurrentWriterTwiceIsDrift(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	p := filepath.Join(site, "demo/a.py")
+	d := def(t, "race", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	beforeRenameHook = func(path string) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		require.NoError(t, err)
+		f.WriteString("#\n")
+		f.Close()
+	}
+	t.Cleanup(func() { beforeRenameHook = nil })
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Contains(t, r.Why, "changed by another writer")
+	assert.Equal(t, "    a, _ = x\n#\n#\n", read(t, p), "the other writer's content is intact")
+	left, _ := filepath.Glob(filepath.Join(site, "demo/.*.tmp-*"))
+	assert.Empty(t, left)
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
