@@ -62,7 +62,7 @@ type foundLib struct {
 
 // finder looks libraries up as the loader does, inside a root.
 type finder struct {
-	root string                          // symbolic links resolve inside it; "" or "/": the running system
+	root string                        // symbolic links resolve inside it; "" or "/": the running system
 	read func(string) (*Object, error) // Read, or a caching reader
 }
 
