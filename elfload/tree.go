@@ -185,6 +185,34 @@ func (l *Loader) Consulted() []string {
 	return out
 }
 
+// Find is where the root's loader finds a library by name without any
+// object's own search path: LD_LIBRARY_PATH, ld.so.conf, the default
+// directories. "" when it does not.
+func (l *Loader) Find(name string) string {
+	for _, d := range l.LibraryPath {
+		if p := filepath.Join(d, name); l.exists(p) {
+			return p
+		}
+	}
+	for _, list := range [][]string{l.Conf, DefaultDirs()} {
+		for _, d := range list {
+			if p := l.host(filepath.Join(d, name)); l.exists(p) {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func (l *Loader) exists(p string) bool {
+	real, err := l.resolve(p)
+	if err != nil {
+		return false
+	}
+	fi, err := os.Stat(real)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // Lib is one library of a closure.
 type Lib struct {
 	Name     string `json:"name"`      // the DT_NEEDED name
@@ -226,7 +254,15 @@ func (l *Loader) Check(path string) *LoadCheck {
 		dirs := l.searchDirs(it)
 		checks, _, found := verify(it.obj, Target{Like: obj, LibDirs: dirs, Root: l.Root, read: l.read, Label: it.at})
 		for _, ch := range checks {
-			if !ch.OK && !impliedByMissing(ch, found) {
+			switch n, isNeeded := strings.CutPrefix(ch.Name, "needed "); {
+			case ch.OK, impliedByMissing(ch, found):
+			case isNeeded && found[n].obj == nil && found[n].err == nil:
+				msg := fmt.Sprintf("%s: needs %s, which is nowhere the loader looks (%s)", it.at, n, l.where())
+				if len(found[n].skipped) > 0 {
+					msg += "; passed over " + strings.Join(found[n].skipped, ", ")
+				}
+				c.Problems = append(c.Problems, msg)
+			default:
 				c.Problems = append(c.Problems, fmt.Sprintf("%s: %s", it.at, ch.Detail))
 			}
 		}
@@ -242,6 +278,22 @@ func (l *Loader) Check(path string) *LoadCheck {
 	}
 	c.OK = len(c.Problems) == 0
 	return c
+}
+
+// where says in short where the loader looks, for messages.
+func (l *Loader) where() string {
+	var parts []string
+	if len(l.LibraryPath) > 0 {
+		parts = append(parts, "LD_LIBRARY_PATH "+strings.Join(l.LibraryPath, ":"))
+	}
+	root := "the root's"
+	if l.Root != "/" {
+		root = l.Root + "'s"
+	}
+	if len(l.ConfFiles) > 0 {
+		return strings.Join(append(parts, root+" ld.so.conf directories and default directories"), ", ")
+	}
+	return strings.Join(append(parts, root+" default directories (it has no /etc/ld.so.conf)"), ", ")
 }
 
 // impliedByMissing: a symbol version needed from a library that is not

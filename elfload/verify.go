@@ -87,7 +87,9 @@ func (f finder) find(name string, like *Object, dirs []string) foundLib {
 	var r foundLib
 	for _, p := range cands {
 		real := p
-		if f.root != "" && f.root != "/" {
+		// Paths of the root resolve inside it; others (a payload tree on
+		// LD_LIBRARY_PATH while checking an unpacked image) as they are.
+		if f.root != "" && f.root != "/" && strings.HasPrefix(p, filepath.Clean(f.root)+string(filepath.Separator)) {
 			var err error
 			if real, err = ResolveIn(f.root, p); err != nil {
 				continue
