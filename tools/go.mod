@@ -3,6 +3,7 @@ module github.com/infera/infera-exec/tools
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/infera/infera-exec v0.0.0
 	github.com/stretchr/testify v1.12.1
@@ -10,7 +11,6 @@ require (
 )
 
 require (
-	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect
 	github.com/hashicorp/go-version v1.9.0 // indirect
 	github.com/klauspost/compress v1.19.2 // indirect
