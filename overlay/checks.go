@@ -216,9 +216,17 @@ func (a *Audit) Problems() bool {
 	return false
 }
 
-// TextLines is the audit for a terminal.
+// TextLines is the audit for a terminal, readable in 80 columns: trees
+// are named relative to the payload, long lines wrap.
 func (a *Audit) TextLines() []string {
 	var out []string
+	defer func() { out = wrap(out, 80) }()
+	rel := func(p string) string {
+		if r, err := filepath.Rel(a.Payload, p); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+		return p
+	}
 	if a.Note != "" {
 		out = append(out, a.Note)
 	}
@@ -228,11 +236,11 @@ func (a *Audit) TextLines() []string {
 	for _, v := range a.Loads {
 		switch {
 		case v.Error != "":
-			out = append(out, fmt.Sprintf("WARN  native tree %s: load check failed: %s", v.Tree, v.Error))
+			out = append(out, fmt.Sprintf("WARN  native tree %s: load check failed: %s", rel(v.Tree), v.Error))
 		case len(v.Failed) == 0:
-			out = append(out, fmt.Sprintf("ok    native tree %s: all %d ELF files load against %s", v.Tree, v.Checked, v.Root))
+			out = append(out, fmt.Sprintf("ok    native tree %s: all %d ELF files load against %s", rel(v.Tree), v.Checked, v.Root))
 		default:
-			out = append(out, fmt.Sprintf("WARN  native tree %s: %d of %d ELF files do not load against %s", v.Tree, len(v.Failed), v.Checked, v.Root))
+			out = append(out, fmt.Sprintf("WARN  native tree %s: %d of %d ELF files do not load against %s", rel(v.Tree), len(v.Failed), v.Checked, v.Root))
 			files := make([]string, 0, len(v.Failed))
 			for f := range v.Failed {
 				files = append(files, f)
@@ -255,6 +263,24 @@ func (a *Audit) TextLines() []string {
 	}
 	if len(a.Shadows) == 0 {
 		out = append(out, "ok    no payload Python tree shadows a distribution of "+a.Image+" at another version")
+	}
+	return out
+}
+
+// wrap breaks lines longer than width at spaces, continuing under the
+// text after the six-column verdict; a word longer than a line stays whole.
+func wrap(lines []string, width int) []string {
+	var out []string
+	for _, l := range lines {
+		for len(l) > width {
+			i := strings.LastIndexByte(l[:width], ' ')
+			if i <= 6 {
+				break
+			}
+			out = append(out, l[:i])
+			l = "      " + strings.TrimLeft(l[i:], " ")
+		}
+		out = append(out, l)
 	}
 	return out
 }

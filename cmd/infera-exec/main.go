@@ -149,7 +149,7 @@ func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, 
 	} else {
 		preflight.WriteText(stdout, out.Checks)
 		if audit != nil {
-			fmt.Fprintf(stdout, "\npayload %s against this image:\n", cfg.PayloadRoot)
+			fmt.Fprintf(stdout, "\npayload trees against this image:\n")
 			for _, l := range audit.TextLines() {
 				fmt.Fprintln(stdout, l)
 			}
