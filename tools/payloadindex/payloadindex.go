@@ -108,6 +108,11 @@ func Build(o Options) (*Result, error) {
 			specs = append(specs, spec)
 		}
 		if harvested {
+			for _, sp := range specs {
+				if sp.Name == "" {
+					return nil, fmt.Errorf("tree %s has no %s and its name does not say what it is; with a harvested tree in the payload every tree needs an entry (make native trees with 'infera-payload harvest')", sp.Dir, harvest.TreeFile)
+				}
+			}
 			if err := writeManifest(o.Out, specs); err != nil {
 				return nil, err
 			}
@@ -179,8 +184,8 @@ func Demo(dir, engine string) (*DemoDirs, error) {
 // treeEntry is a tree's payload.toml entry: the tree.toml that
 // `infera-payload harvest` wrote into it (taken out of the payload, with
 // dir set to DEST), or, for a tree without one, what its name implies
-// (py3XX: a python tree for CPython 3.XX). ok says whether the tree had
-// its own entry.
+// (py3XX: a python tree for CPython 3.XX; otherwise none, Name ""). ok
+// says whether the tree had its own entry.
 func treeEntry(dir, dest string) (spec overlay.TreeSpec, ok bool, err error) {
 	file := filepath.Join(dir, harvest.TreeFile)
 	data, err := os.ReadFile(file)
@@ -197,7 +202,7 @@ func treeEntry(dir, dest string) (spec overlay.TreeSpec, ok bool, err error) {
 	if m := pyTreeRE.FindStringSubmatch(base); m != nil {
 		return overlay.TreeSpec{Name: base, Kind: "python", Dir: dest, Python: "= 3." + m[1]}, false, nil
 	}
-	return spec, false, fmt.Errorf("%s has no %s and its name does not say what it is; make native trees with 'infera-payload harvest'", dir, harvest.TreeFile)
+	return overlay.TreeSpec{Dir: dest}, false, nil // no entry: only a v0.2.2 layout can hold it
 }
 
 var pyTreeRE = regexp.MustCompile(`^py3(\d+)$`)
