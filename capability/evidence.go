@@ -19,6 +19,10 @@ type Evidence struct {
 	Found      map[string][]string `json:"found,omitempty"`   // glob -> matching files (a few)
 	Missing    []string            `json:"missing,omitempty"` // globs that matched nothing
 	Granted    bool                `json:"granted"`
+	// Evidence ELF files that exist but do not load against the image:
+	// file -> the library or symbol version missing. Any withdraws the
+	// capability.
+	DoesNotLoad map[string][]string `json:"does_not_load,omitempty"`
 }
 
 // CheckGlob refuses an evidence glob that is not a valid pattern or could

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -30,6 +31,8 @@ type Object struct {
 	Needed       []string            // DT_NEEDED
 	VersionNeeds map[string][]string // library file name (from .gnu.version_r) -> version names it needs, e.g. "libibverbs.so.1" -> ["IBVERBS_PRIVATE_34"]
 	Defines      []string            // version names it defines (.gnu.version_d), e.g. "IBVERBS_1.1", "IBVERBS_PRIVATE_34"
+	RPath        []string            // DT_RPATH entries, as written ("$ORIGIN/../lib")
+	RunPath      []string            // DT_RUNPATH entries, as written; when present the loader ignores DT_RPATH
 	Size         int64
 
 	// What the loader also compares when it matches versions: the hash
@@ -446,6 +449,21 @@ func Read(path string) (obj *Object, err error) {
 				return nil, err
 			}
 			o.Soname = s
+		case elf.DT_RPATH, elf.DT_RUNPATH:
+			s, err := img.str(d, e.val, e.tag.String())
+			if err != nil {
+				return nil, err
+			}
+			for _, dir := range strings.Split(s, ":") {
+				if dir == "" {
+					continue
+				}
+				if e.tag == elf.DT_RPATH {
+					o.RPath = append(o.RPath, dir)
+				} else {
+					o.RunPath = append(o.RunPath, dir)
+				}
+			}
 		}
 	}
 	if err := img.versionNeeds(d, o); err != nil {

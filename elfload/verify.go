@@ -60,12 +60,18 @@ type foundLib struct {
 	skipped []string // files of another class or machine, passed over
 }
 
-// findLib searches dirs in order for a library file name, as the loader
+// finder looks libraries up as the loader does, inside a root.
+type finder struct {
+	root string                        // symbolic links resolve inside it; "" or "/": the running system
+	read func(string) (*Object, error) // Read, or a caching reader
+}
+
+// find searches dirs in order for a library file name, as the loader
 // does: a missing file is passed over, so is an ELF object of another
 // class, byte order or machine; any other file that is there but is not a
 // usable shared object stops the search (the loader fails on it too). A
 // name with a slash is used as a path.
-func findLib(name string, like *Object, dirs []string) foundLib {
+func (f finder) find(name string, like *Object, dirs []string) foundLib {
 	cands := []string{}
 	if strings.Contains(name, "/") {
 		cands = append(cands, name)
@@ -74,12 +80,25 @@ func findLib(name string, like *Object, dirs []string) foundLib {
 			cands = append(cands, filepath.Join(d, name))
 		}
 	}
+	read := f.read
+	if read == nil {
+		read = Read
+	}
 	var r foundLib
 	for _, p := range cands {
-		if _, err := os.Stat(p); err != nil {
+		real := p
+		// Paths of the root resolve inside it; others (a payload tree on
+		// LD_LIBRARY_PATH while checking an unpacked image) as they are.
+		if f.root != "" && f.root != "/" && strings.HasPrefix(p, filepath.Clean(f.root)+string(filepath.Separator)) {
+			var err error
+			if real, err = ResolveIn(f.root, p); err != nil {
+				continue
+			}
+		}
+		if _, err := os.Stat(real); err != nil {
 			continue
 		}
-		obj, err := Read(p)
+		obj, err := read(real)
 		if err != nil {
 			r.path, r.err = p, err
 			return r
@@ -138,6 +157,9 @@ type Target struct {
 	Soname  string   // the SONAME the object must carry (e.g. "libionic.so.1"); "" checks none
 	LibDirs []string // the root's library directories, in the loader's search order
 	Label   string   // what failing details call the object ("host build"); "" is its path
+	Root    string   // the root LibDirs lie in, for symbolic links that are absolute inside it; "" or "/": as they are
+
+	read func(string) (*Object, error) // a caching reader for a whole closure; nil: Read
 }
 
 // Verify decides whether obj will load against t: same class, byte order and machine as t.Like; SONAME equals
@@ -154,12 +176,19 @@ type Target struct {
 // version, but the symbols bound to it do not resolve (glibc: "undefined symbol: ..., version ..."). A stored
 // version hash that does not match its name fails, as the loader compares hashes before names.
 func Verify(obj *Object, t Target) (checks []Check, ok bool) {
+	checks, ok, _ = verify(obj, t)
+	return checks, ok
+}
+
+// verify is Verify, also returning the libraries as found, by DT_NEEDED
+// name, for a closure to continue from.
+func verify(obj *Object, t Target) (checks []Check, ok bool, found map[string]foundLib) {
 	add := func(name string, ok bool, format string, a ...any) {
 		checks = append(checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, a...)})
 	}
 	if obj == nil {
 		add("elf", false, "no object to verify")
-		return checks, false
+		return checks, false, nil
 	}
 	add("elf", obj.Type == elf.ET_DYN, "%s: %s %v, %d bytes", obj.Path, describe(obj), typeName(obj.Type), obj.Size)
 	label := t.Label
@@ -200,11 +229,12 @@ func Verify(obj *Object, t Target) (checks []Check, ok bool) {
 	}
 
 	libDirs := t.LibDirs
-	found := map[string]foundLib{}
+	found = map[string]foundLib{}
+	look := finder{root: t.Root, read: t.read}
 	lib := func(name string) foundLib {
 		l, ok := found[name]
 		if !ok {
-			l = findLib(name, obj, libDirs)
+			l = look.find(name, obj, libDirs)
 			found[name] = l
 		}
 		return l
@@ -277,7 +307,7 @@ func Verify(obj *Object, t Target) (checks []Check, ok bool) {
 	for _, c := range checks {
 		ok = ok && c.OK
 	}
-	return checks, ok
+	return checks, ok, found
 }
 
 func typeName(t elf.Type) string {

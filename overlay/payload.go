@@ -134,17 +134,19 @@ func Open(root string) (*Payload, error) {
 
 // Selection is what the payload gives this container.
 type Selection struct {
-	Family      string            `json:"family"`
-	PyTree      string            `json:"python_tree"`           // directory
-	Native      *NativeTree       `json:"native_tree,omitempty"` // nil: none for this family
-	NoNativeWhy string            `json:"no_native_tree_why,omitempty"`
-	Bin         string            `json:"bin,omitempty"`
-	PythonPath  []string          `json:"pythonpath"`      // to prepend, in order
-	LibraryPath []string          `json:"ld_library_path"` // to prepend
-	Path        []string          `json:"path"`            // to prepend
-	Warnings    []string          `json:"warnings,omitempty"`
-	Considered  []Candidate       `json:"considered,omitempty"`
-	AllNative   []capability.Tree `json:"-"`
+	Family      string                  `json:"family"`
+	PyTree      string                  `json:"python_tree"`           // directory
+	Native      *NativeTree             `json:"native_tree,omitempty"` // nil: none for this family
+	NoNativeWhy string                  `json:"no_native_tree_why,omitempty"`
+	Bin         string                  `json:"bin,omitempty"`
+	PythonPath  []string                `json:"pythonpath"`      // to prepend, in order
+	LibraryPath []string                `json:"ld_library_path"` // to prepend
+	Path        []string                `json:"path"`            // to prepend
+	Warnings    []string                `json:"warnings,omitempty"`
+	Considered  []Candidate             `json:"considered,omitempty"`
+	Shadows     []Shadow                `json:"shadows,omitempty"`    // payload distributions at another version than the image's
+	Loads       *capability.LoadVerdict `json:"load_check,omitempty"` // the native tree's ELF files against the image
+	AllNative   []capability.Tree       `json:"-"`
 }
 
 // Select picks the trees for f. A missing Python tree is an error listing

@@ -3,6 +3,7 @@ package overlay
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -12,9 +13,11 @@ import (
 )
 
 // Choose opens the payload at root (from says where that root came from)
-// and picks the trees for the family. The payload is returned even when
-// no tree fits, for the report.
-func Choose(root, from string, f abi.Family, log *slog.Logger) (*Payload, *Selection, error) {
+// and picks the trees for the family, then checks them against the image:
+// a payload distribution that shadows the image's at another version is a
+// warning; a capability whose evidence does not load is not granted. The
+// payload is returned even when no tree fits, for the report.
+func Choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payload, *Selection, error) {
 	pl, err := Open(root)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (payload root from %s)", err, from)
@@ -22,6 +25,19 @@ func Choose(root, from string, f abi.Family, log *slog.Logger) (*Payload, *Selec
 	sel, err := pl.Select(f)
 	if err != nil {
 		return pl, nil, err
+	}
+	if img.IndexFile == "" {
+		if _, err := os.Stat(filepath.Join(root, IndexName)); err == nil {
+			img.IndexFile = filepath.Join(root, IndexName)
+		}
+	}
+	sel.checkLoads(img)
+	sel.Shadows = Shadows(sel.PythonPath, img.Root, f.Python.Version())
+	for _, sh := range sel.Shadows {
+		sel.Warnings = append(sel.Warnings, sh.String())
+	}
+	if sel.Loads != nil && sel.Loads.Cached {
+		log.Debug("native tree load check: cached verdict (payload and libraries unchanged)")
 	}
 	log.Info("python tree " + sel.PyTree)
 	if sel.Native != nil {

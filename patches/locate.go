@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/distinfo"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/procgroup"
@@ -378,61 +378,9 @@ func (l *Locator) cached(file string, names []string) (*Location, bool) {
 }
 
 // DistVersion finds <dist>-<version>.dist-info/METADATA (or an .egg-info
-// PKG-INFO) in the given directories and returns its Version field. Reading
-// it here is ~1000 times cheaper than importlib.metadata in Python.
+// PKG-INFO) in the given directories and returns its Version field.
 func DistVersion(dist string, dirs []string) (version, from string) {
-	want := normalizeDist(dist)
-	for _, dir := range dirs {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			name := e.Name()
-			var meta string
-			switch {
-			case strings.HasSuffix(name, ".dist-info"):
-				meta = "METADATA"
-			case strings.HasSuffix(name, ".egg-info"):
-				meta = "PKG-INFO"
-			default:
-				continue
-			}
-			base := strings.TrimSuffix(strings.TrimSuffix(name, ".dist-info"), ".egg-info")
-			distPart, _, _ := strings.Cut(base, "-")
-			if normalizeDist(distPart) != want {
-				continue
-			}
-			f := filepath.Join(dir, name, meta)
-			if v := metadataVersion(f); v != "" {
-				return v, f
-			}
-		}
-	}
-	return "", ""
-}
-
-var distNormRE = regexp.MustCompile(`[-_.]+`)
-
-func normalizeDist(s string) string { return strings.ToLower(distNormRE.ReplaceAllString(s, "_")) }
-
-// metadataVersion reads the Version header of a core metadata file; the
-// headers end at the first empty line.
-func metadataVersion(path string) string {
-	data, _, err := readRegular(path, maxMetadataBytes)
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSuffix(line, "\r")
-		if line == "" {
-			break
-		}
-		if v, ok := strings.CutPrefix(line, "Version:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
+	return distinfo.Version(dist, dirs)
 }
 
 func tail(s string) string {

@@ -7,23 +7,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
-	"github.com/bmatcuk/doublestar/v4"
+	"github.com/infera/infera-exec/distinfo"
 )
-
-// siteGlobs are where images install Python packages, relative to the
-// image root: distribution Pythons (Debian dist-packages), /usr/local
-// builds, venvs and conda under /opt, user site.
-var siteGlobs = []string{
-	"usr/lib/python3*/{site,dist}-packages",
-	"usr/lib/python3/dist-packages",
-	"usr/local/lib/python3*/{site,dist}-packages",
-	"opt/*/lib/python3*/site-packages",
-	"opt/conda/envs/*/lib/python3*/site-packages",
-	"root/.local/lib/python3*/site-packages",
-}
 
 var (
 	mappingRE = regexp.MustCompile(`(?s)MAPPING\s*(?::[^=]*)?=\s*\{(.*?)\}`)
@@ -36,7 +23,7 @@ var (
 // __editable___*_finder.py), path entries of .pth files and legacy
 // .egg-link files. Paths recorded inside the image are taken relative to
 // root. Where several site directories hold a package, the first in
-// siteGlobs order wins and the others are named in Why.
+// distinfo.SiteGlobs order wins and the others are named in Why.
 func LocateOffline(root string, names []string) (*Location, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
@@ -50,17 +37,7 @@ func LocateOffline(root string, names []string) (*Location, error) {
 	// paths recorded inside it are taken relative to it.
 	sites, prefix := []string{root}, ""
 	if !isSiteDir(root, names) {
-		sites, prefix = nil, root
-		for _, g := range siteGlobs {
-			m, _ := doublestar.Glob(os.DirFS(root), g)
-			sort.Strings(m)
-			for _, rel := range m {
-				p := filepath.Join(root, rel)
-				if isDir(p) && !slices.Contains(sites, p) {
-					sites = append(sites, p)
-				}
-			}
-		}
+		sites, prefix = distinfo.SiteDirs(root), root
 	}
 	loc := &Location{Interpreter: "(none: offline check of " + root + ")", SysPath: sites, Packages: map[string]Package{}}
 	for _, n := range names {

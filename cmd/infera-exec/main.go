@@ -19,6 +19,7 @@ import (
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/launch"
@@ -136,16 +137,28 @@ func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, 
 	for _, w := range out.UnknownSkips() {
 		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 	}
+	// The payload's trees against this image: version shadows and the
+	// native trees' load check (text only; --json keeps the checks' shape).
+	var audit *overlay.Audit
+	if probe.AllAnswer(cfg.PayloadRoot) == nil {
+		audit, _ = overlay.AuditPayload(cfg.PayloadRoot, overlay.Image{Root: "/", LibraryPath: nonEmpty(filepath.SplitList(env.Value("LD_LIBRARY_PATH")))})
+	}
 	if asJSON {
 		b, _ := json.MarshalIndent(out, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		preflight.WriteText(stdout, out.Checks)
+		if audit != nil {
+			fmt.Fprintf(stdout, "\npayload trees against this image:\n")
+			for _, l := range audit.TextLines() {
+				fmt.Fprintln(stdout, l)
+			}
+		}
 	}
-	switch out.Worst() {
-	case preflight.Error:
+	switch {
+	case out.Worst() == preflight.Error:
 		return exitConfig
-	case preflight.Warn:
+	case out.Worst() == preflight.Warn, audit != nil && audit.Problems():
 		return exitWarnings
 	}
 	return exitOK
@@ -173,6 +186,18 @@ func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "infera-exec: installed the payload %s into %s: %d entries, %d copied, %d already identical, %d removed\n",
 		r.Source, r.Dest, r.Entries, len(r.Copied), r.Unchanged, len(r.Removed))
+	// The native trees' load check needs the engine image's libraries; the
+	// overlay image (FROM scratch) has none, and then the check is left to
+	// the start, which runs it against the engine image.
+	if elfload.NewLoader("/", nil).Find("libc.so.6") == "" {
+		fmt.Fprintf(stderr, "infera-exec: native tree load check: not run here (this image has no C library); infera-exec runs it at start against the engine image\n")
+		return exitOK
+	}
+	if audit, err := overlay.AuditPayload(dest, overlay.Image{Root: "/"}); err == nil {
+		for _, l := range audit.TextLines() {
+			fmt.Fprintf(stderr, "infera-exec: %s\n", l)
+		}
+	}
 	return exitOK
 }
 
@@ -198,9 +223,24 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		rep.WriteText(stdout)
+		// An image root (not a bare site-packages directory): the payload's
+		// trees against it too.
+		if isDir(filepath.Join(root, "usr")) {
+			if audit, err := overlay.AuditPayload(cfg.PayloadRoot, overlay.Image{Root: root}); err == nil {
+				fmt.Fprintf(stdout, "\npayload %s against %s:\n", cfg.PayloadRoot, root)
+				for _, l := range audit.TextLines() {
+					fmt.Fprintln(stdout, l)
+				}
+			}
+		}
 	}
 	if rep.Drift {
 		return exitPatch
 	}
 	return exitOK
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

@@ -167,7 +167,11 @@ func (p *pass) selectTrees(context.Context) error {
 	if err := p.probe.AllAnswer(p.cfg.PayloadRoot); err != nil {
 		return fmt.Errorf("payload root %w (payload root from %s)", err, p.cfg.PayloadRootFrom)
 	}
-	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, p.log)
+	img := overlay.Image{Root: "/", LibraryPath: nonEmpty(filepath.SplitList(p.env0.Value("LD_LIBRARY_PATH")))}
+	if !p.dry {
+		img.CacheDir = statedir.Pick(p.cfg.StateDir) // explain writes nothing and reads no stale cache
+	}
+	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, img, p.log)
 	p.rep.Payload, p.rep.Trees, p.sel = pl, sel, sel
 	return err
 }
@@ -331,4 +335,16 @@ func (p *pass) writeReport() {
 		return
 	}
 	p.log.Debug("report written to " + where)
+}
+
+// nonEmpty drops empty entries of a search path (the loader reads an
+// empty entry as the working directory, which the check cannot know).
+func nonEmpty(list []string) []string {
+	var out []string
+	for _, d := range list {
+		if d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }

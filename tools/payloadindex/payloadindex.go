@@ -18,11 +18,18 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/BurntSushi/toml"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/tools/harvest"
 )
 
 // Options are the inputs of one payload build. The defaults (Flags) are
@@ -83,12 +90,30 @@ func Build(o Options) (*Result, error) {
 		}
 	}
 	if len(o.Trees) > 0 {
+		var specs []overlay.TreeSpec
+		harvested := false
 		for _, t := range o.Trees {
 			from, to, ok := strings.Cut(t, ":")
 			if !ok || to == "" || filepath.IsAbs(to) || strings.Contains(to, "..") {
 				return nil, fmt.Errorf("-tree %q: want SRC:DEST with DEST relative, e.g. build/py312:py312", t)
 			}
 			if err := fixture.CopyTree(from, filepath.Join(o.Out, to)); err != nil {
+				return nil, err
+			}
+			spec, ok, err := treeEntry(filepath.Join(o.Out, to), filepath.ToSlash(filepath.Clean(to)))
+			if err != nil {
+				return nil, fmt.Errorf("-tree %q: %w", t, err)
+			}
+			harvested = harvested || ok
+			specs = append(specs, spec)
+		}
+		if harvested {
+			for _, sp := range specs {
+				if sp.Name == "" {
+					return nil, fmt.Errorf("tree %s has no %s and its name does not say what it is; with a harvested tree in the payload every tree needs an entry (make native trees with 'infera-payload harvest')", sp.Dir, harvest.TreeFile)
+				}
+			}
+			if err := writeManifest(o.Out, specs); err != nil {
 				return nil, err
 			}
 		}
@@ -154,4 +179,63 @@ func Demo(dir, engine string) (*DemoDirs, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// treeEntry is a tree's payload.toml entry: the tree.toml that
+// `infera-payload harvest` wrote into it (taken out of the payload, with
+// dir set to DEST), or, for a tree without one, what its name implies
+// (py3XX: a python tree for CPython 3.XX; otherwise none, Name ""). ok
+// says whether the tree had its own entry.
+func treeEntry(dir, dest string) (spec overlay.TreeSpec, ok bool, err error) {
+	file := filepath.Join(dir, harvest.TreeFile)
+	data, err := os.ReadFile(file)
+	if err == nil {
+		var m overlay.Manifest
+		if _, err := toml.Decode(string(data), &m); err != nil || len(m.Trees) != 1 {
+			return spec, false, fmt.Errorf("%s: want one [[tree]] (%v)", file, err)
+		}
+		spec = m.Trees[0]
+		spec.Dir = dest
+		return spec, true, os.Remove(file)
+	}
+	base := path.Base(dest)
+	if m := pyTreeRE.FindStringSubmatch(base); m != nil {
+		return overlay.TreeSpec{Name: base, Kind: "python", Dir: dest, Python: "= 3." + m[1]}, false, nil
+	}
+	return overlay.TreeSpec{Dir: dest}, false, nil // no entry: only a v0.2.2 layout can hold it
+}
+
+var pyTreeRE = regexp.MustCompile(`^py3(\d+)$`)
+
+// writeManifest writes payload.toml from the trees' entries and reads it
+// back as infera-exec will.
+func writeManifest(out string, specs []overlay.TreeSpec) error {
+	var b strings.Builder
+	b.WriteString("# Written by infera-payload index from the trees' entries.\nschema = 1\n")
+	for _, t := range specs {
+		fmt.Fprintf(&b, "\n[[tree]]\nname = %q\nkind = %q\ndir = %q\npython = %q\n", t.Name, t.Kind, t.Dir, t.Python)
+		if t.ROCm != "" {
+			fmt.Fprintf(&b, "rocm = %q\n", t.ROCm)
+		}
+		if len(t.Capabilities) > 0 {
+			b.WriteString("[tree.capabilities]\n")
+			names := make([]string, 0, len(t.Capabilities))
+			for c := range t.Capabilities {
+				names = append(names, c)
+			}
+			sort.Strings(names)
+			for _, c := range names {
+				q := make([]string, len(t.Capabilities[c]))
+				for i, g := range t.Capabilities[c] {
+					q[i] = strconv.Quote(g)
+				}
+				fmt.Fprintf(&b, "%q = [%s]\n", c, strings.Join(q, ", "))
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(out, overlay.ManifestName), []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	_, err := overlay.ReadManifest(out)
+	return err
 }

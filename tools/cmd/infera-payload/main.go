@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/infera/infera-exec/tools/harvest"
 )
 
 // Exit codes: 0 done, 1 the build failed, 64 (EX_USAGE) a wrong command line.
@@ -38,9 +40,10 @@ type action func(env []string, stdout io.Writer) error
 
 type usageError struct{ error }
 
-var subcommands = []subcommand{indexCommand, imageCommand}
+var subcommands = []subcommand{harvestCommand, verifyCommand, pruneCommand, indexCommand, imageCommand}
 
 func main() {
+	harvest.SandboxChild() // the import check's sandbox: does not return
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 

@@ -1,0 +1,55 @@
+package capability_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
+)
+
+// The verdict is reused while nothing it consulted changed, and a change
+// in the tree is a full check.
+func TestCheckLoadsCachesUntilSomethingChanges(t *testing.T) {
+	tree, cache := t.TempDir(), t.TempDir()
+	lib := filepath.Join(tree, "lib")
+	require.NoError(t, fixture.SharedObject(filepath.Join(lib, "libdemo.so.1"), "libdemo.so.1"))
+	in := capability.LoadInput{Dir: tree, ImageRoot: "/", LibraryPath: []string{lib}, CacheDir: cache}
+
+	v := capability.CheckLoads(in)
+	require.True(t, v.OK(), "%+v", v)
+	require.False(t, v.Cached)
+	require.Equal(t, 1, v.Checked)
+	v = capability.CheckLoads(in)
+	require.True(t, v.Cached)
+
+	// A second library needing one that is nowhere: the tree changed, the
+	// check runs again and names what is missing.
+	require.NoError(t, fixture.SharedObject(filepath.Join(lib, "libnowhere.so.7"), "libnowhere.so.7"))
+	t.Setenv("LIBRARY_PATH", lib) // where cc's linker finds it, once
+	require.NoError(t, fixture.SharedObject(filepath.Join(lib, "libneeds.so.1"), "libneeds.so.1", "libnowhere.so.7"))
+	require.NoError(t, os.Remove(filepath.Join(lib, "libnowhere.so.7")))
+	v = capability.CheckLoads(in)
+	require.False(t, v.Cached)
+	require.False(t, v.OK())
+	require.Contains(t, v.Failed["lib/libneeds.so.1"][0], "needs libnowhere.so.7")
+
+	// The evidence naming it is withdrawn; the other stays.
+	ev := []capability.Evidence{
+		{Capability: "demo", Globs: []string{"lib/libdemo.so.*"}, Granted: true},
+		{Capability: "needs", Globs: []string{"lib/libneeds.so.*"}, Granted: true},
+	}
+	set, ev := capability.ApplyLoads(tree, ev, v)
+	require.Equal(t, capability.Set{"demo"}, set)
+	require.False(t, ev[1].Granted)
+	require.Contains(t, ev[1].Refusal(), "lib/libneeds.so.1 does not load: ")
+
+	// A corrupt cache file is a full check, not an error.
+	files, _ := filepath.Glob(filepath.Join(cache, "native-load-*.json"))
+	require.Len(t, files, 1)
+	require.NoError(t, os.WriteFile(files[0], []byte("{"), 0o644))
+	require.False(t, capability.CheckLoads(in).Cached)
+}

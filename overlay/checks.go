@@ -1,0 +1,286 @@
+package overlay
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/distinfo"
+)
+
+// Image is the image the payload's trees will run in, as the checks of
+// the trees see it.
+type Image struct {
+	Root        string   // "/" at start; an unpacked image root for --check
+	LibraryPath []string // LD_LIBRARY_PATH of the worker before the trees are added
+	IndexFile   string   // the payload index (keys the cached load verdict); "" = none
+	CacheDir    string   // where the load verdict is kept; "" = check every time
+}
+
+// Shadow is a distribution of a payload tree that the image has at
+// another version: first on PYTHONPATH, the tree's copy wins.
+type Shadow struct {
+	Name        string `json:"name"`
+	Tree        string `json:"tree"`
+	TreeVersion string `json:"tree_version"`
+	Image       string `json:"image"` // the image's site directory
+	Version     string `json:"image_version"`
+}
+
+func (s Shadow) String() string {
+	return fmt.Sprintf("%s %s in %s shadows the image's %s %s (%s); remove it from the tree with 'infera-payload prune -tree TREE -base IMAGE_ROOT'",
+		s.Name, s.TreeVersion, s.Tree, s.Name, s.Version, s.Image)
+}
+
+var metaDirRE = regexp.MustCompile(`^(.+?)-([^-]+?)(?:-py\d.*)?\.(?:dist|egg)-info$`)
+
+// distNames reads a site directory's distributions from the names of
+// their metadata directories only ("numpy-2.3.5.dist-info"): one
+// directory listing, no file read, no interpreter.
+func distNames(dir string) map[string]string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if m := metaDirRE.FindStringSubmatch(e.Name()); m != nil {
+			out[distinfo.Canonical(m[1])] = m[2]
+		}
+	}
+	return out
+}
+
+// Shadows lists the distributions of the trees (directories on
+// PYTHONPATH) that the image's site directories for CPython py ("3.12")
+// hold at another version. The first site directory holding a name is
+// the image's copy.
+func Shadows(trees []string, imageRoot, py string) []Shadow {
+	var sites []string
+	for _, s := range distinfo.SiteDirs(imageRoot) {
+		if strings.Contains(s, "/python"+py+"/") || strings.HasSuffix(s, "/python3/dist-packages") {
+			sites = append(sites, s)
+		}
+	}
+	image := map[string][2]string{}
+	for _, s := range sites {
+		for n, v := range distNames(s) {
+			if _, ok := image[n]; !ok {
+				image[n] = [2]string{v, s}
+			}
+		}
+	}
+	var out []Shadow
+	for _, t := range trees {
+		names := distNames(t)
+		keys := make([]string, 0, len(names))
+		for n := range names {
+			keys = append(keys, n)
+		}
+		sort.Strings(keys)
+		for _, n := range keys {
+			if in, ok := image[n]; ok && in[0] != names[n] {
+				out = append(out, Shadow{Name: n, Tree: t, TreeVersion: names[n], Image: in[1], Version: in[0]})
+			}
+		}
+	}
+	return out
+}
+
+// checkLoads runs the load check on the selected native tree and
+// withdraws the capabilities whose evidence does not load. Trees of the
+// v0.2.2 layout name no evidence: a file that does not load is a warning.
+func (s *Selection) checkLoads(img Image) {
+	if s.Native == nil {
+		return
+	}
+	libPath := append(append([]string{}, s.LibraryPath...), img.LibraryPath...)
+	v := capability.CheckLoads(capability.LoadInput{Dir: s.Native.Dir, ImageRoot: img.Root, LibraryPath: libPath, IndexFile: img.IndexFile, CacheDir: img.CacheDir})
+	s.Loads = v
+	if s.Native.Evidence != nil {
+		before := s.Native.Caps
+		s.Native.Caps, s.Native.Evidence = capability.ApplyLoads(s.Native.Dir, s.Native.Evidence, v)
+		for _, e := range s.Native.Evidence {
+			if r := e.Refusal(); r != "" && before.Has(e.Capability) {
+				s.Warnings = append(s.Warnings, fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, s.Native.Name, r))
+			}
+		}
+	}
+	if v.Error != "" {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("native tree %s: load check failed: %s", s.Native.Name, v.Error))
+		return
+	}
+	if n := len(v.Failed); n > 0 && s.Native.Evidence == nil {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("native tree %s: %d of %d ELF files do not load against the image: %s", s.Native.Name, n, v.Checked, firstFailure(v)))
+	}
+}
+
+func firstFailure(v *capability.LoadVerdict) string {
+	files := make([]string, 0, len(v.Failed))
+	for f := range v.Failed {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return ""
+	}
+	return files[0] + ": " + strings.Join(v.Failed[files[0]], "; ")
+}
+
+// Audit is what --doctor, --check and --install say about a payload's
+// trees against an image: version shadows of every python tree, and the
+// load check of every native tree.
+type Audit struct {
+	Payload   string                    `json:"payload"`
+	Image     string                    `json:"image"`
+	Shadows   []Shadow                  `json:"shadows,omitempty"`
+	Loads     []*capability.LoadVerdict `json:"loads,omitempty"`
+	Withdrawn map[string][]string       `json:"withdrawn,omitempty"` // tree -> capability: reason
+	Note      string                    `json:"note,omitempty"`
+}
+
+var pyNameRE = regexp.MustCompile(`^py3(\d+)$`)
+var pyConstraintRE = regexp.MustCompile(`^=\s*(3\.\d+)$`)
+
+// AuditPayload opens the payload at root and checks all its trees
+// against img (no family is known: every tree is checked).
+func AuditPayload(root string, img Image) (*Audit, error) {
+	p, err := Open(root)
+	if err != nil {
+		return nil, err
+	}
+	a := &Audit{Payload: root, Image: img.Root, Withdrawn: map[string][]string{}}
+	pyTrees := map[string]string{} // dir -> CPython version
+	natives := []NativeTree{}
+	if p.Manifest != nil {
+		for i := range p.Manifest.Trees {
+			t := &p.Manifest.Trees[i]
+			if t.Kind == "python" {
+				pp, _, _ := t.searchDirs(p.Root)
+				if m := pyConstraintRE.FindStringSubmatch(strings.TrimSpace(t.Python)); m != nil {
+					for _, d := range pp {
+						pyTrees[d] = m[1]
+					}
+				}
+			}
+		}
+	} else {
+		for _, t := range p.PyTrees {
+			if m := pyNameRE.FindStringSubmatch(t); m != nil {
+				pyTrees[filepath.Join(p.Root, t)] = "3." + m[1]
+			}
+		}
+	}
+	natives = append(natives, p.NativeTrees...)
+	dirs := make([]string, 0, len(pyTrees))
+	for d := range pyTrees {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		a.Shadows = append(a.Shadows, Shadows([]string{d}, img.Root, pyTrees[d])...)
+	}
+	for i := range natives {
+		t := natives[i]
+		s := &Selection{Native: &t}
+		if t.spec != nil {
+			_, s.LibraryPath, _ = t.spec.searchDirs(p.Root)
+		} else if d := filepath.Join(t.Dir, "lib"); isDir(d) {
+			s.LibraryPath = []string{d}
+		}
+		s.checkLoads(Image{Root: img.Root, LibraryPath: img.LibraryPath})
+		a.Loads = append(a.Loads, s.Loads)
+		for _, e := range s.Native.Evidence {
+			if r := e.Refusal(); r != "" {
+				a.Withdrawn[t.Name] = append(a.Withdrawn[t.Name], e.Capability+": "+r)
+			}
+		}
+	}
+	return a, nil
+}
+
+// Problems says whether the audit found anything to warn about.
+func (a *Audit) Problems() bool {
+	if len(a.Shadows) > 0 || len(a.Withdrawn) > 0 {
+		return true
+	}
+	for _, v := range a.Loads {
+		if !v.OK() {
+			return true
+		}
+	}
+	return false
+}
+
+// TextLines is the audit for a terminal, readable in 80 columns: trees
+// are named relative to the payload, long lines wrap.
+func (a *Audit) TextLines() []string {
+	var out []string
+	defer func() { out = wrap(out, 80) }()
+	rel := func(p string) string {
+		if r, err := filepath.Rel(a.Payload, p); err == nil && !strings.HasPrefix(r, "..") {
+			return r
+		}
+		return p
+	}
+	if a.Note != "" {
+		out = append(out, a.Note)
+	}
+	for _, s := range a.Shadows {
+		out = append(out, "WARN  shadow: "+s.String())
+	}
+	for _, v := range a.Loads {
+		switch {
+		case v.Error != "":
+			out = append(out, fmt.Sprintf("WARN  native tree %s: load check failed: %s", rel(v.Tree), v.Error))
+		case len(v.Failed) == 0:
+			out = append(out, fmt.Sprintf("ok    native tree %s: all %d ELF files load against %s", rel(v.Tree), v.Checked, v.Root))
+		default:
+			out = append(out, fmt.Sprintf("WARN  native tree %s: %d of %d ELF files do not load against %s", rel(v.Tree), len(v.Failed), v.Checked, v.Root))
+			files := make([]string, 0, len(v.Failed))
+			for f := range v.Failed {
+				files = append(files, f)
+			}
+			sort.Strings(files)
+			for _, f := range files {
+				out = append(out, fmt.Sprintf("        %s: %s", f, strings.Join(v.Failed[f], "; ")))
+			}
+		}
+	}
+	trees := make([]string, 0, len(a.Withdrawn))
+	for t := range a.Withdrawn {
+		trees = append(trees, t)
+	}
+	sort.Strings(trees)
+	for _, t := range trees {
+		for _, w := range a.Withdrawn[t] {
+			out = append(out, fmt.Sprintf("WARN  capability of tree %s not granted: %s", t, w))
+		}
+	}
+	if len(a.Shadows) == 0 {
+		out = append(out, "ok    no payload Python tree shadows a distribution of "+a.Image+" at another version")
+	}
+	return out
+}
+
+// wrap breaks lines longer than width at spaces, continuing under the
+// text after the six-column verdict; a word longer than a line stays whole.
+func wrap(lines []string, width int) []string {
+	var out []string
+	for _, l := range lines {
+		for len(l) > width {
+			i := strings.LastIndexByte(l[:width], ' ')
+			if i <= 6 {
+				break
+			}
+			out = append(out, l[:i])
+			l = "      " + strings.TrimLeft(l[i:], " ")
+		}
+		out = append(out, l)
+	}
+	return out
+}

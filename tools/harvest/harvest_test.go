@@ -1,0 +1,285 @@
+package harvest_test
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/tools/harvest"
+	"github.com/infera/infera-exec/tools/prune"
+)
+
+func TestMain(m *testing.M) {
+	harvest.SandboxChild() // the import check re-executes this binary
+	os.Exit(m.Run())
+}
+
+// debDir is where .ci/run downloads the packages of testdata/debs.txt.
+func debDir() string {
+	if d := os.Getenv("INFERA_DEB_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/infera-exec/debs"
+}
+
+var (
+	rootsOnce             sync.Once
+	builderRoot, baseRoot string
+	rootsErr              string
+)
+
+// roots builds the builder root (base packages plus lxml, pyverbs and
+// their libraries) and the base root (a Python 3.11 without them) from the
+// .deb files, once for all tests. Missing inputs skip, naming the command
+// that provides them; with INFERA_REQUIRE_FIXTURES=1 they fail.
+func roots(t *testing.T) (builder, base string) {
+	t.Helper()
+	rootsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "harvest-roots-")
+		if err != nil {
+			rootsErr = err.Error()
+			return
+		}
+		builderRoot, baseRoot = filepath.Join(dir, "builder"), filepath.Join(dir, "base")
+		f, err := os.Open("testdata/debs.txt")
+		if err != nil {
+			rootsErr = err.Error()
+			return
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			where, name, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+			if !ok || strings.HasPrefix(where, "#") {
+				continue
+			}
+			debs, _ := filepath.Glob(filepath.Join(debDir(), name+"_*.deb"))
+			if len(debs) == 0 {
+				rootsErr = "no " + name + "_*.deb in " + debDir() + "; run: mkdir -p " + debDir() + " && cd " + debDir() + " && apt-get download $(awk '!/^#/ {print $2}' tools/harvest/testdata/debs.txt) (as .ci/run does)"
+				return
+			}
+			targets := []string{builderRoot}
+			if where == "base" {
+				targets = append(targets, baseRoot)
+			}
+			for _, r := range targets {
+				if out, err := exec.Command("dpkg-deb", "-x", debs[len(debs)-1], r).CombinedOutput(); err != nil {
+					rootsErr = "dpkg-deb -x " + debs[len(debs)-1] + ": " + string(out)
+					return
+				}
+			}
+		}
+		// Image roots have a /tmp; the import check mounts the tree there.
+		for _, r := range []string{builderRoot, baseRoot} {
+			os.MkdirAll(filepath.Join(r, "tmp"), 0o1777)
+		}
+	})
+	if rootsErr != "" {
+		if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
+			t.Fatal(rootsErr)
+		}
+		t.Skip(rootsErr)
+	}
+	return builderRoot, baseRoot
+}
+
+func TestHarvestProvesTheTreeAgainstABaseThatLacksTheLibraries(t *testing.T) {
+	builder, base := roots(t)
+	out := filepath.Join(t.TempDir(), "rocm7-py311")
+	r, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"lxml", "pyverbs"}, Out: out, ROCm: 7})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	r.WriteText(&text)
+	t.Log(text.String())
+	require.False(t, r.Failed(), text.String())
+	require.Equal(t, "= 3.11", r.Python)
+	require.Equal(t, ">= 7, < 8", r.ROCm)
+	require.Contains(t, r.Granted, "lxml")
+	require.Contains(t, r.Granted, "pyverbs")
+
+	// The tree holds the libraries the base lacks, and none it provides.
+	base0 := elfload.NewLoader(base, nil)
+	libs, _ := os.ReadDir(filepath.Join(out, "lib"))
+	names := map[string]bool{}
+	for _, e := range libs {
+		names[e.Name()] = true
+		require.Empty(t, base0.Find(e.Name()), "lib/%s is in the base too", e.Name())
+	}
+	for _, want := range []string{"libxml2.so.2", "libxslt.so.1", "libibverbs.so.1", "librdmacm.so.1", "libnl-3.so.200"} {
+		require.True(t, names[want], "lib/%s (a soname link) missing; lib/ has %v", want, names)
+	}
+	for _, never := range []string{"libc.so.6", "libz.so.1", "liblzma.so.5", "libpython3.11.so.1.0"} {
+		require.False(t, names[never], "lib/%s is provided by the base and must not be copied", never)
+	}
+	// Soname links point at the files present.
+	target, err := os.Readlink(filepath.Join(out, "lib", "libxml2.so.2"))
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(out, "lib", target))
+
+	// The base's python3 imports the packages only with the tree.
+	mods := []string{"lxml.etree", "pyverbs.device"}
+	without, err := harvest.Importable(base, "", "", mods)
+	require.NoError(t, err)
+	require.Contains(t, without, "lxml.etree")
+	require.Contains(t, without, "pyverbs.device")
+	with, err := harvest.Importable(base, out, "", mods)
+	require.NoError(t, err)
+	require.Empty(t, with)
+
+	// The entry for payload.toml lists what was proven.
+	entry, err := os.ReadFile(filepath.Join(out, harvest.TreeFile))
+	require.NoError(t, err)
+	require.Contains(t, string(entry), `"lxml" = ["lxml/*.so"`)
+	require.Contains(t, string(entry), `python = "= 3.11"`)
+}
+
+func TestHarvestRefusesACapabilityWhoseLibraryNeedsANewerBase(t *testing.T) {
+	builder, base := roots(t)
+	out := filepath.Join(t.TempDir(), "tree")
+	_, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"lxml"}, Out: out, ROCm: 7, NoImport: true})
+	require.NoError(t, err)
+
+	// libxslt as a newer base's build would be: it needs a glibc symbol
+	// version bookworm's glibc 2.36 does not define.
+	lib := filepath.Join(out, "lib", "libxslt.so.1.1.35")
+	renameNeededVersion(t, lib, "GLIBC_2.14", "GLIBC_2.99")
+	checks, err := harvest.Verify(out, base)
+	require.NoError(t, err)
+	var problems, failing []string
+	for _, c := range checks {
+		problems = append(problems, c.Problems...)
+		if !c.OK {
+			failing = append(failing, c.Path)
+		}
+	}
+	joined := strings.Join(problems, "\n")
+	require.Contains(t, joined, "needs GLIBC_2.99 from libc.so.6")
+	require.Contains(t, joined, "libxslt.so.1.1.35")
+	// The extension module that loads it fails too: its closure holds it.
+	require.Contains(t, strings.Join(failing, "\n"), "lxml/etree.cpython-311-x86_64-linux-gnu.so")
+}
+
+func TestHarvestWithoutBaseUsesThePolicy(t *testing.T) {
+	builder, _ := roots(t)
+	out := filepath.Join(t.TempDir(), "tree")
+	r, err := harvest.Run(harvest.Options{Root: builder, Packages: []string{"pyverbs"}, Out: out, ROCm: 7})
+	require.NoError(t, err)
+	for _, l := range r.Copied {
+		require.NotContains(t, l.Name, "libibverbs", "libibverbs is on the policy list")
+		require.NotContains(t, l.Name, "libc.so")
+	}
+	require.Contains(t, r.ImportNote, "no base root")
+}
+
+func TestPruneRemovesDuplicatesAndReportsShadows(t *testing.T) {
+	builder, _ := roots(t)
+	tree := t.TempDir()
+	// A pip --target tree: lxml at the builder's version (a duplicate),
+	// six at another version than the builder's 1.16.0 (a shadow), and a
+	// distribution the builder does not have.
+	dist(t, tree, "lxml", "4.9.2", "lxml/__init__.py", "lxml/etree.py")
+	dist(t, tree, "six", "1.17.0", "six.py")
+	dist(t, tree, "infera_demo_only", "0.1", "infera_demo_only/__init__.py")
+	r, err := prune.Run(prune.Options{Tree: tree, Base: builder})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	r.WriteText(&text, false)
+	t.Log(text.String())
+	require.Len(t, r.Matches, 2)
+	shadows := r.Shadows()
+	require.Len(t, shadows, 1)
+	require.Equal(t, "1.17.0", shadows[0].TreeVersion)
+	require.Equal(t, "1.16.0", shadows[0].BaseVersion)
+	require.NoFileExists(t, filepath.Join(tree, "lxml", "etree.py"))
+	require.NoDirExists(t, filepath.Join(tree, "lxml"))
+	require.NoFileExists(t, filepath.Join(tree, "six.py"))
+	require.DirExists(t, filepath.Join(tree, "infera_demo_only"))
+	require.Equal(t, 1, r.Left)
+	require.Contains(t, text.String(), "would have shadowed the base's 1.16.0")
+
+	// The allow-list keeps one.
+	dist(t, tree, "six", "1.17.0", "six.py")
+	r, err = prune.Run(prune.Options{Tree: tree, Base: builder, Keep: []string{"Six"}})
+	require.NoError(t, err)
+	require.FileExists(t, filepath.Join(tree, "six.py"))
+	require.True(t, r.Matches[0].Kept)
+}
+
+// dist writes a distribution as pip --target leaves it: its files and a
+// dist-info with METADATA and RECORD.
+func dist(t *testing.T, tree, name, version string, files ...string) {
+	meta := name + "-" + version + ".dist-info"
+	record := []string{}
+	for _, f := range files {
+		p := filepath.Join(tree, f)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte("# "+f+"\n"), 0o644))
+		record = append(record, f+",,")
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(tree, meta), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(tree, meta, "METADATA"), []byte("Metadata-Version: 2.1\nName: "+name+"\nVersion: "+version+"\n\n"), 0o644))
+	record = append(record, meta+"/METADATA,,", meta+"/RECORD,,")
+	require.NoError(t, os.WriteFile(filepath.Join(tree, meta, "RECORD"), []byte(strings.Join(record, "\n")+"\n"), 0o644))
+}
+
+// renameNeededVersion edits a library's .gnu.version_r in place: the
+// needed version old becomes new (same length), with its ELF hash, as a
+// build against a newer library would have it.
+func renameNeededVersion(t *testing.T, path, old, new string) {
+	t.Helper()
+	require.Equal(t, len(old), len(new))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	f, err := elf.NewFile(bytes.NewReader(b))
+	require.NoError(t, err)
+	dynstr, vr := f.Section(".dynstr"), f.Section(".gnu.version_r")
+	require.NotNil(t, dynstr)
+	require.NotNil(t, vr)
+	strs := b[dynstr.Offset : dynstr.Offset+dynstr.Size]
+	str := func(off uint32) string {
+		s := strs[off:]
+		return string(s[:bytes.IndexByte(s, 0)])
+	}
+	le := binary.LittleEndian
+	found := false
+	for off := vr.Offset; ; {
+		cnt, aux, next := le.Uint16(b[off+2:]), le.Uint32(b[off+8:]), le.Uint32(b[off+12:])
+		a := off + uint64(aux)
+		for i := uint16(0); i < cnt; i++ {
+			if str(le.Uint32(b[a+8:])) == old {
+				le.PutUint32(b[a:], elfHash(new))
+				copy(strs[le.Uint32(b[a+8:]):], new)
+				found = true
+			}
+			a += uint64(le.Uint32(b[a+12:]))
+		}
+		if next == 0 {
+			break
+		}
+		off += uint64(next)
+	}
+	require.True(t, found, "%s needs no %s", path, old)
+	require.NoError(t, os.WriteFile(path, b, 0o755))
+}
+
+func elfHash(s string) uint32 {
+	var h uint32
+	for _, c := range []byte(s) {
+		h = h<<4 + uint32(c)
+		if g := h & 0xf0000000; g != 0 {
+			h ^= g >> 24
+		}
+		h &^= 0xf0000000
+	}
+	return h
+}
