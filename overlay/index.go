@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
 )
 
@@ -110,9 +111,12 @@ func WriteIndex(root string) (*Index, error) {
 // children.
 func ReadIndex(root string) (*Index, []byte, error) {
 	p := filepath.Join(root, IndexName)
-	data, err := os.ReadFile(p)
-	if err != nil {
+	data, err := boundedread.File(p, boundedread.Index)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("payload index %s: %w (build the payload with `make payload`, which writes it)", p, unwrapPath(err))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("payload index %w", err)
 	}
 	var ix Index
 	dec := json.NewDecoder(strings.NewReader(string(data)))
