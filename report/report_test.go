@@ -99,7 +99,7 @@ func TestWriteExplicitPath(t *testing.T) {
 
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the report may name the worker's arguments: root only")
 	fi, err = os.Stat(filepath.Dir(path))
 	require.NoError(t, err)
 	assert.True(t, fi.IsDir())
@@ -137,7 +137,7 @@ func TestWriteReplacesPreviousReport(t *testing.T) {
 	assert.True(t, json.Valid(data))
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "the report is readable by operators")
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the report is for root only")
 }
 
 func TestWriteExplicitPathFailureDoesNotFallBack(t *testing.T) {
@@ -200,21 +200,38 @@ func TestWriteRefusesSymlinkedDirInTmp(t *testing.T) {
 
 	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "is a symlink in /tmp; not following it")
+	assert.Contains(t, err.Error(), "is a symbolic link")
 	assert.NoFileExists(t, filepath.Join(target, "report.json"))
 }
 
-func TestWriteFollowsSymlinkedDirOutsideTmp(t *testing.T) {
-	base := t.TempDir() // /tmp/TestXxx/001: the link's parent is not /tmp itself
+// The report directory is one infera-exec writes into as root: a link, a
+// directory another uid made first, or one others can write is refused.
+func TestWriteRefusesDirectoriesItDoesNotOwn(t *testing.T) {
+	base := t.TempDir()
 	target := filepath.Join(base, "real")
 	require.NoError(t, os.Mkdir(target, 0o755))
 	link := filepath.Join(base, "link")
 	require.NoError(t, os.Symlink(target, link))
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
+	assert.ErrorContains(t, err, "is a symbolic link")
+	assert.NoFileExists(t, filepath.Join(target, "report.json"))
 
-	got, err := Write(sampleReport(), filepath.Join(link, "report.json"))
-	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(link, "report.json"), got)
-	assert.FileExists(t, filepath.Join(target, "report.json"))
+	shared := filepath.Join(base, "shared")
+	require.NoError(t, os.Mkdir(shared, 0o755))
+	require.NoError(t, os.Chmod(shared, 0o777))
+	_, err = Write(sampleReport(), filepath.Join(shared, "report.json"))
+	assert.ErrorContains(t, err, "written by group or others")
+	assert.NoFileExists(t, filepath.Join(shared, "report.json"))
+
+	if os.Geteuid() != 0 {
+		t.Skip("the foreign-owner case needs root (chown)")
+	}
+	foreign := filepath.Join(base, "foreign")
+	require.NoError(t, os.Mkdir(foreign, 0o755))
+	require.NoError(t, os.Chown(foreign, 4242, 4242))
+	_, err = Write(sampleReport(), filepath.Join(foreign, "report.json"))
+	assert.ErrorContains(t, err, "owned by uid 4242")
+	assert.NoFileExists(t, filepath.Join(foreign, "report.json"))
 }
 
 func TestMarshalKeepsEnvForExplain(t *testing.T) {

@@ -248,7 +248,16 @@ func (p *pass) preflight(context.Context) error {
 func (p *pass) enginePatches(ctx context.Context) error {
 	state := ""
 	if !p.dry {
-		state = statedir.Pick(p.cfg.StateDir) // explain writes nothing and reads no stale cache
+		// explain writes nothing and reads no stale cache
+		var refused []error
+		state, refused = statedir.Pick(p.cfg.StateDir)
+		for _, err := range refused {
+			if statedir.Unsafe(err) {
+				p.log.Warn("state directory " + err.Error())
+			} else {
+				p.log.Debug("state directory " + err.Error())
+			}
+		}
 	}
 	out, err := patches.Run(ctx, patches.Input{
 		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
