@@ -123,6 +123,10 @@ func Dir(path string) error {
 	pfd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		if err := Dir(parent); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return &Error{path, e.Path + ": " + e.Why, e.Unsafe}
+			}
 			return err
 		}
 		pfd, err = unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
