@@ -140,9 +140,9 @@ type Outcome struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Marshal renders r as indented JSON.
+// Marshal renders r as indented JSON, secrets redacted (see RedactArgs).
 func Marshal(r *Report) ([]byte, error) {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.MarshalIndent(redacted(r), "", "  ")
 	if err != nil {
 		return nil, err
 	}

@@ -238,7 +238,8 @@ func TestMarshalKeepsEnvForExplain(t *testing.T) {
 	data, err := Marshal(sampleReport())
 	require.NoError(t, err)
 	assert.True(t, bytes.HasSuffix(data, []byte("\n")))
-	assert.Contains(t, string(data), "HF_TOKEN="+secret, "--explain --json shows the full environment")
+	assert.Contains(t, string(data), `"HF_TOKEN=\u003credacted\u003e"`, "--explain --json shows the full environment, secrets redacted")
+	assert.NotContains(t, string(data), secret)
 	assert.Contains(t, string(data), "\n  \"schema\": 2,")
 }
 
@@ -300,7 +301,7 @@ func TestWriteText(t *testing.T) {
 	assert.Contains(t, out, "  nofile soft 1048576, hard 1048576\n")
 	assert.Contains(t, out, "  path   /usr/bin/python3\n")
 	assert.Contains(t, out, "  argv   python3 -m infera.engine.vllm --served-model-name 'my model'\n")
-	assert.Contains(t, out, "  env\n    PATH=/overlay/bin:/usr/bin\n    HF_TOKEN="+secret+"\n")
+	assert.Contains(t, out, "  env\n    PATH=/overlay/bin:/usr/bin\n    HF_TOKEN=<redacted>\n", "secrets are redacted in the plan too")
 	assert.Contains(t, out, "Warnings:\n  something to fix\n")
 	assert.True(t, strings.HasSuffix(out, "Verdict: would start the worker (exit 0)\n"), out)
 }
@@ -317,4 +318,40 @@ func TestWriteTextRefused(t *testing.T) {
 	assert.NotContains(t, out, "  path   ")
 	assert.NotContains(t, out, "  env\n")
 	assert.True(t, strings.HasSuffix(out, "Verdict: exec-failed (exit 127): nosuch: not found\n"), out)
+}
+
+// Secrets in the worker's arguments or environment never reach the
+// report file, the plan or the exec log line.
+func TestSecretsAreRedacted(t *testing.T) {
+	argv := []string{"vllm", "serve", "/m", "--api-key", "sk-live-1234", "--hf-token=hf_abcd", "--tokenizer", "/tok",
+		"--max-num-batched-tokens", "8192", "--ssl-keyfile", "/k.pem", "--db-password", "pw", "--client-secret=s3", "--", "--api-key", "x"}
+	got := RedactArgs(argv)
+	assert.Equal(t, []string{"vllm", "serve", "/m", "--api-key", Redacted, "--hf-token=" + Redacted, "--tokenizer", "/tok",
+		"--max-num-batched-tokens", "8192", "--ssl-keyfile", "/k.pem", "--db-password", Redacted, "--client-secret=" + Redacted, "--", "--api-key", Redacted}, got)
+	assert.Equal(t, "sk-live-1234", argv[4], "the worker still gets the real value")
+	for name, want := range map[string]bool{"HF_TOKEN": true, "OPENAI_API_KEY": true, "AWS_SECRET_ACCESS_KEY": true, "HUGGING_FACE_HUB_TOKEN": true,
+		"TOKENIZERS_PARALLELISM": false, "PATH": false, "MY_PASSWORD_FILE": true, "INFERA_EXEC_REPORT": false} {
+		assert.Equal(t, want, SecretName(name), name)
+	}
+
+	r := sampleReport()
+	r.Args = append([]string{"infera-exec"}, argv...)
+	r.Exec.Argv, r.Exec.Command = argv, argv
+	v := "sk-env-5678"
+	r.EnvChanges = append(r.EnvChanges, environ.Change{Name: "VLLM_API_KEY", After: &v})
+	path := filepath.Join(t.TempDir(), "report.json")
+	_, err := Write(r, path)
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, s := range []string{"sk-live-1234", "hf_abcd", "sk-env-5678", "s3\""} {
+		assert.NotContains(t, string(data), s)
+	}
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	var b bytes.Buffer
+	WriteText(&b, r)
+	assert.NotContains(t, b.String(), "sk-live-1234")
+	assert.Equal(t, "sk-live-1234", r.Exec.Argv[4], "the report itself keeps what the worker gets")
 }

@@ -287,7 +287,7 @@ func (p *pass) exec() int {
 	if err := os.Chdir(e.Cwd); err != nil {
 		return p.finish(exitConfig, "refused", fmt.Errorf("chdir %s (INFERA_EXEC_CHDIR): %w", e.Cwd, err))
 	}
-	p.log.Info(fmt.Sprintf("exec %s (%s) in %s", report.QuoteArgs(e.Argv), e.Path, e.Cwd), "path", e.Path)
+	p.log.Info(fmt.Sprintf("exec %s (%s) in %s", report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "exec"}
 	p.writeReport()
 	code, err := launch.Exec(e.Path, e.Argv, e.Env)
