@@ -77,6 +77,9 @@ func Install(src, dest string) (*InstallResult, error) {
 		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, unwrapPath(err))}
 	}
 	removeStages(dest)
+	// Temporary files of the index writes of an install that was killed.
+	atomicfile.RemoveStale(filepath.Join(dest, installedName))
+	atomicfile.RemoveStale(filepath.Join(dest, IndexName))
 	stage, err := os.MkdirTemp(dest, stagePrefix)
 	if err != nil {
 		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
@@ -125,6 +128,12 @@ func Install(src, dest string) (*InstallResult, error) {
 	if r.Removed, err = removeStale(dest, ix); err != nil {
 		return nil, err
 	}
+	// From here on, what DEST may hold of ours is the new payload: record
+	// it before placing anything, so that an install killed half-way and
+	// followed by one of another payload still knows what to remove.
+	if err := atomicfile.WriteBytes(filepath.Join(dest, installedName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
+		return nil, destErr(err)
+	}
 
 	// Directories in place (idempotent), then the staged entries renamed
 	// over whatever was there.
@@ -164,7 +173,9 @@ func Install(src, dest string) (*InstallResult, error) {
 	if err := atomicfile.WriteBytes(filepath.Join(dest, IndexName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
 		return nil, destErr(err)
 	}
-	if err := atomicfile.WriteBytes(filepath.Join(dest, installedName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
+	// The (now empty) stage goes before the marker, so that a finished
+	// install holds exactly the payload.
+	if err := os.RemoveAll(stage); err != nil {
 		return nil, destErr(err)
 	}
 	if err := os.Remove(filepath.Join(dest, installingName)); err != nil {
