@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"unicode"
+
+	"github.com/infera/infera-exec/boundedread"
 )
 
 // Known names the capabilities infera-exec knows the meaning of. A payload
@@ -99,12 +100,12 @@ func Parse(content string) (Set, []string) {
 // ReadFile reads and parses a CAPABILITIES file. A missing file is not an
 // error: the tree then declares no capabilities.
 func ReadFile(path string) (set Set, notes []string, exists bool, err error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedread.File(path, boundedread.SmallText)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Set{}, nil, false, nil
 	}
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("read capabilities: %w", err)
+		return nil, nil, false, fmt.Errorf("read capabilities: %w", boundedread.Reason(err))
 	}
 	set, notes = Parse(string(data))
 	if len(set) == 0 && len(notes) == 0 {

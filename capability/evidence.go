@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,6 +66,7 @@ func Verify(dir string, decl map[string][]string) (Set, []Evidence) {
 		ev := Evidence{Capability: n, Globs: decl[n], Found: map[string][]string{}}
 		for _, g := range decl[n] {
 			matches, err := doublestar.Glob(fsys, g, doublestar.WithFilesOnly(), doublestar.WithFailOnIOErrors())
+			matches = slices.DeleteFunc(matches, func(m string) bool { return leavesTree(dir, m) })
 			if err != nil || len(matches) == 0 {
 				ev.Missing = append(ev.Missing, g)
 				continue
@@ -81,4 +84,20 @@ func Verify(dir string, decl map[string][]string) (Set, []Evidence) {
 		out = append(out, ev)
 	}
 	return newSet(granted), out
+}
+
+// leavesTree reports whether match (relative to dir) resolves, through a
+// symbolic link, to a file outside dir: os.DirFS follows links, and a
+// library outside the tree is no evidence of what the tree ships.
+func leavesTree(dir, match string) bool {
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return true
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(dir, filepath.FromSlash(match)))
+	if err != nil {
+		return true
+	}
+	rel, err := filepath.Rel(realDir, real)
+	return err != nil || rel == ".." || strings.HasPrefix(rel, "../")
 }

@@ -106,18 +106,51 @@ func (e *Error) Error() string { return e.Msg }
 // FromProcess loads the configuration of this process: its environment,
 // the resolved path of its binary and the directory it was started in.
 func FromProcess(env *environ.Env) (Config, []string, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = os.Args[0]
-	}
-	if r, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = r
-	}
 	cwd, err := os.Getwd()
 	if err != nil {
 		cwd = "/"
 	}
-	return Load(env, exe, cwd)
+	exe, exeErr := Executable(os.Args[0], env.Value("PATH"), cwd)
+	cfg, warns, err := Load(env, exe, cwd)
+	if err == nil && exeErr != nil && env.Value("PAYLOAD_ROOT") == "" {
+		err = exeErr
+	}
+	return cfg, warns, err
+}
+
+// Executable is the absolute, link-resolved path of the running binary:
+// /proc/self/exe when /proc is mounted; without it, argv[0] made absolute
+// against the start directory, looked up on PATH when it has no slash
+// (as the shell or execvp found it). A relative payload root would reach
+// the worker's PYTHONPATH relative to a directory it no longer runs in,
+// so when neither works the answer is an error asking for PAYLOAD_ROOT.
+func Executable(argv0, path, cwd string) (string, error) {
+	exe, err := os.Executable()
+	if err != nil || !filepath.IsAbs(exe) {
+		exe = ""
+		switch {
+		case strings.Contains(argv0, "/"):
+			exe = abs(argv0, cwd)
+		case argv0 != "":
+			for _, dir := range filepath.SplitList(path) {
+				if dir == "" {
+					dir = "."
+				}
+				p := abs(filepath.Join(dir, argv0), cwd)
+				if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+					exe = p
+					break
+				}
+			}
+		}
+		if exe == "" {
+			return "", &Error{fmt.Sprintf("cannot tell where the infera-exec binary is (/proc is not mounted and %q was not found on PATH), so neither where its payload is; set PAYLOAD_ROOT", argv0)}
+		}
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	return exe, nil
 }
 
 // Load reads the configuration from env. exe is the resolved path of the
@@ -139,8 +172,8 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	if v := env.Value("PAYLOAD_ROOT"); v != "" {
 		c.PayloadRoot, c.PayloadRootFrom = abs(v, cwd), "PAYLOAD_ROOT"
 	} else {
-		c.PayloadRoot = filepath.Dir(filepath.Dir(exe))
-		c.PayloadRootFrom = "parent of the directory holding " + exe
+		c.PayloadRoot = filepath.Dir(filepath.Dir(abs(exe, cwd)))
+		c.PayloadRootFrom = "parent of the directory holding " + abs(exe, cwd)
 	}
 
 	c.Python = env.Value("INFERA_PYTHON")

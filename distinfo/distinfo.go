@@ -6,9 +6,9 @@
 package distinfo
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,7 +17,7 @@ import (
 	"strings"
 
 	"github.com/bmatcuk/doublestar/v4"
-	"golang.org/x/sys/unix"
+	"github.com/infera/infera-exec/boundedread"
 )
 
 // SiteGlobs are where images install Python packages, relative to the
@@ -153,20 +153,14 @@ func Version(dist string, dirs []string) (version, from string) {
 // headers reads the Name and Version of a core metadata file; the
 // headers end at the first empty line.
 func headers(path string) (name, version string) {
-	// Without blocking (a FIFO planted as METADATA never answers) and
-	// only a regular file; at most maxMeta bytes of it.
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	// A regular file within the cap, opened without blocking: a FIFO
+	// planted as METADATA never answers, /dev/zero never ends.
+	data, err := boundedread.File(path, maxMeta)
 	if err != nil {
 		return "", ""
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return "", ""
-	}
-	sc := bufio.NewScanner(io.LimitReader(f, maxMeta))
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
 		if line == "" {
 			break
 		}
@@ -199,7 +193,7 @@ func (d Dist) Files() ([]string, error) {
 		}
 	default:
 		lines, err := readLines(filepath.Join(d.Meta, "installed-files.txt"))
-		if err != nil && !os.IsNotExist(err) {
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 		for _, l := range lines {
@@ -269,18 +263,15 @@ func recordPath(line string) string {
 }
 
 func readLines(p string) ([]string, error) {
-	f, err := os.Open(p)
+	data, err := boundedread.File(p, maxMeta)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(io.LimitReader(f, maxMeta))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
 			out = append(out, l)
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }

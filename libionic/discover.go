@@ -11,9 +11,9 @@
 package libionic
 
 import (
-	"bufio"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/linkchain"
@@ -36,10 +37,11 @@ type Container struct {
 	ConfigDir      string   `json:"config_dir"`                // /etc/libibverbs.d, as compiled into libibverbs
 	ProviderDir    string   `json:"provider_dir"`              // as compiled into libibverbs
 	PABI           int      `json:"pabi"`                      // private ABI: IBVERBS_PRIVATE_<PABI>, lib<name>-rdmav<PABI>.so
-	DriverFile     string   `json:"driver_file,omitempty"`     // the .driver file naming the provider
+	DriverFile     string   `json:"driver_file,omitempty"`     // the configuration file naming the provider
+	DriverLine     string   `json:"driver_line,omitempty"`     // its line, as libibverbs reads it
 	SonameLink     string   `json:"soname_link"`               // <libdir>/lib<name>.so.1
 	SonameChain    []string `json:"soname_chain,omitempty"`    // its symlink chain, when it exists
-	ProviderLink   string   `json:"provider_link"`             // <providerdir>/lib<name>-rdmav<PABI>.so
+	ProviderLink   string   `json:"provider_link"`             // the file libibverbs opens: <providerdir>/lib<name>-rdmav<PABI>.so, or an absolute .driver line's path
 	ProviderChain  []string `json:"provider_chain,omitempty"`  // its symlink chain, when it exists
 	Files          []string `json:"files,omitempty"`           // the real files behind the two names
 	ProviderSHA256 string   `json:"provider_sha256,omitempty"` // of the file the provider link leads to
@@ -145,9 +147,18 @@ func Discover(root, name string) (*Container, *elfload.Object, error) {
 		return c, ref, fmt.Errorf("container libibverbs %s: provider path says private ABI %d but the library defines IBVERBS_PRIVATE_%v", c.LibibverbsFile, c.PABI, defined)
 	}
 
-	c.DriverFile = driverFile(root, c.ConfigDir, name)
 	c.SonameLink = filepath.Join(c.LibDir, "lib"+name+".so.1")
 	c.ProviderLink = filepath.Join(c.ProviderDir, fmt.Sprintf("lib%s-rdmav%d.so", name, c.PABI))
+	drv, err := findDriver(root, c.ConfigDir, name, c.ProviderDir, c.PABI)
+	if err != nil {
+		return c, ref, err
+	}
+	if drv != nil {
+		// The provider is the file the .driver line makes libibverbs
+		// open, which is not the provider directory's for an absolute
+		// line.
+		c.DriverFile, c.DriverLine, c.ProviderLink = drv.file, drv.line, drv.provider
+	}
 	for _, l := range []struct {
 		path  string
 		chain *[]string
@@ -173,25 +184,88 @@ func Discover(root, name string) (*Container, *elfload.Object, error) {
 	return c, ref, nil
 }
 
-// driverFile finds the .driver file whose "driver <name>" line makes
-// libibverbs load the provider; "" when there is none.
-func driverFile(root, dir, name string) string {
-	matches, _ := filepath.Glob(filepath.Join(in(root, dir), "*.driver"))
-	sort.Strings(matches)
-	for _, m := range matches {
-		f, err := os.Open(m)
+// driver is a configuration line that makes libibverbs load provider
+// name, and the file the loader will open for it.
+type driver struct {
+	file, line, provider string
+}
+
+// findDriver reads the configuration directory as libibverbs does
+// (every regular file in it, whatever its name; per line: leading blanks
+// skipped, '#' comments, "driver NAME") and returns the line that loads
+// provider name, with the file the loader will open for it:
+//
+//	driver ionic                     <provider dir>/libionic-rdmav<PABI>.so
+//	driver /opt/x/libionic           /opt/x/libionic-rdmav<PABI>.so (that file, nothing else)
+//
+// A relative line with a directory in it (driver ../x/libionic) is opened
+// relative to the worker's working directory: which file that is cannot
+// be known here, so it is an error, as are two lines that would open
+// different files. nil means no line names the provider.
+func findDriver(root, dir, name, providerDir string, pabi int) (*driver, error) {
+	entries, err := os.ReadDir(in(root, dir))
+	if err != nil {
+		return nil, nil
+	}
+	suffix := fmt.Sprintf("-rdmav%d.so", pabi)
+	var found []driver
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		fi, err := os.Stat(in(root, p))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue // libibverbs skips what is not a regular file
+		}
+		data, err := boundedread.File(in(root, p), boundedread.SmallText)
 		if err != nil {
+			return nil, fmt.Errorf("libibverbs configuration %s: %w", p, boundedread.Reason(err))
+		}
+		for _, n := range DriverNames(string(data)) {
+			d := driver{file: p, line: "driver " + n}
+			switch {
+			case n == name:
+				d.provider = filepath.Join(providerDir, "lib"+name+suffix)
+			case strings.HasPrefix(n, "/") && path.Base(n) == "lib"+name:
+				d.provider = path.Clean(n + suffix)
+			case strings.Contains(n, "/") && (path.Base(n) == "lib"+name || path.Base(n) == name):
+				return nil, fmt.Errorf("%s: %q names the %s provider by a relative path, which libibverbs opens relative to the worker's working directory; cannot tell which file it loads, so the host build is not swapped in (use \"driver %s\" or an absolute path)", p, d.line, name, name)
+			default:
+				continue
+			}
+			found = append(found, d)
+		}
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].file < found[j].file })
+	for _, d := range found[1:] {
+		if d.provider != found[0].provider {
+			return nil, fmt.Errorf("%s (%q) and %s (%q) make libibverbs load the %s provider from two files (%s, %s); cannot tell which one serves the device, so the host build is not swapped in",
+				found[0].file, found[0].line, d.file, d.line, name, found[0].provider, d.provider)
+		}
+	}
+	return &found[0], nil
+}
+
+// DriverNames parses a libibverbs configuration file as libibverbs does
+// and returns the names of its driver lines, in order. Lines libibverbs
+// would warn about are ignored.
+func DriverNames(content string) []string {
+	var out []string
+	for _, line := range strings.SplitAfter(content, "\n") {
+		line = strings.TrimLeft(line, " \t")
+		if line == "" || line[0] == '\n' || line[0] == '#' {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) == 2 && fields[0] == "driver" && (fields[1] == name || filepath.Base(fields[1]) == "lib"+name) {
-				f.Close()
-				return out(root, m)
-			}
+		i := strings.IndexAny(line, "\n\t ")
+		if i < 0 || line[:i] != "driver" {
+			continue // "driver" alone at the end of the file has no name
 		}
-		f.Close()
+		rest := strings.TrimLeft(line[i+1:], " \t")
+		if j := strings.IndexAny(rest, "\n\t "); j >= 0 {
+			rest = rest[:j]
+		}
+		out = append(out, rest)
 	}
-	return ""
+	return out
 }

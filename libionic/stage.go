@@ -62,18 +62,24 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []enviro
 	default: // refused, no-route
 		log.Warn("host libionic: " + res.Summary)
 	}
+	for _, w := range res.Warnings {
+		log.Warn("host libionic: " + w)
+	}
 	for _, n := range res.Notes {
 		log.Info("host libionic: " + n)
 	}
+	return o, fallbackEdits(res)
+}
+
+// fallbackEdits is the environment a route needs: RDMAV_DRIVERS for the
+// read-only route, nothing else (no LD_LIBRARY_PATH entry).
+func fallbackEdits(res *Result) []environ.Edit {
 	var edits []environ.Edit
 	if drivers, ok := res.Env["RDMAV_DRIVERS"]; ok {
 		// Ours first; an operator's own entries stay after it.
 		edits = append(edits, environ.Prepend("RDMAV_DRIVERS", drivers))
 	}
-	if res.LibraryPath != "" {
-		edits = append(edits, environ.Prepend("LD_LIBRARY_PATH", res.LibraryPath))
-	}
-	return o, edits
+	return edits
 }
 
 // ProviderABI is the kernel ABI range of the provider build that will

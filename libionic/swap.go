@@ -14,9 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/statedir"
 )
 
 // Options say what to swap and where.
@@ -59,9 +61,9 @@ type Result struct {
 	Replaced     []string          `json:"replaced,omitempty"`
 	Created      []string          `json:"created,omitempty"`
 	Backups      []string          `json:"backups,omitempty"`
-	Env          map[string]string `json:"env,omitempty"`          // variables the worker must get
-	LibraryPath  string            `json:"library_path,omitempty"` // directory to put first on LD_LIBRARY_PATH
+	Env          map[string]string `json:"env,omitempty"` // variables the worker must get
 	Notes        []string          `json:"notes,omitempty"`
+	Warnings     []string          `json:"warnings,omitempty"` // places refused as unsafe (not ours), logged as warnings
 }
 
 // Swap puts the host build in place of the container's provider. It
@@ -93,7 +95,10 @@ func Swap(ctx context.Context, o Options) *Result {
 		r.State, r.Summary = "refused", err.Error()
 		return r
 	}
-	host, err := elfload.Read(in(root, o.Host))
+	// The host file is read once; every check below is made on that copy
+	// and that copy is what gets installed, so swapping the host file
+	// between the check and the copy changes nothing.
+	data, host, err := readHost(in(root, o.Host))
 	if err != nil {
 		r.State = "refused"
 		r.Checks = append(r.Checks, elfload.Check{Name: "elf", Detail: err.Error()})
@@ -132,11 +137,6 @@ func Swap(ctx context.Context, o Options) *Result {
 		r.Summary = fmt.Sprintf("host build %s would not load in this container (%s); keeping the container's provider", o.Host, strings.Join(failed, "; "))
 		return r
 	}
-	data, err := os.ReadFile(in(root, o.Host))
-	if err != nil {
-		r.State, r.Summary = "refused", fmt.Sprintf("read host build: %v", err)
-		return r
-	}
 	r.HostSHA256 = digest.Bytes(data)
 
 	if c.DriverFile != "" && len(c.SonameChain) > 0 && len(c.ProviderChain) > 0 && c.ProviderSHA256 == r.HostSHA256 && allSame(root, c.Files, r.HostSHA256) {
@@ -148,7 +148,7 @@ func Swap(ctx context.Context, o Options) *Result {
 		if dir := firstUnwritable(root, c); dir == "" {
 			r.State, r.Route = "planned", "in-place"
 			r.Summary = fmt.Sprintf("would replace %s with the host build", describeTargets(c))
-		} else if d, why := pickFallback(root, o.FallbackDirs); d != "" {
+		} else if d, why := pickFallback(root, o.FallbackDirs, r); d != "" {
 			r.State, r.Route = "planned", "rdmav-drivers"
 			r.Summary = fmt.Sprintf("%s is not writable; would copy the host build to %s and set RDMAV_DRIVERS", dir, d)
 		} else {
@@ -203,23 +203,18 @@ func inPlace(ctx context.Context, root, name string, c *Container, data []byte, 
 		files = []string{p}
 	}
 	for _, f := range files {
-		orig, err := os.ReadFile(in(root, f))
+		orig, err := boundedread.File(in(root, f), boundedread.Library)
 		if err != nil {
 			return err
 		}
 		if digest.Bytes(orig) == digest.Bytes(data) {
 			continue
 		}
-		backup := filepath.Join(filepath.Dir(f), "."+filepath.Base(f)+".infera-orig")
-		if _, err := os.Lstat(in(root, backup)); errors.Is(err, os.ErrNotExist) {
-			// A hard link keeps the original inode (and its pages, for any
-			// process that has it mapped) at no cost; ldconfig ignores
-			// names that do not start with "lib".
-			if err := os.Link(in(root, f), in(root, backup)); err != nil {
-				if err := atomicfile.WriteBytes(in(root, backup), orig, atomicfile.Options{Mode: 0o644}); err != nil {
-					return err
-				}
-			}
+		backup, made, err := keepOriginal(root, f, orig)
+		if err != nil {
+			return err
+		}
+		if made {
 			r.Backups = append(r.Backups, backup)
 		}
 		if err := atomicfile.WriteBytes(in(root, f), data, atomicfile.Options{KeepOwner: true}); err != nil {
@@ -268,6 +263,103 @@ func inPlace(ctx context.Context, root, name string, c *Container, data []byte, 
 	return nil
 }
 
+// keepOriginal makes sure the file about to be replaced survives as a
+// backup beside it. The backup is .<name>.infera-orig; an existing one is
+// trusted only when it holds exactly these bytes. When it holds something
+// else (an earlier original, or a file someone else put there) it is left
+// alone and this original is kept under a name carrying its digest,
+// .<name>.infera-orig-<sha256 prefix>, so no original is ever lost. made
+// is false when a byte-identical backup was already there.
+func keepOriginal(root, f string, orig []byte) (backup string, made bool, err error) {
+	sum := digest.Bytes(orig)
+	base := filepath.Join(filepath.Dir(f), "."+filepath.Base(f)+".infera-orig")
+	for _, backup := range []string{base, base + "-" + sum[:16]} {
+		fi, err := os.Lstat(in(root, backup))
+		if err == nil {
+			if fi.Mode().IsRegular() {
+				if have, err := boundedread.FileNoFollow(in(root, backup), boundedread.Library); err == nil && digest.Bytes(have) == sum {
+					return backup, false, nil
+				}
+			}
+			continue
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", false, err
+		}
+		// A hard link keeps the original inode (and its pages, for any
+		// process that has it mapped) at no cost; ldconfig ignores names
+		// that do not start with "lib". The link is checked: the file may
+		// have changed since it was read.
+		if err := os.Link(in(root, f), in(root, backup)); err == nil {
+			if have, err := boundedread.FileNoFollow(in(root, backup), boundedread.Library); err == nil && digest.Bytes(have) == sum {
+				return backup, true, nil
+			}
+			os.Remove(in(root, backup))
+		}
+		if err := atomicfile.WriteBytes(in(root, backup), orig, atomicfile.Options{Mode: 0o644}); err != nil {
+			return "", false, err
+		}
+		return backup, true, nil
+	}
+	return "", false, fmt.Errorf("cannot keep the original %s: %s and %s-%s exist with other content", f, base, base, sum[:16])
+}
+
+// readHost reads the host build once, bounded, and checks that copy: a
+// private snapshot (a memfd, or a 0600 temporary file when /proc is not
+// mounted) is what elfload reads, and the same bytes are returned for
+// installing.
+func readHost(path string) ([]byte, *elfload.Object, error) {
+	data, err := boundedread.File(path, boundedread.Library)
+	if err != nil {
+		// elfload says plainly what a path that is no file is (a
+		// dangling link, a directory); the bytes are not used.
+		if _, eerr := elfload.Read(path); eerr != nil {
+			return nil, nil, eerr
+		}
+		return nil, nil, err
+	}
+	snap, done, err := snapshot(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: cannot keep a private copy to check: %w", path, err)
+	}
+	defer done()
+	obj, err := elfload.Read(snap)
+	if err != nil {
+		return nil, nil, errors.New(strings.ReplaceAll(err.Error(), snap, path))
+	}
+	obj.Path = path
+	return data, obj, nil
+}
+
+// snapshot puts data where only this process can change it and returns
+// a path to it.
+func snapshot(data []byte) (string, func(), error) {
+	if fd, err := unix.MemfdCreate("infera-exec-host-provider", unix.MFD_CLOEXEC); err == nil {
+		f := os.NewFile(uintptr(fd), "memfd")
+		p := fmt.Sprintf("/proc/self/fd/%d", fd)
+		if _, err := f.Write(data); err == nil {
+			if _, err := os.Stat(p); err == nil {
+				return p, func() { f.Close() }, nil
+			}
+		}
+		f.Close()
+	}
+	f, err := os.CreateTemp("", ".infera-exec-host-provider-*")
+	if err != nil {
+		return "", nil, err
+	}
+	name := f.Name()
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(name)
+		return "", nil, err
+	}
+	return name, func() { os.Remove(name) }, nil
+}
+
 // runLdconfig refreshes the loader cache after a new soname was created;
 // replacing a file at the same path needs none. A missing or failing
 // ldconfig is a note, never an error.
@@ -297,7 +389,7 @@ func runLdconfig(ctx context.Context, r *Result) {
 // under the name libibverbs builds for an RDMAV_DRIVERS entry, and the
 // worker is told where.
 func fallback(root string, o Options, c *Container, data []byte, r *Result) *Result {
-	dir, why := pickFallback(root, o.FallbackDirs)
+	dir, why := pickFallback(root, o.FallbackDirs, r)
 	if dir == "" {
 		r.State = "no-route"
 		r.Summary = fmt.Sprintf("cannot swap in the host build: the library directory is not writable and no fallback directory is usable (%s); starting with the container's provider", why)
@@ -305,7 +397,7 @@ func fallback(root string, o Options, c *Container, data []byte, r *Result) *Res
 	}
 	lib := filepath.Join(dir, "lib"+o.Name+".so.1")
 	prov := filepath.Join(dir, fmt.Sprintf("lib%s-rdmav%d.so", o.Name, c.PABI))
-	if cur, err := os.ReadFile(in(root, lib)); err != nil || digest.Bytes(cur) != digest.Bytes(data) {
+	if cur, err := boundedread.FileNoFollow(in(root, lib), boundedread.Library); err != nil || digest.Bytes(cur) != digest.Bytes(data) {
 		if err := atomicfile.WriteBytes(in(root, lib), data, atomicfile.Options{Mode: 0o755}); err != nil {
 			r.State, r.Summary = "no-route", fmt.Sprintf("cannot write %s: %v; starting with the container's provider", lib, err)
 			return r
@@ -321,20 +413,31 @@ func fallback(root string, o Options, c *Container, data []byte, r *Result) *Res
 		r.Created = append(r.Created, prov)
 	}
 	r.State, r.Route = "fallback", "rdmav-drivers"
+	// An RDMAV_DRIVERS entry is an absolute path: libibverbs dlopens
+	// <entry>-rdmav<PABI>.so directly, so the directory needs no
+	// LD_LIBRARY_PATH entry (which would let it shadow every library the
+	// worker loads, libc included).
 	r.Env = map[string]string{"RDMAV_DRIVERS": filepath.Join(dir, "lib"+o.Name)}
-	r.LibraryPath = dir
 	r.Summary = fmt.Sprintf("library directory not writable; the host build is at %s, loaded through RDMAV_DRIVERS=%s", prov, r.Env["RDMAV_DRIVERS"])
 	return r
 }
 
-// pickFallback returns the first candidate that can be created, is
-// writable, and is not on a noexec mount (dlopen would refuse to map it).
-func pickFallback(root string, cands []string) (string, string) {
+// pickFallback returns the first candidate that is infera-exec's own
+// directory (statedir.Dir: created by it, or a real directory of its uid
+// that nobody else can write), is writable, and is not on a noexec mount
+// (dlopen would refuse to map it).
+func pickFallback(root string, cands []string, r *Result) (string, string) {
 	var whys []string
 	for _, d := range cands {
 		p := in(root, d)
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			whys = append(whys, fmt.Sprintf("%s: %v", d, unwrapPath(err)))
+		// The loader will map code from here as root's worker: the
+		// directory must be ours alone (a directory another uid made
+		// first in /tmp could hold a planted library).
+		if err := statedir.Dir(p); err != nil {
+			whys = append(whys, err.Error())
+			if statedir.Unsafe(err) {
+				r.Warnings = append(r.Warnings, "fallback directory "+err.Error())
+			}
 			continue
 		}
 		if err := unix.Access(p, unix.W_OK|unix.X_OK); err != nil {

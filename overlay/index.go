@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
 )
 
@@ -89,6 +90,9 @@ func BuildIndex(root string) (*Index, error) {
 		return nil, err
 	}
 	sort.Slice(ix.Entries, func(i, j int) bool { return ix.Entries[i].Path < ix.Entries[j].Path })
+	if err := ix.checkLinks(); err != nil {
+		return nil, fmt.Errorf("payload %s: %w", root, err)
+	}
 	return ix, nil
 }
 
@@ -110,9 +114,12 @@ func WriteIndex(root string) (*Index, error) {
 // children.
 func ReadIndex(root string) (*Index, []byte, error) {
 	p := filepath.Join(root, IndexName)
-	data, err := os.ReadFile(p)
-	if err != nil {
+	data, err := boundedread.File(p, boundedread.Index)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("payload index %s: %w (build the payload with `make payload`, which writes it)", p, unwrapPath(err))
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("payload index %w", err)
 	}
 	var ix Index
 	dec := json.NewDecoder(strings.NewReader(string(data)))
@@ -136,7 +143,89 @@ func ReadIndex(root string) (*Index, []byte, error) {
 		}
 		seen[e.Path] = e.Type
 	}
+	if err := ix.checkLinks(); err != nil {
+		return nil, nil, fmt.Errorf("payload index %s: %w", p, err)
+	}
 	return &ix, data, nil
+}
+
+// maxLinkHops is the kernel's limit on links followed in one lookup.
+const maxLinkHops = 40
+
+// checkLinks resolves every symlink of the index as the kernel would once
+// the payload is installed: component by component from the link's
+// directory, through the other links of the same payload. A link that
+// leaves the payload on the way (a/here -> . plus a/x -> here/../..,
+// which stays inside when read as text), one that passes through a path
+// the payload does not have (what is there in the destination would
+// decide where it leads), and a loop are refused.
+func (ix *Index) checkLinks() error {
+	byPath := make(map[string]Entry, len(ix.Entries))
+	for _, e := range ix.Entries {
+		byPath[e.Path] = e
+	}
+	for _, e := range ix.Entries {
+		if e.Type != "symlink" {
+			continue
+		}
+		if err := resolveLink(byPath, e); err != nil {
+			return fmt.Errorf("symlink %s -> %s: %w", e.Path, e.Target, err)
+		}
+	}
+	return nil
+}
+
+func resolveLink(byPath map[string]Entry, link Entry) error {
+	var cur []string // the directory reached so far, relative to the root
+	if d := path.Dir(link.Path); d != "." {
+		cur = strings.Split(d, "/")
+	}
+	pending := strings.Split(link.Target, "/")
+	hops := 1
+	for len(pending) > 0 {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return errors.New("leads out of the payload")
+			}
+			cur = cur[:len(cur)-1]
+			continue
+		}
+		p := strings.Join(append(append([]string(nil), cur...), c), "/")
+		e, ok := byPath[p]
+		switch {
+		case ok && e.Type == "symlink":
+			if hops++; hops > maxLinkHops {
+				return fmt.Errorf("more than %d links to follow (a loop)", maxLinkHops)
+			}
+			if path.IsAbs(e.Target) {
+				return fmt.Errorf("leads through %s, an absolute link", p)
+			}
+			// The link's target replaces it, relative to its directory
+			// (cur, unchanged).
+			pending = append(strings.Split(e.Target, "/"), pending...)
+		case !ok && len(pending) > 0 && hasName(pending):
+			return fmt.Errorf("leads through %s, which the payload does not have", p)
+		default:
+			cur = append(cur, c)
+		}
+	}
+	return nil
+}
+
+// hasName reports whether components hold more than "." and "" (a
+// trailing slash): whether the lookup goes on below the current one.
+func hasName(components []string) bool {
+	for _, c := range components {
+		if c != "" && c != "." {
+			return true
+		}
+	}
+	return false
 }
 
 // check refuses an entry that could write outside the destination.

@@ -13,7 +13,9 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
+	"golang.org/x/sys/unix"
 )
 
 // Marker files in an install destination. While the first exists an
@@ -75,6 +77,9 @@ func Install(src, dest string) (*InstallResult, error) {
 		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, unwrapPath(err))}
 	}
 	removeStages(dest)
+	// Temporary files of the index writes of an install that was killed.
+	atomicfile.RemoveStale(filepath.Join(dest, installedName))
+	atomicfile.RemoveStale(filepath.Join(dest, IndexName))
 	stage, err := os.MkdirTemp(dest, stagePrefix)
 	if err != nil {
 		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
@@ -94,7 +99,7 @@ func Install(src, dest string) (*InstallResult, error) {
 		}
 		sp := filepath.Join(stage, filepath.FromSlash(e.Path))
 		if err := os.MkdirAll(filepath.Dir(sp), 0o755); err != nil {
-			return nil, err
+			return nil, destErr(err)
 		}
 		switch e.Type {
 		case "file":
@@ -106,13 +111,28 @@ func Install(src, dest string) (*InstallResult, error) {
 				return nil, fmt.Errorf("payload %s: symlink %s %s (index says -> %s)", src, e.Path, describeLink(t, err), e.Target)
 			}
 			if err := os.Symlink(e.Target, sp); err != nil {
-				return nil, err
+				return nil, destErr(err)
 			}
 		}
 		todo = append(todo, staged{e})
 	}
 	if err := atomicfile.SyncDir(stage); err != nil {
+		return nil, destErr(err)
+	}
+
+	// What an earlier install put there that this payload no longer has
+	// goes first, without following links, while every directory of the
+	// old payload is still a directory: once the new links are in place a
+	// stale path could lead through one of them into the new payload (or
+	// out of dest).
+	if r.Removed, err = removeStale(dest, ix); err != nil {
 		return nil, err
+	}
+	// From here on, what DEST may hold of ours is the new payload: record
+	// it before placing anything, so that an install killed half-way and
+	// followed by one of another payload still knows what to remove.
+	if err := atomicfile.WriteBytes(filepath.Join(dest, installedName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
+		return nil, destErr(err)
 	}
 
 	// Directories in place (idempotent), then the staged entries renamed
@@ -124,22 +144,22 @@ func Install(src, dest string) (*InstallResult, error) {
 		p := filepath.Join(dest, filepath.FromSlash(e.Path))
 		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
 			if err := os.Remove(p); err != nil {
-				return nil, err
+				return nil, destErr(err)
 			}
 		}
 		if err := os.MkdirAll(p, e.Perm()|0o700); err != nil {
-			return nil, fmt.Errorf("install %s: %w", p, unwrapPath(err))
+			return nil, destErr(fmt.Errorf("install %s: %w", p, unwrapPath(err)))
 		}
 	}
 	for _, s := range todo {
 		p := filepath.Join(dest, filepath.FromSlash(s.e.Path))
 		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
 			if err := os.RemoveAll(p); err != nil {
-				return nil, err
+				return nil, destErr(err)
 			}
 		}
 		if err := os.Rename(filepath.Join(stage, filepath.FromSlash(s.e.Path)), p); err != nil {
-			return nil, fmt.Errorf("install %s: %w", p, unwrapPath(err))
+			return nil, destErr(fmt.Errorf("install %s: %w", p, unwrapPath(err)))
 		}
 		r.Copied = append(r.Copied, s.e.Path)
 	}
@@ -150,17 +170,18 @@ func Install(src, dest string) (*InstallResult, error) {
 			os.Chmod(filepath.Join(dest, filepath.FromSlash(e.Path)), e.Perm())
 		}
 	}
-	r.Removed = removeStale(dest, ix)
 	if err := atomicfile.WriteBytes(filepath.Join(dest, IndexName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
-		return nil, err
+		return nil, destErr(err)
 	}
-	if err := atomicfile.WriteBytes(filepath.Join(dest, installedName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
-		return nil, err
+	// The (now empty) stage goes before the marker, so that a finished
+	// install holds exactly the payload.
+	if err := os.RemoveAll(stage); err != nil {
+		return nil, destErr(err)
 	}
 	if err := os.Remove(filepath.Join(dest, installingName)); err != nil {
-		return nil, err
+		return nil, destErr(err)
 	}
-	return r, atomicfile.SyncDir(dest)
+	return r, destErr(atomicfile.SyncDir(dest))
 }
 
 // copyChecked copies src to dst with the entry's mode, hashing as it goes;
@@ -176,7 +197,7 @@ func copyChecked(src, dst string, e Entry) error {
 	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return err
+		return destErr(err)
 	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(out, h), in)
@@ -190,7 +211,7 @@ func copyChecked(src, dst string, e Entry) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
+		return destErr(fmt.Errorf("copy %s: %w", src, err))
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); n != e.Size || got != e.SHA256 {
 		return fmt.Errorf("payload file %s %w: %d bytes with SHA-256 %s, the index says %d bytes with %s (tampered or truncated; rebuild the payload)", src, errMismatch, n, got, e.Size, e.SHA256)
@@ -220,14 +241,21 @@ func identical(p string, e Entry) bool {
 
 // removeStale deletes what an earlier install put in dest that the new
 // payload no longer has; entries dest had before any install are left.
-func removeStale(dest string, ix *Index) []string {
-	data, err := os.ReadFile(filepath.Join(dest, installedName))
+// Nothing is followed: each entry is removed with unlinkat relative to its
+// parent directory, reached from dest one O_NOFOLLOW directory at a time,
+// so an entry whose parent is now a link (into the new payload, or out of
+// dest) is not touched.
+func removeStale(dest string, ix *Index) ([]string, error) {
+	data, err := boundedread.FileNoFollow(filepath.Join(dest, installedName), boundedread.Index)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("install destination %w", err)
 	}
 	var old Index
 	if json.Unmarshal(data, &old) != nil {
-		return nil
+		return nil, nil
 	}
 	keep := map[string]bool{}
 	for _, e := range ix.Entries {
@@ -239,18 +267,59 @@ func removeStale(dest string, ix *Index) []string {
 		if keep[e.Path] || e.check() != nil {
 			continue
 		}
-		p := filepath.Join(dest, filepath.FromSlash(e.Path))
-		if e.Type == "dir" {
-			if os.Remove(p) == nil {
-				removed = append(removed, e.Path)
-			}
-			continue
-		}
-		if os.Remove(p) == nil {
+		err := unlinkBeneath(dest, e.Path, e.Type == "dir")
+		switch {
+		case err == nil:
 			removed = append(removed, e.Path)
+		case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EROFS):
+			return removed, destErr(err)
 		}
 	}
-	return removed
+	return removed, nil
+}
+
+// unlinkBeneath removes dest/rel without following any link on the way:
+// every directory from dest down is opened O_DIRECTORY|O_NOFOLLOW
+// relative to the one before, and the last name is unlinked in it.
+func unlinkBeneath(dest, rel string, dir bool) error {
+	fd, err := unix.Open(dest, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	parts := strings.Split(rel, "/")
+	for _, p := range parts[:len(parts)-1] {
+		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		fd = next
+	}
+	defer unix.Close(fd)
+	flags := 0
+	if dir {
+		flags = unix.AT_REMOVEDIR
+	}
+	return unix.Unlinkat(fd, parts[len(parts)-1], flags)
+}
+
+// destErr marks an error of writing into the destination (a full disk, a
+// read-only mount, no permission) so that it exits 73, not as a payload
+// error.
+func destErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var de *DestError
+	if errors.As(err, &de) {
+		return err
+	}
+	for _, errno := range []error{unix.ENOSPC, unix.EDQUOT, unix.EROFS, unix.EACCES, unix.EPERM} {
+		if errors.Is(err, errno) {
+			return &DestError{err}
+		}
+	}
+	return err
 }
 
 func removeStages(dest string) {

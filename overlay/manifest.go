@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	goversion "github.com/hashicorp/go-version"
 
 	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/capability"
 )
 
@@ -51,9 +53,9 @@ var treeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // malformed constraints are errors naming the file and the tree.
 func ReadManifest(root string) (*Manifest, error) {
 	file := filepath.Join(root, ManifestName)
-	data, err := os.ReadFile(file)
+	data, err := boundedread.File(file, boundedread.Manifest)
 	if err != nil {
-		return nil, err
+		return nil, &Error{file, boundedread.Reason(err)}
 	}
 	var m Manifest
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&m)
@@ -109,6 +111,9 @@ func (t *TreeSpec) check(root string) error {
 	if fi, err := os.Stat(filepath.Join(root, t.Dir)); err != nil || !fi.IsDir() {
 		return fmt.Errorf("dir %q is not a directory of the payload", t.Dir)
 	}
+	if err := staysInside(root, filepath.Join(root, t.Dir)); err != nil {
+		return fmt.Errorf("dir %q: %w", t.Dir, err)
+	}
 	var err error
 	if t.pyConstraint, err = goversion.NewConstraint(t.Python); err != nil || t.Python == "" {
 		return fmt.Errorf("python %q: a constraint on the CPython version such as \"= 3.12\" or \">= 3.10, < 3.13\"", t.Python)
@@ -124,6 +129,9 @@ func (t *TreeSpec) check(root string) error {
 				if err := relInside(d); err != nil {
 					return fmt.Errorf("search path %q: %w", d, err)
 				}
+			}
+			if err := staysInside(root, filepath.Join(root, t.Dir, d)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("search path %q: %w", d, err)
 			}
 		}
 	}

@@ -101,6 +101,9 @@ func Open(root string) (*Payload, error) {
 	}
 	for _, e := range entries {
 		if pyTreeRE.MatchString(e.Name()) && isDir(filepath.Join(root, e.Name())) {
+			if err := staysInside(root, filepath.Join(root, e.Name())); err != nil {
+				return nil, &Error{filepath.Join(root, e.Name()), err}
+			}
 			p.PyTrees = append(p.PyTrees, e.Name())
 		}
 	}
@@ -115,6 +118,9 @@ func Open(root string) (*Payload, error) {
 		dir := filepath.Join(nativeDir, e.Name())
 		if !nativeTreeRE.MatchString(e.Name()) || !isDir(dir) {
 			continue
+		}
+		if err := staysInside(root, dir); err != nil {
+			return nil, &Error{dir, err}
 		}
 		t := NativeTree{Tree: capability.Tree{Name: e.Name(), Dir: dir}}
 		capFile := filepath.Join(dir, "CAPABILITIES")
@@ -272,6 +278,25 @@ func listOrNone(names []string) string {
 		return "none"
 	}
 	return strings.Join(names, " ")
+}
+
+// staysInside refuses a tree directory that leaves the payload through a
+// symbolic link (its own or one of its parents'), resolved as the kernel
+// resolves it: the payload is what infera-exec trusts, not what its links
+// point at.
+func staysInside(root, p string) error {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return err
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(realRoot, real); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("leaves the payload through a symbolic link (it resolves to %s)", real)
+	}
+	return nil
 }
 
 func isDir(p string) bool {

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -141,9 +140,9 @@ type Outcome struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Marshal renders r as indented JSON.
+// Marshal renders r as indented JSON, secrets redacted (see RedactArgs).
 func Marshal(r *Report) ([]byte, error) {
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.MarshalIndent(redacted(r), "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -181,23 +180,20 @@ func Write(r *Report, path string) (string, error) {
 }
 
 func writeOne(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The directory must be ours (see statedir.Dir): a shared /tmp may
+	// hold a directory or link planted by someone else.
+	if err := statedir.Dir(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("report %s: %w", path, err)
 	}
-	// A shared /tmp may hold a link planted by someone else; a report is
-	// not worth following it.
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("report %s: %w", path, err)
-	}
-	if fi.Mode()&fs.ModeSymlink != 0 && filepath.Dir(dir) == "/tmp" {
-		return fmt.Errorf("report %s: %s is a symlink in /tmp; not following it", path, dir)
-	}
-	// Renamed into place, so never read half-written; not fsynced, since a
-	// report lost to a power cut is not worth a slower start.
-	if err := atomicfile.WriteBytes(path, data, atomicfile.Options{Mode: 0o644, NoSync: true}); err != nil {
+	// Renamed into place, so never read half-written and never written
+	// through a link at the name; not fsynced, since a report lost to a
+	// power cut is not worth a slower start. 0600: the report names the
+	// worker's command line and the payload, for root's eyes only.
+	if err := atomicfile.WriteBytes(path, data, atomicfile.Options{Mode: ReportMode, NoSync: true}); err != nil {
 		return fmt.Errorf("report %w", err)
 	}
 	return nil
 }
+
+// ReportMode is the report file's mode.
+const ReportMode = 0o600

@@ -99,7 +99,7 @@ func TestWriteExplicitPath(t *testing.T) {
 
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm())
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the report may name the worker's arguments: root only")
 	fi, err = os.Stat(filepath.Dir(path))
 	require.NoError(t, err)
 	assert.True(t, fi.IsDir())
@@ -137,7 +137,7 @@ func TestWriteReplacesPreviousReport(t *testing.T) {
 	assert.True(t, json.Valid(data))
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
-	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "the report is readable by operators")
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the report is for root only")
 }
 
 func TestWriteExplicitPathFailureDoesNotFallBack(t *testing.T) {
@@ -200,28 +200,46 @@ func TestWriteRefusesSymlinkedDirInTmp(t *testing.T) {
 
 	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "is a symlink in /tmp; not following it")
+	assert.Contains(t, err.Error(), "is a symbolic link")
 	assert.NoFileExists(t, filepath.Join(target, "report.json"))
 }
 
-func TestWriteFollowsSymlinkedDirOutsideTmp(t *testing.T) {
-	base := t.TempDir() // /tmp/TestXxx/001: the link's parent is not /tmp itself
+// The report directory is one infera-exec writes into as root: a link, a
+// directory another uid made first, or one others can write is refused.
+func TestWriteRefusesDirectoriesItDoesNotOwn(t *testing.T) {
+	base := t.TempDir()
 	target := filepath.Join(base, "real")
 	require.NoError(t, os.Mkdir(target, 0o755))
 	link := filepath.Join(base, "link")
 	require.NoError(t, os.Symlink(target, link))
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
+	assert.ErrorContains(t, err, "is a symbolic link")
+	assert.NoFileExists(t, filepath.Join(target, "report.json"))
 
-	got, err := Write(sampleReport(), filepath.Join(link, "report.json"))
-	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(link, "report.json"), got)
-	assert.FileExists(t, filepath.Join(target, "report.json"))
+	shared := filepath.Join(base, "shared")
+	require.NoError(t, os.Mkdir(shared, 0o755))
+	require.NoError(t, os.Chmod(shared, 0o777))
+	_, err = Write(sampleReport(), filepath.Join(shared, "report.json"))
+	assert.ErrorContains(t, err, "written by group or others")
+	assert.NoFileExists(t, filepath.Join(shared, "report.json"))
+
+	if os.Geteuid() != 0 {
+		t.Skip("the foreign-owner case needs root (chown)")
+	}
+	foreign := filepath.Join(base, "foreign")
+	require.NoError(t, os.Mkdir(foreign, 0o755))
+	require.NoError(t, os.Chown(foreign, 4242, 4242))
+	_, err = Write(sampleReport(), filepath.Join(foreign, "report.json"))
+	assert.ErrorContains(t, err, "owned by uid 4242")
+	assert.NoFileExists(t, filepath.Join(foreign, "report.json"))
 }
 
 func TestMarshalKeepsEnvForExplain(t *testing.T) {
 	data, err := Marshal(sampleReport())
 	require.NoError(t, err)
 	assert.True(t, bytes.HasSuffix(data, []byte("\n")))
-	assert.Contains(t, string(data), "HF_TOKEN="+secret, "--explain --json shows the full environment")
+	assert.Contains(t, string(data), `"HF_TOKEN=\u003credacted\u003e"`, "--explain --json shows the full environment, secrets redacted")
+	assert.NotContains(t, string(data), secret)
 	assert.Contains(t, string(data), "\n  \"schema\": 2,")
 }
 
@@ -283,7 +301,7 @@ func TestWriteText(t *testing.T) {
 	assert.Contains(t, out, "  nofile soft 1048576, hard 1048576\n")
 	assert.Contains(t, out, "  path   /usr/bin/python3\n")
 	assert.Contains(t, out, "  argv   python3 -m infera.engine.vllm --served-model-name 'my model'\n")
-	assert.Contains(t, out, "  env\n    PATH=/overlay/bin:/usr/bin\n    HF_TOKEN="+secret+"\n")
+	assert.Contains(t, out, "  env\n    PATH=/overlay/bin:/usr/bin\n    HF_TOKEN=<redacted>\n", "secrets are redacted in the plan too")
 	assert.Contains(t, out, "Warnings:\n  something to fix\n")
 	assert.True(t, strings.HasSuffix(out, "Verdict: would start the worker (exit 0)\n"), out)
 }
@@ -300,4 +318,40 @@ func TestWriteTextRefused(t *testing.T) {
 	assert.NotContains(t, out, "  path   ")
 	assert.NotContains(t, out, "  env\n")
 	assert.True(t, strings.HasSuffix(out, "Verdict: exec-failed (exit 127): nosuch: not found\n"), out)
+}
+
+// Secrets in the worker's arguments or environment never reach the
+// report file, the plan or the exec log line.
+func TestSecretsAreRedacted(t *testing.T) {
+	argv := []string{"vllm", "serve", "/m", "--api-key", "sk-live-1234", "--hf-token=hf_abcd", "--tokenizer", "/tok",
+		"--max-num-batched-tokens", "8192", "--ssl-keyfile", "/k.pem", "--db-password", "pw", "--client-secret=s3", "--", "--api-key", "x"}
+	got := RedactArgs(argv)
+	assert.Equal(t, []string{"vllm", "serve", "/m", "--api-key", Redacted, "--hf-token=" + Redacted, "--tokenizer", "/tok",
+		"--max-num-batched-tokens", "8192", "--ssl-keyfile", "/k.pem", "--db-password", Redacted, "--client-secret=" + Redacted, "--", "--api-key", Redacted}, got)
+	assert.Equal(t, "sk-live-1234", argv[4], "the worker still gets the real value")
+	for name, want := range map[string]bool{"HF_TOKEN": true, "OPENAI_API_KEY": true, "AWS_SECRET_ACCESS_KEY": true, "HUGGING_FACE_HUB_TOKEN": true,
+		"TOKENIZERS_PARALLELISM": false, "PATH": false, "MY_PASSWORD_FILE": true, "INFERA_EXEC_REPORT": false} {
+		assert.Equal(t, want, SecretName(name), name)
+	}
+
+	r := sampleReport()
+	r.Args = append([]string{"infera-exec"}, argv...)
+	r.Exec.Argv, r.Exec.Command = argv, argv
+	v := "sk-env-5678"
+	r.EnvChanges = append(r.EnvChanges, environ.Change{Name: "VLLM_API_KEY", After: &v})
+	path := filepath.Join(t.TempDir(), "report.json")
+	_, err := Write(r, path)
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, s := range []string{"sk-live-1234", "hf_abcd", "sk-env-5678", "s3\""} {
+		assert.NotContains(t, string(data), s)
+	}
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	var b bytes.Buffer
+	WriteText(&b, r)
+	assert.NotContains(t, b.String(), "sk-live-1234")
+	assert.Equal(t, "sk-live-1234", r.Exec.Argv[4], "the report itself keeps what the worker gets")
 }

@@ -9,6 +9,7 @@ import (
 // WriteText prints r for a person: what was detected and why, which trees
 // were picked, what the environment becomes, and the exact exec.
 func WriteText(w io.Writer, r *Report) {
+	r = redacted(r)
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p("infera-exec %s: %s", r.Tool.Version, map[bool]string{true: "plan (nothing was changed)", false: "run"}[r.Mode == "explain"])
 

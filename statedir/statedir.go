@@ -1,11 +1,19 @@
-// Package statedir answers where infera-exec keeps its own files: the
-// package probe's cached answer, the report, and a provider directory
-// when the library directory is read-only. They live in the container's
-// own filesystem, so they are exactly as old as the files they describe.
+// Package statedir answers where infera-exec keeps its own files (the
+// package probe's cached answer, the report, a provider directory when the
+// library directory is read-only) and whether a directory may be one of
+// them. They live in the container's own filesystem, so they are exactly
+// as old as the files they describe.
+//
+// infera-exec runs as root; /tmp and /dev/shm are shared with every other
+// process of the pod. A directory someone else made, or can write, could
+// hold a planted library or a link that redirects a root write, so every
+// directory infera-exec writes into or hands to the loader goes through
+// Dir first.
 package statedir
 
 import (
-	"os"
+	"errors"
+	"fmt"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -24,15 +32,22 @@ func Candidates(explicit string) []string {
 	return Defaults
 }
 
-// Pick returns the first candidate that exists or can be made and is
-// writable, or "" when none is.
-func Pick(explicit string) string {
+// Pick returns the first candidate that Dir accepts and that this process
+// can write, or "" when none is; whys say why each refused candidate was
+// not used, naming the path (and its owner when that was the reason).
+func Pick(explicit string) (dir string, refused []error) {
 	for _, d := range Candidates(explicit) {
-		if os.MkdirAll(d, 0o755) == nil && unix.Access(d, unix.W_OK|unix.X_OK) == nil {
-			return d
+		if err := Dir(d); err != nil {
+			refused = append(refused, err)
+			continue
 		}
+		if err := unix.Access(d, unix.W_OK|unix.X_OK); err != nil {
+			refused = append(refused, &Error{d, fmt.Sprintf("not writable: %v", err), false})
+			continue
+		}
+		return d, refused
 	}
-	return ""
+	return "", refused
 }
 
 // Sub is dir/name for every candidate, e.g. the report file or the
@@ -43,4 +58,112 @@ func Sub(explicit, name string) []string {
 		out = append(out, filepath.Join(d, name))
 	}
 	return out
+}
+
+// Error is a directory that must not be used, and why. Unsafe is set
+// when the directory exists but is not safely ours (a link, another
+// owner, writable by others): that is worth a warning, whereas a
+// read-only /run is ordinary.
+type Error struct {
+	Path   string
+	Why    string
+	Unsafe bool
+}
+
+// Unsafe reports whether err refuses a directory that exists but is not
+// safely infera-exec's own.
+func Unsafe(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Unsafe
+}
+
+func (e *Error) Error() string { return e.Path + ": " + e.Why + "; not using it" }
+
+// safeAncestors refuses a directory whose ancestors someone other than
+// root or this uid could change: the owner of a parent (whatever its
+// mode) or anyone who can write a non-sticky parent can rename a checked
+// directory away and put their own in its place.
+func safeAncestors(dir string) error {
+	euid := uint32(unix.Geteuid())
+	for p := dir; ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return fmt.Errorf("cannot stat its parent %s: %v", p, err)
+		}
+		if st.Uid != 0 && st.Uid != euid {
+			return fmt.Errorf("its parent %s is owned by uid %d", p, st.Uid)
+		}
+		if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+			return fmt.Errorf("its parent %s (owner uid %d, mode %04o) can be written by others and is not sticky", p, st.Uid, st.Mode&0o7777)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// Dir makes path one of infera-exec's own directories, or says why it
+// cannot be. A missing directory (and missing parents) is created with
+// mkdirat, which never follows a link at the name; then the name is
+// opened O_DIRECTORY|O_NOFOLLOW and fstat must show a real directory
+// owned by the effective uid and writable by nobody else, below parents
+// that nobody else can rename it out of (owned by root or this uid, and
+// not writable by others unless sticky, as /tmp is). Anything else (a link, a directory made first by
+// another uid, a group- or world-writable one) is refused: the caller
+// skips it with a warning.
+func Dir(path string) error {
+	path = filepath.Clean(path)
+	if !filepath.IsAbs(path) {
+		return &Error{path, "not an absolute path", false}
+	}
+	if path == "/" {
+		return &Error{path, "the root directory", false}
+	}
+	parent, name := filepath.Dir(path), filepath.Base(path)
+	pfd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		if err := Dir(parent); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return &Error{path, e.Path + ": " + e.Why, e.Unsafe}
+			}
+			return err
+		}
+		pfd, err = unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		return &Error{path, fmt.Sprintf("cannot open its parent %s: %v", parent, err), false}
+	}
+	defer unix.Close(pfd)
+	if err := safeAncestors(parent); err != nil {
+		return &Error{path, err.Error(), true}
+	}
+	if err := unix.Mkdirat(pfd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return &Error{path, fmt.Sprintf("cannot create it: %v", err), false}
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return &Error{path, "is a symbolic link", true}
+	case errors.Is(err, unix.ENOTDIR):
+		var lst unix.Stat_t
+		if unix.Fstatat(pfd, name, &lst, unix.AT_SYMLINK_NOFOLLOW) == nil && lst.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return &Error{path, fmt.Sprintf("is a symbolic link (owner uid %d)", lst.Uid), true}
+		}
+		return &Error{path, "is not a directory", true}
+	case err != nil:
+		return &Error{path, fmt.Sprintf("cannot open it: %v", err), false}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &Error{path, fmt.Sprintf("cannot stat it: %v", err), false}
+	}
+	if euid := uint32(unix.Geteuid()); st.Uid != euid {
+		return &Error{path, fmt.Sprintf("is owned by uid %d, not by uid %d that infera-exec runs as", st.Uid, euid), true}
+	}
+	if st.Mode&0o022 != 0 {
+		return &Error{path, fmt.Sprintf("can be written by group or others (mode %04o)", st.Mode&0o7777), true}
+	}
+	return nil
 }

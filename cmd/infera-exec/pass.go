@@ -41,17 +41,19 @@ type pass struct {
 	rep            *report.Report
 	dry            bool
 
-	env0      *environ.Env // as the container started us
-	env       *environ.Env // what the worker gets
-	cfg       config.Config
-	cfgErr    error
-	python    string // the interpreter, resolved once for every step
-	pythonErr error
-	fam       abi.Family
-	sel       *overlay.Selection
-	ionic     *libionic.Outcome
-	args      workerargs.Args // the worker command, read once for every step
-	probe     *fsprobe.Prober // touches filesystems that may not answer, with the deadline
+	env0        *environ.Env // as the container started us
+	env         *environ.Env // what the worker gets
+	cfg         config.Config
+	cfgErr      error
+	python      string // the interpreter, resolved once for every step
+	pythonErr   error
+	fam         abi.Family
+	sel         *overlay.Selection
+	ionic       *libionic.Outcome
+	args        workerargs.Args // the worker command, read once for every step
+	probe       *fsprobe.Prober // touches filesystems that may not answer, with the deadline
+	state       string          // see stateDir
+	statePicked bool
 }
 
 func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
@@ -168,9 +170,7 @@ func (p *pass) selectTrees(context.Context) error {
 		return fmt.Errorf("payload root %w (payload root from %s)", err, p.cfg.PayloadRootFrom)
 	}
 	img := overlay.Image{Root: "/", LibraryPath: nonEmpty(filepath.SplitList(p.env0.Value("LD_LIBRARY_PATH")))}
-	if !p.dry {
-		img.CacheDir = statedir.Pick(p.cfg.StateDir) // explain writes nothing and reads no stale cache
-	}
+	img.CacheDir = p.stateDir()
 	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, img, p.log)
 	p.rep.Payload, p.rep.Trees, p.sel = pl, sel, sel
 	return err
@@ -250,10 +250,7 @@ func (p *pass) preflight(context.Context) error {
 }
 
 func (p *pass) enginePatches(ctx context.Context) error {
-	state := ""
-	if !p.dry {
-		state = statedir.Pick(p.cfg.StateDir) // explain writes nothing and reads no stale cache
-	}
+	state := p.stateDir()
 	out, err := patches.Run(ctx, patches.Input{
 		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
 		Python: p.python, PythonErr: p.pythonErr, Env: p.env, Dir: p.cfg.Chdir,
@@ -261,6 +258,26 @@ func (p *pass) enginePatches(ctx context.Context) error {
 	})
 	p.rep.Patches = out
 	return err
+}
+
+// stateDir is where this run keeps its caches, picked once: "" for
+// --explain (it writes nothing and reads no stale cache) and when no
+// candidate is safe (then the steps do their full checks).
+func (p *pass) stateDir() string {
+	if p.dry || p.statePicked {
+		return p.state
+	}
+	p.statePicked = true
+	var refused []error
+	p.state, refused = statedir.Pick(p.cfg.StateDir)
+	for _, err := range refused {
+		if statedir.Unsafe(err) {
+			p.log.Warn("state directory " + err.Error())
+		} else {
+			p.log.Debug("state directory " + err.Error())
+		}
+	}
+	return p.state
 }
 
 func (p *pass) limits(context.Context) error {
@@ -282,7 +299,7 @@ func (p *pass) exec() int {
 	if err := os.Chdir(e.Cwd); err != nil {
 		return p.finish(exitConfig, "refused", fmt.Errorf("chdir %s (INFERA_EXEC_CHDIR): %w", e.Cwd, err))
 	}
-	p.log.Info(fmt.Sprintf("exec %s (%s) in %s", report.QuoteArgs(e.Argv), e.Path, e.Cwd), "path", e.Path)
+	p.log.Info(fmt.Sprintf("exec %s (%s) in %s", report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "exec"}
 	p.writeReport()
 	code, err := launch.Exec(e.Path, e.Argv, e.Env)

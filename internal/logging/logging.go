@@ -5,6 +5,7 @@ package logging
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -76,13 +77,30 @@ func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
 	case r.Level < slog.LevelInfo:
 		b.WriteString("debug: ")
 	}
-	// One record is one line, whatever its message holds.
-	b.WriteString(strings.ReplaceAll(r.Message, "\n", " "))
+	// One record is one line, whatever its message holds, and a value
+	// taken from the environment or a file cannot move the cursor, clear
+	// the screen or forge a line of its own.
+	writeEscaped(&b, r.Message)
 	b.WriteByte('\n')
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, err := io.WriteString(h.w, b.String())
 	return err
+}
+
+// writeEscaped writes s with newlines as spaces and every other control
+// character (C0, DEL, C1) as \xNN.
+func writeEscaped(b *strings.Builder, s string) {
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteByte(' ')
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
+			fmt.Fprintf(b, "\\x%02x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
 }
 
 func (h *textHandler) WithAttrs([]slog.Attr) slog.Handler { return h }

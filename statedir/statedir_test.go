@@ -1,0 +1,91 @@
+package statedir
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func TestDirCreatesAndAccepts(t *testing.T) {
+	base := t.TempDir()
+	d := filepath.Join(base, "a/b/infera-exec")
+	require.NoError(t, Dir(d))
+	fi, err := os.Lstat(d)
+	require.NoError(t, err)
+	assert.True(t, fi.IsDir())
+	assert.Zero(t, fi.Mode().Perm()&0o022)
+	require.NoError(t, Dir(d), "an existing directory of ours is accepted again")
+}
+
+// A directory planted by another user in a shared /tmp, a link, or a
+// directory others can write, must never receive a root write or reach
+// the loader.
+func TestDirRefusesWhatItDoesNotOwn(t *testing.T) {
+	base := t.TempDir()
+	require.NoError(t, os.Chmod(base, os.ModeSticky|0o777)) // as /tmp
+
+	link := filepath.Join(base, "link")
+	target := filepath.Join(base, "target")
+	require.NoError(t, os.Mkdir(target, 0o755))
+	require.NoError(t, os.Symlink(target, link))
+	err := Dir(link)
+	assert.ErrorContains(t, err, "symbolic link")
+
+	dangling := filepath.Join(base, "dangling")
+	require.NoError(t, os.Symlink(filepath.Join(base, "nowhere"), dangling))
+	assert.ErrorContains(t, Dir(dangling), "symbolic link")
+	_, statErr := os.Lstat(filepath.Join(base, "nowhere"))
+	assert.True(t, os.IsNotExist(statErr), "a dangling link is not followed to create its target")
+
+	writable := filepath.Join(base, "writable")
+	require.NoError(t, os.Mkdir(writable, 0o755))
+	require.NoError(t, os.Chmod(writable, 0o777))
+	assert.ErrorContains(t, Dir(writable), "mode 0777")
+
+	file := filepath.Join(base, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	assert.ErrorContains(t, Dir(file), "not a directory")
+
+	if unix.Geteuid() != 0 {
+		t.Skip("the foreign-owner case needs root (chown to another uid)")
+	}
+	foreign := filepath.Join(base, "foreign")
+	require.NoError(t, os.Mkdir(foreign, 0o755))
+	require.NoError(t, os.Chown(foreign, 4242, 4242))
+	err = Dir(foreign)
+	assert.ErrorContains(t, err, foreign)
+	assert.ErrorContains(t, err, "owned by uid 4242")
+
+	open := t.TempDir()
+	require.NoError(t, os.Chmod(open, 0o777))
+	assert.ErrorContains(t, Dir(filepath.Join(open, "x")), "not sticky")
+
+	// A parent someone else owns: they could rename our directory away
+	// and put theirs in its place, whatever its mode.
+	theirs := filepath.Join(base, "theirs")
+	require.NoError(t, os.Mkdir(theirs, 0o755))
+	require.NoError(t, os.Chown(theirs, 4242, 4242))
+	err = Dir(filepath.Join(theirs, "rdma"))
+	assert.ErrorContains(t, err, "owned by uid 4242")
+	assert.NoDirExists(t, filepath.Join(theirs, "rdma"))
+}
+
+func TestPickSkipsRefusedCandidates(t *testing.T) {
+	base := t.TempDir()
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(t.TempDir(), link))
+	d, whys := Pick(link)
+	assert.Empty(t, d)
+	require.Len(t, whys, 1)
+	assert.ErrorContains(t, whys[0], link)
+	assert.True(t, Unsafe(whys[0]))
+
+	good := filepath.Join(base, "state")
+	d, whys = Pick(good)
+	assert.Equal(t, good, d)
+	assert.Empty(t, whys)
+}
