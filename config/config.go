@@ -51,8 +51,8 @@ type Config struct {
 	Chdir              string                 `json:"chdir"`
 	HostLibionic       string                 `json:"host_libionic"`
 	HostLibionicSet    bool                   `json:"host_libionic_set,omitempty"` // given: a missing file is a warning
-	RDMAProvider       string                 `json:"rdma_provider"` // provider name the host build replaces
-	Sysfs              string                 `json:"sysfs"`         // SYSFS_PATH, as libibverbs reads it
+	RDMAProvider       string                 `json:"rdma_provider"`               // provider name the host build replaces
+	Sysfs              string                 `json:"sysfs"`                       // SYSFS_PATH, as libibverbs reads it
 	SkipEnginePatches  bool                   `json:"skip_engine_patches"`
 	RequirePatches     []string               `json:"require_patches,omitempty"`
 	PreflightOff       bool                   `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
