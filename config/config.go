@@ -70,7 +70,8 @@ type Config struct {
 	PreflightTimeout   string                 `json:"preflight_timeout"` // INFERA_PREFLIGHT_TIMEOUT
 	// Init: stay as the worker's init (INFERA_EXEC_INIT or --init)
 	// instead of exec'ing it.
-	Init bool `json:"init,omitempty"`
+	Init      bool `json:"init,omitempty"`
+	InitGroup bool `json:"init_group,omitempty"` // INFERA_EXEC_INIT_GROUP: signals to the worker's process group
 	// PreflightTimeoutError: a filesystem that does not answer within
 	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
 	// instead of being a warning.
@@ -240,6 +241,10 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	if c.Init, err = readSwitch(env, "INFERA_EXEC_INIT"); err != nil {
 		return c, warns, err
 	}
+	if c.InitGroup, err = readSwitch(env, "INFERA_EXEC_INIT_GROUP"); err != nil {
+		return c, warns, err
+	}
+	c.Init = c.Init || c.InitGroup
 
 	var warn string
 	if c.preflightTimeout, warn = preflightTimeout(env); warn != "" {

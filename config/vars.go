@@ -26,6 +26,7 @@ var Vars = []Var{
 	{"INFERA_ENGINE_READY_TIMEOUT", `seconds the worker waits for engine /health: "2400", "90.5", "90m" or "2h"; passed to the worker as whole seconds`, fmt.Sprint(DefaultReadyTimeout)},
 	{"INFERA_EXEC_CHDIR", "working directory of the worker", DefaultChdir},
 	{"INFERA_EXEC_INIT", "switch: stay as a minimal init (PID 1 or subreaper) that forwards signals to the worker and reaps zombies, like --init", "off"},
+	{"INFERA_EXEC_INIT_GROUP", "switch: as INFERA_EXEC_INIT, forwarding signals to the worker's process group, like --init-group", "off"},
 	{"INFERA_ABI_FAMILY", "force the family, e.g. rocm7-py312 (debugging)", ""},
 	{"INFERA_HOST_LIBIONIC", "host RDMA provider; set but missing is a warning", DefaultHostLibionic},
 	{"INFERA_RDMA_PROVIDER", "provider the host build replaces", DefaultRDMAProvider},

@@ -70,11 +70,13 @@ In one pass, before exec:
   5. run the preflight checks (a misconfiguration that would hang is refused)
   6. apply the engine patches (anchored fixes to the installed vLLM/SGLang
      source, located by one interpreter run)
-  7. chdir, raise the open-file soft limit to the hard limit, write a report
+  7. chdir, raise the open-file soft limit to the hard limit, write a report,
+     exec COMMAND (with --init: start it and stay as its init)
 
 Options (before COMMAND; the first word that is not an option starts it):
   --explain    run every detection and check, change nothing, print the
-               plan and the exact argv, env and cwd; exit 0 if the worker
+               plan: the exact argv and cwd, what the environment gains
+               (--verbose or --json: all of it); exit 0 if the worker
                would start, else the code it would refuse with
   --json       with --explain, --doctor or --check: print the result as JSON
   --doctor     run only the preflight checks on the command that follows:
@@ -86,7 +88,13 @@ Options (before COMMAND; the first word that is not an option starts it):
   --check ROOT evaluate the engine patches against an unpacked image or a
                site-packages directory, without Python, writing nothing;
                exit 65 if a patch drifted
-  --verbose    also log debug lines
+  --init       do not exec: start COMMAND as a child and stay as its
+               minimal init (PID 1, else a child subreaper), forwarding
+               SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGWINCH and
+               SIGCONT, reaping zombies, exiting with its status
+               (128+signal when a signal killed it); for docker run
+  --init-group as --init, forwarding signals to the worker's process group
+  --verbose    also log debug lines; with --explain, the full environment
   --version    print version, commit and Go version
   -h, --help   print this help
   --           end of options; use it when COMMAND starts with '-'
@@ -104,4 +112,5 @@ Exit codes (the worker's own once it runs):
        check failed with an error
   126  the command was found but cannot be executed
   127  the command was not found on the composed PATH
+  With --init: the worker's exit status, or 128+N when signal N killed it.
 `
