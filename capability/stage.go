@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -41,6 +42,10 @@ func Decide(in Input) (*Outcome, error) {
 	req := in.Requirement.With(o.Implied)
 	o.Requirement = req
 	required, err := Check(req, in.Tree, in.NoTreeWhy, in.Available)
+	var un *Unavailable
+	if errors.As(err, &un) {
+		un.SGLang = in.Args.Engine == workerargs.SGLang
+	}
 	if err != nil {
 		return o, err
 	}

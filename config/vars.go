@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/closest"
 )
 
 // Var is one environment variable infera-exec reads. Vars is the one list
@@ -110,46 +111,8 @@ func allNames() []string {
 	return out
 }
 
-// Closest is the candidate nearest to s by edit distance, when it is near
-// enough to be a typo of it (at most a third of s's length, and at most
-// 4 edits); "" otherwise. Ties go to the earlier candidate.
-func Closest(s string, candidates []string) string {
-	best, bestD := "", -1
-	limit := min(4, max(1, len(s)/3))
-	for _, c := range candidates {
-		d := editDistance(strings.ToLower(s), strings.ToLower(c))
-		if d <= limit && (bestD < 0 || d < bestD) {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Damerau-Levenshtein distance (with adjacent
-// transpositions, the commonest typo) between a and b, by bytes.
-func editDistance(a, b string) int {
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
-}
+// Closest is the candidate s is probably a typo of, "" if none.
+func Closest(s string, candidates []string) string { return closest.Name(s, candidates) }
 
 // SwitchGrammar is the one grammar of every on/off variable.
 const SwitchGrammar = "1/true/yes/on or 0/false/no/off"
