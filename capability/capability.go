@@ -156,6 +156,9 @@ func (r Requirement) With(implied []Implication) Requirement {
 	names := append([]string(nil), r.Names...)
 	r.Sources = map[string]string{}
 	for _, i := range implied {
+		if i.Optional {
+			continue
+		}
 		names = append(names, i.Capability)
 		r.Sources[i.Capability] = i.Source
 	}

@@ -175,7 +175,7 @@ func (p *pass) selectTrees(context.Context) error {
 }
 
 func (p *pass) checkCapabilities(context.Context) error {
-	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args,
+	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Env: p.env0,
 		Tree: p.sel.NativeCapTree(), NoTreeWhy: p.sel.NoNativeWhy, Available: p.sel.AllNative, Log: p.log}
 	if p.sel.Native != nil {
 		in.Evidence = p.sel.Native.Evidence
