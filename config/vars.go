@@ -44,7 +44,7 @@ var Vars = []Var{
 	{"INFERA_ALLOW_TCP_KV", "switch: prefill/decode without RDMA only warns", "off"},
 	{"INFERA_EXEC_LOG", "text or json log lines on stderr", "text"},
 	{"INFERA_EXEC_REPORT", "report file; off = none", "/run/infera-exec/report.json, else /tmp/infera-exec/report.json"},
-	{"ROCM_PATH", "ROCm root searched before /opt/rocm; set but missing is a warning", ""},
+	{"ROCM_PATH", "ROCm root searched before /opt/rocm", ""},
 }
 
 // Foreign are INFERA_* names that others read: the worker and the engine,

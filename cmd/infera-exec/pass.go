@@ -230,7 +230,7 @@ func (p *pass) hostLibionic(ctx context.Context) error {
 	out, edits := libionic.Run(ctx, libionic.Options{
 		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", RDMA: rdma.Read(p.cfg.Sysfs, rdma.DevDir),
 		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
-		DryRun:       p.dry,
+		DryRun:       p.dry, Explicit: p.cfg.HostLibionicSet,
 	}, p.log)
 	p.ionic, p.rep.Libionic = out, out
 	p.env.Apply(edits...)
