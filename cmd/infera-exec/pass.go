@@ -212,7 +212,7 @@ func (p *pass) resolveCommand(context.Context) error {
 	}
 	path, err := launch.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
-		return err
+		return launch.HintRelative(err, p.opt.Command[0], p.cfg.Chdir, p.cfg.StartDir)
 	}
 	p.rep.Exec.Path, p.rep.Exec.Argv = path, p.opt.Command
 	return nil
