@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -375,7 +376,17 @@ func (p *pass) writeReport() {
 	p.rep.Resources = report.ReadResources()
 	where, err := report.Write(p.rep, p.cfg.ReportPath)
 	if err != nil {
-		p.log.Warn(fmt.Sprintf("report not written: %v", err))
+		// Each place tried failed for its own reason: one clause each,
+		// on one line (a joined error would print them run together).
+		msg := err.Error()
+		if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+			var parts []string
+			for _, e := range j.Unwrap() {
+				parts = append(parts, e.Error())
+			}
+			msg = fmt.Sprintf("%d places tried: %s", len(parts), strings.Join(parts, "; then "))
+		}
+		p.log.Warn("report not written: " + msg)
 		return
 	}
 	p.log.Debug("report written to " + where)
