@@ -33,8 +33,8 @@ $(SANDBOX): FORCE
 # The binary as the entrypoint of a container-like sandbox: private mounts,
 # PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM
 # install with pending fixes at /opt/engine, a model at /opt/models/demo,
-# the machine's python3. First the preflight checks (--doctor; it exits 1
-# when only warnings failed, which does not stop the demo), the plan
+# the machine's python3. First the preflight checks (--doctor; its exit 1,
+# warnings only, is said in words and does not stop the demo), the plan
 # (--explain), then the real start, then a restart.
 DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro \
 	-bind $(CURDIR)/$(DEMO)/engine:/opt/engine -bind $(CURDIR)/$(DEMO)/models:/opt/models:ro -nofile 1024 -- \
@@ -43,7 +43,8 @@ DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(D
 demo: build $(SANDBOX)
 	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) -demo $(DEMO)
 	@echo; echo '== infera-exec --doctor: the preflight checks alone =='
-	-$(DEMO_RUN) /overlay/bin/infera-exec --doctor python3 -m infera_demo.worker --model /opt/models/demo
+	@$(DEMO_RUN) /overlay/bin/infera-exec --doctor python3 -m infera_demo.worker --model /opt/models/demo; rc=$$?; \
+	  case $$rc in 0) ;; 1) echo '(--doctor exit 1: warnings only, which do not stop a start)';; *) exit $$rc;; esac
 	@echo; echo '== infera-exec --explain (changes nothing) =='
 	$(DEMO_RUN) /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /opt/models/demo
 	@echo; echo '== infera-exec as PID 1: patches the engine, execs the worker =='
