@@ -54,8 +54,11 @@ demo: build $(SANDBOX)
 
 # A payload directory with its index: the binary, the trees given as
 # TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"
-# (default: the demo trees), and PATCHES=dir of extra patch definitions.
+# (default: the DEMO trees, which serve no real engine: said loudly), and
+# PATCHES=dir of extra patch definitions.
 payload: build
+	@if [ -z "$(TREES)" ]; then echo '*** make payload: no TREES given: the payload holds the DEMO trees, not real wheels or native trees.'; \
+	  echo '*** For a real payload: make payload TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"'; fi
 	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
 
 # The overlay image, without a Docker daemon: FROM scratch, the payload as
@@ -69,10 +72,26 @@ overlay-image: payload
 
 # The main module, the tools module, then the Kubernetes examples' checks
 # (a module of their own, so k8s.io/api never enters the shim's build).
+# testsummary prints go test's package lines and failed tests' output, and
+# at the end every group of skipped tests with the command that enables
+# it, then "N passed, N failed, N skipped". The exit status is go test's.
+SUMMARY   := build/testsummary
+SUMSTATE  := build/test-summary.json
 test: build
-	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
-	cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
-	cd deploy/k8s/check && $(GO) test -count=1 ./...
+	@mkdir -p build && rm -f $(SUMSTATE)
+	CGO_ENABLED=0 $(GO) build -o $(SUMMARY) ./internal/testsupport/testsummary
+	@st=0; \
+	echo "INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./..."; \
+	{ INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	[ "$$(cat build/test-status)" = 0 ] || st=1; \
+	echo "cd tools && $(GO) test -count=1 ./..."; \
+	{ cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	[ "$$(cat build/test-status)" = 0 ] || st=1; \
+	echo "cd deploy/k8s/check && $(GO) test -count=1 ./..."; \
+	{ cd deploy/k8s/check && $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	[ "$$(cat build/test-status)" = 0 ] || st=1; \
+	$(SUMMARY) -state $(SUMSTATE) -final; \
+	exit $$st
 
 bench: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench . -benchmem -benchtime 50x ./...

@@ -56,7 +56,7 @@ func TestRealInterfacesNetns(t *testing.T) {
 
 func TestHelperNetns(t *testing.T) {
 	if os.Getenv(netnsHelperEnv) != "1" {
-		t.Skip("run by TestRealInterfacesNetns in a new network namespace")
+		t.Skip("helper: run by TestRealInterfacesNetns in a new network namespace")
 	}
 	ipCmd := os.Getenv("INFERA_TEST_IP")
 	ip := func(args ...string) error {
