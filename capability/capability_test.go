@@ -180,7 +180,7 @@ func TestReadFile(t *testing.T) {
 	})
 	t.Run("unreadable", func(t *testing.T) {
 		if os.Geteuid() == 0 {
-			t.Skip("root can read a mode 000 file")
+			t.Skip("root can read a mode 000 file; this case needs a non-root user")
 		}
 		p := writeFile(t, "mooncake\n")
 		require.NoError(t, os.Chmod(p, 0))

@@ -204,7 +204,7 @@ func writeFinal(w io.Writer, st *State) {
 	})
 	if len(reasons) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "Skipped tests, by reason (bash .ci/run installs every fixture and runs them all, as root):\n")
+		fmt.Fprintf(w, "Skipped tests, by reason (bash .ci/run, as root, installs every fixture package first; tests that need a non-root user run only without root):\n")
 	}
 	for _, r := range reasons {
 		tests := st.Skips[r]
