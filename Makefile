@@ -33,8 +33,8 @@ $(SANDBOX): FORCE
 # The binary as the entrypoint of a container-like sandbox: private mounts,
 # PID 1, the demo payload at /overlay, a fake ROCm 7 at /opt/rocm, a vLLM
 # install with pending fixes at /opt/engine, a model at /opt/models/demo,
-# the machine's python3. First the preflight checks (--doctor; it exits 1
-# when only warnings failed, which does not stop the demo), the plan
+# the machine's python3. First the preflight checks (--doctor; its exit 1,
+# warnings only, is said in words and does not stop the demo), the plan
 # (--explain), then the real start, then a restart.
 DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(DEMO)/rocm:/opt/rocm:ro \
 	-bind $(CURDIR)/$(DEMO)/engine:/opt/engine -bind $(CURDIR)/$(DEMO)/models:/opt/models:ro -nofile 1024 -- \
@@ -43,7 +43,8 @@ DEMO_RUN = $(SANDBOX) -bind $(CURDIR)/$(PAYLOAD):/overlay:ro -bind $(CURDIR)/$(D
 demo: build $(SANDBOX)
 	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) -demo $(DEMO)
 	@echo; echo '== infera-exec --doctor: the preflight checks alone =='
-	-$(DEMO_RUN) /overlay/bin/infera-exec --doctor python3 -m infera_demo.worker --model /opt/models/demo
+	@$(DEMO_RUN) /overlay/bin/infera-exec --doctor python3 -m infera_demo.worker --model /opt/models/demo; rc=$$?; \
+	  case $$rc in 0) ;; 1) echo '(--doctor exit 1: warnings only, which do not stop a start)';; *) exit $$rc;; esac
 	@echo; echo '== infera-exec --explain (changes nothing) =='
 	$(DEMO_RUN) /overlay/bin/infera-exec --explain python3 -m infera_demo.worker --model /opt/models/demo
 	@echo; echo '== infera-exec as PID 1: patches the engine, execs the worker =='
@@ -53,8 +54,11 @@ demo: build $(SANDBOX)
 
 # A payload directory with its index: the binary, the trees given as
 # TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"
-# (default: the demo trees), and PATCHES=dir of extra patch definitions.
+# (default: the DEMO trees, which serve no real engine: said loudly), and
+# PATCHES=dir of extra patch definitions.
 payload: build
+	@if [ -z "$(TREES)" ]; then echo '*** make payload: no TREES given: the payload holds the DEMO trees, not real wheels or native trees.'; \
+	  echo '*** For a real payload: make payload TREES="build/wheels/py312:py312 build/native/rocm7-py312:native/rocm7-py312"'; fi
 	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
 
 # The overlay image, without a Docker daemon: FROM scratch, the payload as
@@ -68,10 +72,26 @@ overlay-image: payload
 
 # The main module, the tools module, then the Kubernetes examples' checks
 # (a module of their own, so k8s.io/api never enters the shim's build).
+# testsummary prints go test's package lines and failed tests' output, and
+# at the end every group of skipped tests with the command that enables
+# it, then "N passed, N failed, N skipped". The exit status is go test's.
+SUMMARY   := build/testsummary
+SUMSTATE  := build/test-summary.json
 test: build
-	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
-	cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
-	cd deploy/k8s/check && $(GO) test -count=1 ./...
+	@mkdir -p build && rm -f $(SUMSTATE)
+	CGO_ENABLED=0 $(GO) build -o $(SUMMARY) ./internal/testsupport/testsummary
+	@st=0; \
+	echo "INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./..."; \
+	{ INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	[ "$$(cat build/test-status)" = 0 ] || st=1; \
+	echo "cd tools && $(GO) test -count=1 ./..."; \
+	{ cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	[ "$$(cat build/test-status)" = 0 ] || st=1; \
+	echo "cd deploy/k8s/check && $(GO) test -count=1 ./..."; \
+	{ cd deploy/k8s/check && $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	[ "$$(cat build/test-status)" = 0 ] || st=1; \
+	$(SUMMARY) -state $(SUMSTATE) -final; \
+	exit $$st
 
 # Start-up cost, side by side in one run (see BenchmarkStart): the worker
 # alone, the floor (a static Go execve), infera-exec restart and first

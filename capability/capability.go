@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/closest"
 )
 
 // Known names the capabilities infera-exec knows the meaning of. A payload
@@ -29,6 +30,24 @@ func knownList() string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+func knownNames() []string {
+	names := make([]string, 0, len(Known))
+	for n := range Known {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// didYouMean is "; did you mean NAME?" for a word close to a known
+// capability, else "".
+func didYouMean(w string) string {
+	if c := closest.Name(w, knownNames()); c != "" {
+		return "; did you mean " + c + "?"
+	}
+	return ""
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
@@ -137,6 +156,9 @@ func (r Requirement) With(implied []Implication) Requirement {
 	names := append([]string(nil), r.Names...)
 	r.Sources = map[string]string{}
 	for _, i := range implied {
+		if i.Optional {
+			continue
+		}
 		names = append(names, i.Capability)
 		r.Sources[i.Capability] = i.Source
 	}
@@ -175,7 +197,7 @@ func ParseRequirement(raw string) (Requirement, error) {
 			continue
 		}
 		if !nameRE.MatchString(w) {
-			return Requirement{}, fmt.Errorf("INFERA_REQUIRE_NATIVE=%q: %q is not a capability name; use 1/true/all, 0/false/none, auto, or a comma-separated list such as \"mooncake,hipfile\"", raw, w)
+			return Requirement{}, fmt.Errorf("INFERA_REQUIRE_NATIVE=%q: %q is not a capability name%s; use on/all, off/none, auto, or a comma-separated list such as \"mooncake,hipfile\"", raw, w, didYouMean(w))
 		}
 		names = append(names, w)
 	}
@@ -197,6 +219,7 @@ type Unavailable struct {
 	Tree        *Tree  // nil: no native tree for this container
 	NoTreeWhy   string // why there is no tree, when Tree is nil
 	Available   []Tree
+	SGLang      bool // the worker is SGLang, whose trees never carry hipfile
 }
 
 func (e *Unavailable) Error() string {
@@ -229,8 +252,8 @@ func (e *Unavailable) Error() string {
 		if src, ok := e.Requirement.Sources[m]; ok {
 			fmt.Fprintf(&b, "; %s is required by INFERA_REQUIRE_NATIVE=auto because the worker was started with %s", m, src)
 		}
-		if m == "hipfile" {
-			b.WriteString("; note: hipfile is vLLM-only by design (SGLang trees never carry it), so do not require it for SGLang workers")
+		if m == "hipfile" && e.SGLang {
+			b.WriteString("; note: this worker is SGLang, and hipfile is vLLM-only by design (SGLang trees never carry it): do not require it for SGLang workers")
 		}
 		if _, ok := Known[m]; !ok {
 			fmt.Fprintf(&b, "; note: %q is not a capability infera-exec knows (known: %s)", m, knownList())
@@ -245,6 +268,9 @@ func (e *Unavailable) Error() string {
 func Check(req Requirement, tree *Tree, noTreeWhy string, available []Tree) (Set, error) {
 	if req.None() {
 		return Set{}, nil
+	}
+	if err := unknownNames(req, tree, available); err != nil {
+		return nil, err
 	}
 	if tree == nil {
 		return nil, &Unavailable{Requirement: req, Missing: req.Names, NoTreeWhy: noTreeWhy, Available: available}
@@ -262,4 +288,39 @@ func Check(req Requirement, tree *Tree, noTreeWhy string, available []Tree) (Set
 		return nil, &Unavailable{Requirement: req, Missing: missing, Tree: tree, Available: available}
 	}
 	return Set(req.Names), nil
+}
+
+// UnknownNameError is a required name that neither infera-exec knows nor
+// any tree of the payload declares: a typo, not a missing capability, so
+// a configuration error (78) rather than 69.
+type UnknownNameError struct {
+	Raw  string
+	Name string
+}
+
+func (e *UnknownNameError) Error() string {
+	return fmt.Sprintf("INFERA_REQUIRE_NATIVE=%s: %q is not a capability name: infera-exec knows %s and no tree of the payload declares it%s",
+		e.Raw, e.Name, knownList(), didYouMean(e.Name))
+}
+
+// unknownNames refuses an explicitly required name that is no known
+// capability and that no tree declares. Payloads may declare names of
+// their own, which stay requirable.
+func unknownNames(req Requirement, tree *Tree, available []Tree) error {
+	for _, n := range req.Names {
+		if _, ok := Known[n]; ok {
+			continue
+		}
+		if _, implied := req.Sources[n]; implied {
+			continue
+		}
+		declared := tree != nil && tree.Caps.Has(n)
+		for _, t := range available {
+			declared = declared || t.Caps.Has(n)
+		}
+		if !declared {
+			return &UnknownNameError{Raw: req.Raw, Name: n}
+		}
+	}
+	return nil
 }

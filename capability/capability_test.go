@@ -180,7 +180,7 @@ func TestReadFile(t *testing.T) {
 	})
 	t.Run("unreadable", func(t *testing.T) {
 		if os.Geteuid() == 0 {
-			t.Skip("root can read a mode 000 file")
+			t.Skip("root can read a mode 000 file; this case needs a non-root user")
 		}
 		p := writeFile(t, "mooncake\n")
 		require.NoError(t, os.Chmod(p, 0))
@@ -335,9 +335,12 @@ func TestCheckMissingHipfile(t *testing.T) {
 	assert.Contains(t, msg, "native tree /payload/native/rocm7-py312", "names the tree dir")
 	assert.Contains(t, msg, "(it provides: mooncake)", "says what the tree provides")
 	assert.Contains(t, msg, "trees available: rocm7-py312 [mooncake], rocm6-py311 [none]", "lists trees with capabilities")
-	assert.Contains(t, msg, "hipfile is vLLM-only by design")
-	assert.Contains(t, msg, "SGLang")
+	assert.NotContains(t, msg, "vLLM-only", "the worker is not known to be SGLang")
 	assert.NotContains(t, msg, "not a capability infera-exec knows")
+	// For an SGLang worker the message says why hipfile cannot be there.
+	u.SGLang = true
+	msg = u.Error()
+	assert.Contains(t, msg, "this worker is SGLang, and hipfile is vLLM-only by design")
 }
 
 func TestCheckMissingSeveral(t *testing.T) {
@@ -345,7 +348,7 @@ func TestCheckMissingSeveral(t *testing.T) {
 	assert.Equal(t, []string{"hipfile", "mooncake"}, u.Missing)
 	assert.Contains(t, msg, "capabilities hipfile mooncake not provided by native tree /payload/native/rocm6-py311 (it provides: none)")
 	assert.Contains(t, msg, "trees available: rocm6-py311 [none]")
-	assert.Contains(t, msg, "vLLM-only")
+	assert.NotContains(t, msg, "vLLM-only")
 }
 
 func TestCheckMissingMooncakeOnly(t *testing.T) {
@@ -356,8 +359,11 @@ func TestCheckMissingMooncakeOnly(t *testing.T) {
 	assert.NotContains(t, msg, "not a capability infera-exec knows")
 }
 
+// A name of the payload's own (declared by some tree, not the chosen
+// one) is a missing capability: 69, with a note.
 func TestCheckMissingUnknown(t *testing.T) {
-	u, msg := checkErr(t, mustReq(t, "ais,mooncake"), &sglTree, "", []Tree{sglTree})
+	aisTree := Tree{Name: "rocm6-py312", Dir: "/payload/native/rocm6-py312", Caps: Set{"ais"}}
+	u, msg := checkErr(t, mustReq(t, "ais,mooncake"), &sglTree, "", []Tree{sglTree, aisTree})
 	assert.Equal(t, []string{"ais"}, u.Missing)
 	assert.Contains(t, msg, "capability ais not provided by native tree /payload/native/rocm7-py312 (it provides: mooncake)")
 	assert.Contains(t, msg, `note: "ais" is not a capability infera-exec knows (known: hipfile, mooncake)`)
@@ -380,11 +386,30 @@ func TestCheckNoTree(t *testing.T) {
 		assert.Contains(t, msg, "INFERA_REQUIRE_NATIVE=mooncake,hipfile: a native tree is required but "+why)
 		assert.Contains(t, msg, "; required: hipfile mooncake")
 		assert.Contains(t, msg, "trees available: rocm6-py311 [none]")
-		assert.Contains(t, msg, "vLLM-only")
+		assert.NotContains(t, msg, "vLLM-only")
 	})
 	t.Run("all", func(t *testing.T) {
 		u, msg := checkErr(t, mustReq(t, "1"), nil, why, nil)
 		assert.Empty(t, u.Missing)
 		assert.Equal(t, "INFERA_REQUIRE_NATIVE=1: a native tree is required but "+why+"; trees available: none", msg)
 	})
+}
+
+// A name nobody knows and no tree declares is a typo: a configuration
+// error (not *Unavailable), with the closest known name.
+func TestCheckUnknownName(t *testing.T) {
+	for _, tt := range []struct{ req, want string }{
+		{"mooncak", `INFERA_REQUIRE_NATIVE=mooncak: "mooncak" is not a capability name: infera-exec knows hipfile, mooncake and no tree of the payload declares it; did you mean mooncake?`},
+		{"hipfile,ais", `"ais" is not a capability name: infera-exec knows hipfile, mooncake and no tree of the payload declares it`},
+	} {
+		_, err := Check(mustReq(t, tt.req), &sglTree, "", []Tree{sglTree, otherTree})
+		var un *UnknownNameError
+		require.ErrorAs(t, err, &un, tt.req)
+		assert.Contains(t, err.Error(), tt.want)
+		var u *Unavailable
+		assert.False(t, errors.As(err, &u))
+	}
+	_, err := ParseRequirement("moon/cake")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"moon/cake" is not a capability name; did you mean mooncake?`)
 }

@@ -1,9 +1,11 @@
 package capability
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/workerargs"
 )
 
@@ -16,6 +18,7 @@ type Input struct {
 	Evidence    []Evidence      // why the tree's capabilities were granted
 	NoTreeWhy   string          // why there is none
 	Available   []Tree          // every native tree of the payload
+	Env         *environ.Env    // the worker's environment: the engine's own switches
 	Log         *slog.Logger
 }
 
@@ -37,10 +40,18 @@ func Decide(in Input) (*Outcome, error) {
 	if in.Tree != nil {
 		o.Tree, o.Provided, o.Evidence = in.Tree.Name, in.Tree.Caps, in.Evidence
 	}
-	o.Implied = Implied(in.Args)
+	env := in.Env
+	if env == nil {
+		env = environ.New(nil)
+	}
+	o.Implied = Implied(in.Args, env)
 	req := in.Requirement.With(o.Implied)
 	o.Requirement = req
 	required, err := Check(req, in.Tree, in.NoTreeWhy, in.Available)
+	var un *Unavailable
+	if errors.As(err, &un) {
+		un.SGLang = in.Args.Engine == workerargs.SGLang
+	}
 	if err != nil {
 		return o, err
 	}
@@ -51,12 +62,19 @@ func Decide(in Input) (*Outcome, error) {
 	// What the arguments imply but nobody required: the worker may still
 	// serve (a test without PD), so a warning that says how to refuse.
 	for _, i := range o.Implied {
-		if req.Auto || (in.Tree != nil && in.Tree.Caps.Has(i.Capability)) {
+		if in.Tree != nil && in.Tree.Caps.Has(i.Capability) {
 			continue
 		}
 		where := "there is no native tree (" + in.NoTreeWhy + ")"
 		if in.Tree != nil {
 			where = fmt.Sprintf("native tree %s does not provide it (it provides: %s)", in.Tree.Name, in.Tree.Caps)
+		}
+		if i.Optional {
+			in.Log.Info(fmt.Sprintf("note: %s: GPU-direct L3 will stay off (the engine falls back to POSIX I/O) without %s, and %s; set %s=1 with a tree that has it to require it", i.Source, i.Capability, where, KvdAISVar))
+			continue
+		}
+		if req.Auto {
+			continue
 		}
 		in.Log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where))
 	}

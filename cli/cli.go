@@ -12,9 +12,12 @@ import (
 // Options is a parsed command line.
 type Options struct {
 	Help, Version, Explain, Doctor, JSON, Verbose bool
-	Check                                         string   // --check ROOT
-	Install                                       string   // --install DEST
-	Command                                       []string // the worker command and its arguments
+	// Init: stay as the worker's init instead of exec'ing it; InitGroup:
+	// and forward signals to its process group.
+	Init, InitGroup bool
+	Check           string   // --check ROOT
+	Install         string   // --install DEST
+	Command         []string // the worker command and its arguments
 }
 
 // UsageError is a command line that cannot be run.
@@ -78,6 +81,10 @@ func Parse(args []string) (Options, error) {
 			o.JSON = true
 		case "--verbose":
 			o.Verbose = true
+		case "--init":
+			o.Init = true
+		case "--init-group":
+			o.Init, o.InitGroup = true, true
 		default:
 			return o, &UsageError{fmt.Sprintf("unknown option %s; options go before the command, and a command that starts with '-' goes after --", a)}
 		}
@@ -91,6 +98,8 @@ func Parse(args []string) (Options, error) {
 	switch {
 	case o.JSON && !o.Explain && !o.Doctor && o.Check == "":
 		return o, &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	case o.Init && (o.Doctor || o.Check != "" || o.Install != ""):
+		return o, &UsageError{"--init starts a worker and stays as its init; --doctor, --check and --install run no worker"}
 	case o.Doctor && modes > 1:
 		return o, &UsageError{"--doctor runs the preflight checks on the command that follows it; use it without --explain, --check or --install"}
 	case o.Check != "" && (modes > 1 || len(o.Command) > 0):

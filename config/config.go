@@ -50,8 +50,9 @@ type Config struct {
 	ReadyTimeoutSet    bool                   `json:"ready_timeout_set"` // given, and accepted
 	Chdir              string                 `json:"chdir"`
 	HostLibionic       string                 `json:"host_libionic"`
-	RDMAProvider       string                 `json:"rdma_provider"` // provider name the host build replaces
-	Sysfs              string                 `json:"sysfs"`         // SYSFS_PATH, as libibverbs reads it
+	HostLibionicSet    bool                   `json:"host_libionic_set,omitempty"` // given: a missing file is a warning
+	RDMAProvider       string                 `json:"rdma_provider"`               // provider name the host build replaces
+	Sysfs              string                 `json:"sysfs"`                       // SYSFS_PATH, as libibverbs reads it
 	SkipEnginePatches  bool                   `json:"skip_engine_patches"`
 	RequirePatches     []string               `json:"require_patches,omitempty"`
 	PreflightOff       bool                   `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
@@ -67,6 +68,10 @@ type Config struct {
 	LogJSON            bool                   `json:"log_json"`
 	StartDir           string                 `json:"start_dir"`         // where infera-exec was started
 	PreflightTimeout   string                 `json:"preflight_timeout"` // INFERA_PREFLIGHT_TIMEOUT
+	// Init: stay as the worker's init (INFERA_EXEC_INIT or --init)
+	// instead of exec'ing it.
+	Init      bool `json:"init,omitempty"`
+	InitGroup bool `json:"init_group,omitempty"` // INFERA_EXEC_INIT_GROUP: signals to the worker's process group
 	// PreflightTimeoutError: a filesystem that does not answer within
 	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
 	// instead of being a warning.
@@ -157,16 +162,16 @@ func Executable(argv0, path, cwd string) (string, error) {
 // running binary and cwd the directory it was started in. Malformed values
 // with a safe default produce a warning; values without one are an error.
 func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
-	var warns []string
+	warns := unknownNames(env)
 	c := Config{StartDir: cwd}
 
 	// First, so that a refusal below still reaches the report.
-	switch v := env.Value("INFERA_EXEC_REPORT"); strings.ToLower(v) {
-	case "":
-	case "off", "none", "0", "false":
-		c.ReportOff = true
-	default:
-		c.ReportPath = abs(v, cwd)
+	if v := env.Value("INFERA_EXEC_REPORT"); strings.TrimSpace(v) != "" {
+		if on, ok := ParseSwitch(v); (ok && !on) || strings.EqualFold(v, "none") {
+			c.ReportOff = true
+		} else {
+			c.ReportPath = abs(v, cwd)
+		}
 	}
 
 	if v := env.Value("PAYLOAD_ROOT"); v != "" {
@@ -181,6 +186,7 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		c.Python = DefaultPython
 	}
 
+	var err error
 	c.pythonTimeout = DefaultPythonTimeout
 	if v := env.Value("INFERA_PYTHON_TIMEOUT"); v != "" {
 		d, err := ParseSeconds(v)
@@ -192,11 +198,17 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 	}
 	c.PythonTimeout = c.pythonTimeout.String()
 
-	req, err := capability.ParseRequirement(env.Value("INFERA_REQUIRE_NATIVE"))
-	if err != nil {
-		return c, warns, &Error{err.Error()}
+	// The switch words first (on: the native tree and all it declares),
+	// then names.
+	if v := env.Value("INFERA_REQUIRE_NATIVE"); v != "" {
+		if on, ok := ParseSwitch(v); ok {
+			c.RequireNative = capability.Requirement{Raw: v, All: on}
+		} else if c.RequireNative, err = capability.ParseRequirement(v); err != nil {
+			return c, warns, &Error{err.Error()}
+		}
+	} else {
+		c.RequireNative = capability.Requirement{}
 	}
-	c.RequireNative = req
 
 	c.ReadyTimeout, c.ReadyTimeoutFrom = DefaultReadyTimeout, "default"
 	if v, ok := env.Get("INFERA_ENGINE_READY_TIMEOUT"); ok && v != "" {
@@ -216,7 +228,7 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 
 	c.HostLibionic = DefaultHostLibionic
 	if v := env.Value("INFERA_HOST_LIBIONIC"); v != "" {
-		c.HostLibionic = abs(v, cwd)
+		c.HostLibionic, c.HostLibionicSet = abs(v, cwd), true
 	}
 
 	c.RDMAProvider = DefaultRDMAProvider
@@ -231,12 +243,13 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		c.Sysfs = abs(v, cwd)
 	}
 
-	switch v := env.Value("INFERA_PREFLIGHT"); strings.ToLower(v) {
-	case "", "on", "1", "true":
-	case "off", "0", "false":
-		c.PreflightOff = true
-	default:
-		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT=%q is not on or off; running the preflight checks", v))
+	if v := env.Value("INFERA_PREFLIGHT"); strings.TrimSpace(v) != "" {
+		// Unset or empty: on. Set, it is a switch.
+		on, err := readSwitch(env, "INFERA_PREFLIGHT")
+		if err != nil {
+			return c, warns, err
+		}
+		c.PreflightOff = !on
 	}
 	c.PreflightSkip = splitList(env.Value("INFERA_PREFLIGHT_SKIP"))
 	c.PreflightShmMin = DefaultShmMin
@@ -255,7 +268,16 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 			c.PreflightNofileMin = n
 		}
 	}
-	c.AllowTCPKV = env.Value("INFERA_ALLOW_TCP_KV") == "1"
+	if c.AllowTCPKV, err = readSwitch(env, "INFERA_ALLOW_TCP_KV"); err != nil {
+		return c, warns, err
+	}
+	if c.Init, err = readSwitch(env, "INFERA_EXEC_INIT"); err != nil {
+		return c, warns, err
+	}
+	if c.InitGroup, err = readSwitch(env, "INFERA_EXEC_INIT_GROUP"); err != nil {
+		return c, warns, err
+	}
+	c.Init = c.Init || c.InitGroup
 
 	var warn string
 	if c.preflightTimeout, warn = preflightTimeout(env); warn != "" {
@@ -270,7 +292,9 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 		warns = append(warns, fmt.Sprintf("INFERA_PREFLIGHT_ON_TIMEOUT=%q is not warn or error; a filesystem that does not answer is a warning", v))
 	}
 
-	c.SkipEnginePatches = env.Value("INFERA_SKIP_ENGINE_PATCHES") != ""
+	if c.SkipEnginePatches, warn = readLegacySwitch(env, "INFERA_SKIP_ENGINE_PATCHES"); warn != "" {
+		warns = append(warns, warn)
+	}
 	c.RequirePatches = splitList(env.Value("INFERA_REQUIRE_PATCHES"))
 	if v := env.Value("INFERA_EXEC_STATE_DIR"); v != "" {
 		c.StateDir = abs(v, cwd)

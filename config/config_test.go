@@ -57,10 +57,69 @@ func TestLoadDefaults(t *testing.T) {
 }
 
 func TestLoadIgnoresUnrelatedEnv(t *testing.T) {
-	c, warns := load(t, map[string]string{"HOME": "/root", "PATH": "/usr/bin", "INFERA_UNKNOWN": "x"})
-	assert.Empty(t, warns)
+	c, warns := load(t, map[string]string{"HOME": "/root", "PATH": "/usr/bin", "INFERA_KVD_AIS": "1", "INFERA_ADVERTISE_IP": "10.0.0.1"})
+	assert.Empty(t, warns, "the worker's own INFERA_* variables are not flagged")
 	assert.Equal(t, 1800, c.ReadyTimeout)
 	assert.Equal(t, "/overlay", c.PayloadRoot)
+}
+
+func TestLoadUnknownNames(t *testing.T) {
+	_, warns := load(t, map[string]string{
+		"INFERA_REQUIRE_NATVE":       "mooncake",
+		"INFERA_ENGINE_READY_TIMOUT": "3600",
+		"INFERA_KVD_AIZ":             "1",
+		"INFERA_SOMETHING_ELSE":      "x",
+	})
+	require.Len(t, warns, 4)
+	assert.Equal(t, "INFERA_ENGINE_READY_TIMOUT is not a variable infera-exec reads, and it is ignored; did you mean INFERA_ENGINE_READY_TIMEOUT?", warns[0])
+	assert.Equal(t, "INFERA_KVD_AIZ is not a variable infera-exec reads, and it is ignored; did you mean INFERA_KVD_AIS?", warns[1])
+	assert.Equal(t, "INFERA_REQUIRE_NATVE is not a variable infera-exec reads, and it is ignored; did you mean INFERA_REQUIRE_NATIVE?", warns[2])
+	assert.Equal(t, "INFERA_SOMETHING_ELSE is not a variable infera-exec reads, and it is ignored (infera-exec --help lists the variables)", warns[3])
+}
+
+func TestClosest(t *testing.T) {
+	names := []string{"mooncake", "hipfile"}
+	assert.Equal(t, "mooncake", Closest("mooncak", names))
+	assert.Equal(t, "mooncake", Closest("moonkake", names))
+	assert.Equal(t, "mooncake", Closest("moocnake", names), "a transposition is one edit")
+	assert.Equal(t, "hipfile", Closest("HIPFILE", names))
+	assert.Equal(t, "", Closest("ais", names))
+	assert.Equal(t, "", Closest("", names))
+}
+
+func TestParseSwitch(t *testing.T) {
+	for _, v := range []string{"1", "true", "TRUE", "yes", "On", " on "} {
+		on, ok := ParseSwitch(v)
+		assert.True(t, on && ok, v)
+	}
+	for _, v := range []string{"", "0", "false", "No", "OFF"} {
+		on, ok := ParseSwitch(v)
+		assert.True(t, !on && ok, v)
+	}
+	for _, v := range []string{"2", "enabled", "y", "-1"} {
+		_, ok := ParseSwitch(v)
+		assert.False(t, ok, v)
+	}
+}
+
+// Switches introduced after v0.2.2 refuse a value outside the grammar.
+func TestLoadNewSwitches(t *testing.T) {
+	for _, name := range []string{"INFERA_PREFLIGHT", "INFERA_ALLOW_TCP_KV", "INFERA_EXEC_INIT"} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := Load(envOf(map[string]string{name: "maybe"}), testExe, testCwd)
+			var cerr *Error
+			require.ErrorAs(t, err, &cerr)
+			assert.Equal(t, name+`="maybe" is not a switch value: use 1/true/yes/on or 0/false/no/off`, cerr.Msg)
+		})
+	}
+	c, _ := load(t, map[string]string{"INFERA_PREFLIGHT": "no", "INFERA_ALLOW_TCP_KV": "yes", "INFERA_EXEC_INIT": "on"})
+	assert.True(t, c.PreflightOff)
+	assert.True(t, c.AllowTCPKV)
+	assert.True(t, c.Init)
+	c, _ = load(t, map[string]string{"INFERA_PREFLIGHT": "", "INFERA_ALLOW_TCP_KV": "0", "INFERA_EXEC_INIT": "false"})
+	assert.False(t, c.PreflightOff, "empty INFERA_PREFLIGHT is the default, on")
+	assert.False(t, c.AllowTCPKV)
+	assert.False(t, c.Init)
 }
 
 func TestLoadReadyTimeout(t *testing.T) {
@@ -189,6 +248,8 @@ func TestLoadRequireNative(t *testing.T) {
 		{"", capability.Requirement{Raw: ""}},
 		{"0", capability.Requirement{Raw: "0"}},
 		{"1", capability.Requirement{Raw: "1", All: true}},
+		{"yes", capability.Requirement{Raw: "yes", All: true}},
+		{"off", capability.Requirement{Raw: "off"}},
 		{"all", capability.Requirement{Raw: "all", All: true}},
 		{"mooncake,hipfile", capability.Requirement{Raw: "mooncake,hipfile", Names: []string{"hipfile", "mooncake"}}},
 	}
@@ -389,11 +450,32 @@ func TestLoadLog(t *testing.T) {
 }
 
 func TestLoadSkipEnginePatches(t *testing.T) {
-	// Drop-in contract: any non-empty value skips the patches, even "0".
-	for v, want := range map[string]bool{"": false, "1": true, "yes": true, "0": true, "false": true} {
-		t.Run(v, func(t *testing.T) {
-			c, _ := load(t, map[string]string{"INFERA_SKIP_ENGINE_PATCHES": v})
-			assert.Equal(t, want, c.SkipEnginePatches)
+	// The switch grammar; any other non-empty value keeps v0.2.2's "set
+	// = on", with a warning naming the value; 0/false/no/off are off now,
+	// and the warning says v0.2.2 read them as on.
+	tests := []struct {
+		v    string
+		want bool
+		warn string
+	}{
+		{"", false, ""},
+		{"1", true, ""},
+		{"yes", true, ""},
+		{"ON", true, ""},
+		{"0", false, `INFERA_SKIP_ENGINE_PATCHES="0" is off; v0.2.2 read any non-empty value, this one too, as on`},
+		{"false", false, `INFERA_SKIP_ENGINE_PATCHES="false" is off; v0.2.2 read`},
+		{"skip", true, `INFERA_SKIP_ENGINE_PATCHES="skip" is not a switch value (1/true/yes/on or 0/false/no/off); taken as on, as v0.2.2 took any non-empty value`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.v, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_SKIP_ENGINE_PATCHES": tt.v})
+			assert.Equal(t, tt.want, c.SkipEnginePatches)
+			if tt.warn == "" {
+				assert.Empty(t, warns)
+			} else {
+				require.Len(t, warns, 1)
+				assert.Contains(t, warns[0], tt.warn)
+			}
 		})
 	}
 }

@@ -115,3 +115,23 @@ func codeOf(err error) int {
 	}
 	return CodeNotExecutable
 }
+
+// HintRelative adds to a "not found" for a relative command with a slash
+// (./run-worker.sh) what the operator most likely needs: it was looked up
+// in the worker's working directory cwd (INFERA_EXEC_CHDIR, / by default),
+// not in startDir, the directory infera-exec was started in, where it
+// exists. Other errors are returned as they are.
+func HintRelative(err error, name, cwd, startDir string) error {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNotFound || !strings.Contains(name, "/") || filepath.IsAbs(name) || cwd == startDir {
+		return err
+	}
+	there := filepath.Join(startDir, name)
+	if _, serr := os.Stat(there); serr != nil {
+		return err
+	}
+	hint := *e
+	hint.Reason = fmt.Sprintf("%s (looked up in the worker's working directory %s, INFERA_EXEC_CHDIR; it exists in %s, where infera-exec was started: give its absolute path %s, or set INFERA_EXEC_CHDIR=%s)",
+		e.Reason, cwd, startDir, there, startDir)
+	return &hint
+}

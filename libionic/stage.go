@@ -48,7 +48,13 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []enviro
 	o := &Outcome{Swap: res, RDMA: opt.RDMA}
 	switch res.State {
 	case "not-mounted":
-		log.Debug(res.Summary)
+		if opt.Explicit {
+			// Set on purpose and absent: most often a typo in the
+			// volume's mountPath or the variable.
+			log.Warn(fmt.Sprintf("host libionic: INFERA_HOST_LIBIONIC=%s does not exist (a typo in the variable or the volume's mount path?); the container's provider is used", opt.Host))
+		} else {
+			log.Debug(res.Summary)
+		}
 	case "replaced":
 		// The line operators grep for, one per file.
 		for _, f := range res.Replaced {

@@ -29,6 +29,7 @@ type Options struct {
 	RDMA         *rdma.Inventory // the run's RDMA devices (rdma.Read): the kernel ABIs the provider must speak
 	FallbackDirs []string        // writable places for the read-only route, in order
 	DryRun       bool            // decide, change nothing
+	Explicit     bool            // Host was set by the operator: its absence is a warning (a typo in the mount path)
 }
 
 // ABIRange is the kernel uverbs ABI range a provider build accepts.

@@ -289,7 +289,7 @@ func (p *Payload) selectManifest(f abi.Family, s *Selection) error {
 		}
 	default:
 		s.NoNativeWhy = fmt.Sprintf("no native tree in %s matches %s", ManifestName, f.Name())
-		s.Warnings = append(s.Warnings, fmt.Sprintf("no native tree in %s matches %s (native trees: %s); starting without native extensions", p.ManifestFile, f.Name(), listOrNone(p.nativeNames())))
+		s.Warnings = append(s.Warnings, fmt.Sprintf("no native tree in %s matches %s (native trees: %s); without one the worker gets no native extensions", p.ManifestFile, f.Name(), listOrNone(p.nativeNames())))
 	}
 	s.PythonPath = append(s.PythonPath, pp...)
 	s.Path = append(s.Path, bin...)

@@ -207,7 +207,7 @@ func (p *Payload) Select(f abi.Family) (*Selection, error) {
 		}
 		if s.Native == nil {
 			s.NoNativeWhy = fmt.Sprintf("the payload has no native tree %s", f.Name())
-			s.Warnings = append(s.Warnings, fmt.Sprintf("no native tree %s in %s (native trees present: %s); starting without native extensions",
+			s.Warnings = append(s.Warnings, fmt.Sprintf("no native tree %s in %s (native trees present: %s); without one the worker gets no native extensions",
 				f.Name(), filepath.Join(p.Root, "native"), listOrNone(p.nativeNames())))
 		}
 	}

@@ -24,7 +24,7 @@ func Choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payl
 	}
 	sel, err := pl.Select(f)
 	if err != nil {
-		return pl, nil, err
+		return pl, nil, fmt.Errorf("%w (payload root from %s%s)", err, from, rootHint(root, pl))
 	}
 	if img.IndexFile == "" {
 		if _, err := os.Stat(filepath.Join(root, IndexName)); err == nil {
@@ -79,3 +79,17 @@ func (s *Selection) EnvSummary() string {
 
 // BinDir is the payload's bin/, which goes first on the worker's PATH.
 func BinDir(root string) string { return filepath.Join(root, "bin") }
+
+// rootHint says how to point infera-exec at its payload when the root it
+// used holds no payload at all: the binary copied out of its payload, or
+// PAYLOAD_ROOT naming the payload's bin/ directory.
+func rootHint(root string, pl *Payload) string {
+	if len(pl.PyTrees) > 0 || len(pl.NativeTrees) > 0 {
+		return ""
+	}
+	hint := "; it holds no payload trees"
+	if filepath.Base(root) == "bin" {
+		hint += "; it is a bin/ directory: the payload root is its parent, " + filepath.Dir(root)
+	}
+	return hint + "; run infera-exec from its payload's bin/ (the root is then found from the binary), or set PAYLOAD_ROOT to the directory that holds bin/ and the py3XX/ trees"
+}

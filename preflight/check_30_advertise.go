@@ -39,6 +39,26 @@ const (
 // the kubelet leaves as is when VAR is not defined before it.
 var k8sVarRef = regexp.MustCompile(`\$\(([-._A-Za-z0-9]+)\)`)
 
+// unexpandedNote says what an unexpanded $(VAR) shows: the kubelet
+// expands a reference in command, args and env only from the variables
+// the container spec defines (before it, for env), so the text reached
+// the worker because VAR was not defined there at that point.
+func unexpandedNote(name string) string {
+	return "an unexpanded reference: $(" + name + ") reached the worker as text, so " + name +
+		" was not defined in the container spec at that point"
+}
+
+// setLater adds, when VAR is in the environment now, where it may have
+// come from instead: an image ENV or a wrapper, which Kubernetes does not
+// expand references from.
+func setLater(env map[string]string, name string) string {
+	if v, ok := env[name]; ok {
+		return " (" + name + "=" + v + " is in this environment, but not from a spec entry before the reference: " +
+			"an image ENV, a later env entry or a wrapper does not count for Kubernetes' $(VAR) expansion)"
+	}
+	return ""
+}
+
 // localhostNames are names that mean the loopback interface; they are
 // judged without a lookup.
 var localhostNames = map[string]bool{
@@ -54,7 +74,7 @@ func classifyAddr(v string) (kind addrKind, varName, note string) {
 		return addrEmpty, "", "empty"
 	}
 	if m := k8sVarRef.FindStringSubmatch(v); m != nil {
-		return addrUnexpanded, m[1], "an unexpanded reference: " + m[1] + " is not defined"
+		return addrUnexpanded, m[1], unexpandedNote(m[1])
 	}
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
 		a = a.Unmap()
@@ -97,6 +117,9 @@ func (a *advCheck) addr(label, target, v string) addrKind {
 		f.seen = label + " is empty"
 	} else if note != "" {
 		f.seen += ": " + note
+	}
+	if kind == addrUnexpanded {
+		f.seen += setLater(a.in.Env, ref)
 	}
 	switch kind {
 	case addrUnspecified, addrLoopback, addrUnexpanded, addrEmpty:
@@ -190,6 +213,10 @@ func (a *advCheck) sglang() {
 		})
 		return
 	}
+	// --host 0.0.0.0 binds every interface: a peer can connect, and only
+	// the address SGLang advertises without SGLANG_HOST_IP is a guess
+	// that may be right, so a warning. 127.0.0.1 (and SGLang's default)
+	// binds loopback only: no peer can ever connect, an error.
 	if kind, _, _ := classifyAddr(host); kind == addrUnspecified {
 		if advertised != "" {
 			a.note("--host " + host + ": a bind address, fine: " + advertised + " is advertised")
@@ -250,9 +277,9 @@ func (a *advCheck) result(engine workerargs.Engine, source string) Result {
 				"connector's 480 s timeout.")
 		}
 		if unexpanded {
-			why = append(why, "Kubernetes passes $(VAR) on unchanged when VAR is not "+
-				"defined before it in the container's env, so the engine gets the text, "+
-				"not an address.")
+			why = append(why, "Kubernetes expands $(VAR) in command, args and env only "+
+				"from the variables the container spec defines (for env, before the entry); "+
+				"otherwise it passes the text on, so the engine gets the text, not an address.")
 		}
 	}
 	if len(targets) > 0 {

@@ -85,7 +85,7 @@ func TestAdvertise(t *testing.T) {
 			status: Pass, seen: []string{"prefill-0.infera.svc: not resolved (preflight makes no DNS queries)"}},
 		{name: "vLLM $(POD_IP) unexpanded", argv: advVLLM("--data-parallel-address", "$(POD_IP)"),
 			status: Fail, sev: Error,
-			seen:  []string{"--data-parallel-address $(POD_IP): an unexpanded reference: POD_IP is not defined"},
+			seen:  []string{"--data-parallel-address $(POD_IP): an unexpanded reference: $(POD_IP) reached the worker as text, so POD_IP was not defined in the container spec at that point"},
 			do:    []string{"Define POD_IP in the container's env"},
 			notDo: []string{"use $(POD_IP) ="}},
 		{name: "vLLM without --data-parallel-address", argv: advVLLM(), env: podIP,
@@ -142,7 +142,12 @@ func TestAdvertise(t *testing.T) {
 			status: Fail, sev: Error, seen: []string{"SGLANG_HOST_IP $(POD_IP): an unexpanded reference"},
 			do: []string{"Define POD_IP"}},
 		{name: "SGLang --host unexpanded", argv: advSGLang("--host", "$(POD_IP)", "--port", "30000"),
-			status: Fail, sev: Error, seen: []string{"--host $(POD_IP): an unexpanded reference: POD_IP is not defined"}},
+			status: Fail, sev: Error, seen: []string{"--host $(POD_IP): an unexpanded reference: $(POD_IP) reached the worker as text, so POD_IP was not defined in the container spec at that point"}},
+		// POD_IP set in this environment (an image ENV, a wrapper): the
+		// message says what is true, not that POD_IP is undefined.
+		{name: "SGLang --host unexpanded with POD_IP set", argv: advSGLang("--host", "$(POD_IP)", "--port", "30000"),
+			env:    map[string]string{"POD_IP": "10.1.2.3"},
+			status: Fail, sev: Error, seen: []string{"--host $(POD_IP): an unexpanded reference: $(POD_IP) reached the worker as text, so POD_IP was not defined in the container spec at that point (POD_IP=10.1.2.3 is in this environment, but not from a spec entry before the reference"}},
 		{name: "SGLang --host loopback", argv: advSGLang("--host", "127.0.0.1"),
 			env:    map[string]string{"SGLANG_HOST_IP": "10.1.2.3"},
 			status: Fail, sev: Error, seen: []string{"--host 127.0.0.1: loopback"}, do: []string{"Set --host to"}},

@@ -216,7 +216,7 @@ func checkAdvertiseIP(in *Input) Result {
 	case d.kept:
 		seen := set + " is already set and kept, but no interface here has that address"
 		if kind, ref, _ := classifyAddr(d.ip); kind == addrUnexpanded {
-			seen += " (an unexpanded reference: " + ref + " is not defined)"
+			seen += " (" + unexpandedNote(ref) + ")" + setLater(in.Env, ref)
 		}
 		if local := advLocalV4(d.ifs); len(local) > 0 {
 			seen += "; local: " + advList(local, 6)

@@ -151,7 +151,7 @@ func TestAdvertiseIPKeptButNotLocal(t *testing.T) {
 	in.Env[AdvertiseVar] = "$(HOST_IP)"
 	r = checkAdvertiseIP(in)
 	assert.Equal(t, Warn, r.Severity)
-	assert.Contains(t, r.Seen, "(an unexpanded reference: HOST_IP is not defined)")
+	assert.Contains(t, r.Seen, "(an unexpanded reference: $(HOST_IP) reached the worker as text, so HOST_IP was not defined in the container spec at that point)")
 }
 
 func TestAdvertiseIPPodNetworkSkipped(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,7 +56,7 @@ func TestRealInterfacesNetns(t *testing.T) {
 
 func TestHelperNetns(t *testing.T) {
 	if os.Getenv(netnsHelperEnv) != "1" {
-		t.Skip("run by TestRealInterfacesNetns in a new network namespace")
+		t.Skip("helper: run by TestRealInterfacesNetns in a new network namespace")
 	}
 	ipCmd := os.Getenv("INFERA_TEST_IP")
 	ip := func(args ...string) error {
@@ -67,7 +68,9 @@ func TestHelperNetns(t *testing.T) {
 	}
 	// d0: a dummy interface; kernels built without the dummy driver get a
 	// veth, which is as virtual (the pod's eth0 is one).
+	isVeth := false
 	if ip("link", "add", "d0", "type", "dummy") != nil {
+		isVeth = true
 		require.NoError(t, ip("link", "add", "d0", "type", "veth", "peer", "name", "d0peer"))
 		require.NoError(t, ip("link", "set", "d0peer", "up"))
 		t.Log("no dummy driver: d0 is a veth")
@@ -80,6 +83,26 @@ func TestHelperNetns(t *testing.T) {
 	require.NoError(t, ip("link", "set", "c0port", "master", "cni0"))
 	require.NoError(t, ip("addr", "add", "10.9.9.1/24", "dev", "cni0"))
 	require.NoError(t, ip("link", "set", "cni0", "up"))
+	// The kernel settles an interface's operational state (which gives
+	// IFF_RUNNING) asynchronously, up to a second later under load: wait
+	// for the states the assertions below are about.
+	waitState := func(name, state string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, _ := exec.Command(ipCmd, "-o", "link", "show", name).Output()
+			if strings.Contains(string(out), "state "+state+" ") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not reach state %s within 10s: %s", name, state, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitState("cni0", "DOWN")
+	if isVeth {
+		waitState("d0", "UP")
+	}
 
 	ifs, err := RealInterfaces()
 	require.NoError(t, err)

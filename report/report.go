@@ -100,6 +100,10 @@ type Exec struct {
 	Cwd     string        `json:"cwd"`
 	Env     []string      `json:"env,omitempty"` // full environment; --explain only, never in the report file
 	Nofile  launch.Nofile `json:"nofile"`
+	// Init: how infera-exec stays as the worker's init ("init", or
+	// "init-group" when signals go to the worker's process group); empty:
+	// it execs the worker and is gone.
+	Init string `json:"init,omitempty"`
 }
 
 // Resources is what the run cost in memory, read just before the exec.

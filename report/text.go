@@ -130,18 +130,32 @@ func WriteText(w io.Writer, r *Report) {
 		p("")
 		p("Exec:")
 		p("  cwd    %s", e.Cwd)
-		p("  nofile soft %d, hard %d", e.Nofile.Soft, e.Nofile.Hard)
+		if e.Nofile.Hard == 0 {
+			p("  nofile not read: the pass stopped before the limits step")
+		} else {
+			p("  nofile soft %d, hard %d", e.Nofile.Soft, e.Nofile.Hard)
+		}
 		if e.Path != "" {
 			p("  path   %s", e.Path)
 			p("  argv   %s", QuoteArgs(e.Argv))
 		} else {
 			p("  argv   %s", QuoteArgs(e.Command))
 		}
+		switch e.Init {
+		case "":
+			p("  start  exec: infera-exec is replaced by the worker")
+		case "init-group":
+			p("  start  init: infera-exec stays as PID 1 (or subreaper), forwards signals to the worker's process group, reaps zombies")
+		default:
+			p("  start  init: infera-exec stays as PID 1 (or subreaper), forwards signals to the worker, reaps zombies")
+		}
 		if len(e.Env) > 0 {
 			p("  env")
 			for _, kv := range e.Env {
 				p("    %s", kv)
 			}
+		} else {
+			p("  env    this environment with the changes above (--verbose or --json: in full)")
 		}
 	}
 

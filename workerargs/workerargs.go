@@ -17,6 +17,10 @@ const (
 	Unknown Engine = ""
 	VLLM    Engine = "vllm"
 	SGLang  Engine = "sglang"
+	// Kvd is the Infera kvd daemon (python3 -m infera.kvd), the tiered
+	// KV cache the engines' connectors offload to: not an engine, but a
+	// command infera-exec starts the same way.
+	Kvd Engine = "kvd"
 )
 
 // Name is the engine's name for messages: vLLM, SGLang.
@@ -26,6 +30,8 @@ func (e Engine) Name() string {
 		return "vLLM"
 	case SGLang:
 		return "SGLang"
+	case Kvd:
+		return "the kvd daemon"
 	}
 	return "the engine"
 }
@@ -79,7 +85,15 @@ type Args struct {
 	DataParallelAddress Flag // vLLM --data-parallel-address, -dpa
 	BootstrapHost       Flag // SGLang --disaggregation-bootstrap-host
 	DistInitAddr        Flag // SGLang --dist-init-addr, host:port
+
+	// LongBackend is the kvd daemon's --long-backend: tablespace (local
+	// L3, its default), mooncake or lmcache (distributed L4). Empty for
+	// other commands.
+	LongBackend Flag
 }
+
+// DefaultLongBackend is the kvd daemon's --long-backend when not given.
+const DefaultLongBackend = "tablespace"
 
 // PD reports whether the worker is one side of a prefill/decode pair: its
 // role is prefill (producer) or decode (consumer).
@@ -88,7 +102,7 @@ func (a Args) PD() bool { return a.Role == Prefill || a.Role == Decode }
 // Parse reads argv, the worker command (argv[0] is the program).
 func Parse(argv []string) Args {
 	a := Args{Argv: argv}
-	var model, modelPath, kv, mode, backend Flag
+	var model, modelPath, kv, mode, backend, longBackend Flag
 	flags := map[string]*Flag{
 		"--host":                            &a.Host,
 		"--data-parallel-address":           &a.DataParallelAddress,
@@ -100,6 +114,7 @@ func Parse(argv []string) Args {
 		"--kv-transfer-config":              &kv,
 		"--disaggregation-mode":             &mode,
 		"--disaggregation-transfer-backend": &backend,
+		"--long-backend":                    &longBackend,
 	}
 	scanFlags(argv, flags)
 
@@ -137,6 +152,11 @@ func Parse(argv []string) Args {
 		}
 		if mode.Set && (mode.Value == "prefill" || mode.Value == "decode") {
 			a.Role, a.RoleFrom = Role(mode.Value), "--disaggregation-mode "+mode.Value
+		}
+	case Kvd:
+		a.LongBackend = Flag{Value: DefaultLongBackend}
+		if longBackend.Set {
+			a.LongBackend = longBackend
 		}
 	}
 	return a
@@ -204,6 +224,8 @@ var engineModules = []struct {
 	{"vllm.", VLLM}, // vllm.entrypoints.openai.api_server, vllm.entrypoints.cli.main
 	{"sglang", SGLang},
 	{"sglang.", SGLang}, // sglang.launch_server
+	{"infera.kvd", Kvd},
+	{"infera.kvd.", Kvd}, // infera.kvd.server
 }
 
 // engineOf recognises the command: the vllm console script, or a Python

@@ -1,6 +1,54 @@
 package main
 
-const helpText = `Usage: infera-exec [OPTIONS] [--] COMMAND [ARG...]
+import (
+	"strings"
+
+	"github.com/infera/infera-exec/config"
+)
+
+// helpText is the usage: the fixed parts below, and the environment from
+// config.Vars, the one list of the variables infera-exec reads.
+func helpText() string {
+	var b strings.Builder
+	b.WriteString(helpHead)
+	b.WriteString("Environment (switches: " + config.SwitchGrammar + "; unset or empty is\nthe default; an unknown INFERA_* name is a warning):\n")
+	for _, v := range config.Vars {
+		text := v.Meaning
+		if v.Default != "" {
+			text += " (default " + v.Default + ")"
+		}
+		writeWrapped(&b, v.Name, text)
+	}
+	b.WriteString(helpTail)
+	return b.String()
+}
+
+// writeWrapped prints "  NAME  text" with text wrapped at 78 columns and
+// indented under itself.
+func writeWrapped(b *strings.Builder, name, text string) {
+	const col, width = 31, 78
+	line := "  " + name
+	if len(line) >= col-1 {
+		b.WriteString(line + "\n")
+		line = ""
+	}
+	line += strings.Repeat(" ", col-len(line))
+	n := 0
+	for _, w := range strings.Fields(text) {
+		if n > 0 && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line, n = strings.Repeat(" ", col), 0
+		}
+		if n > 0 {
+			line += " "
+		}
+		line += w
+		n++
+	}
+	b.WriteString(line + "\n")
+}
+
+const helpHead = `Usage: infera-exec [OPTIONS] [--] COMMAND [ARG...]
 
 Prepare a stock vLLM or SGLang ROCm container from the overlay payload
 mounted beside it, then replace this process with COMMAND (execve), so the
@@ -22,11 +70,13 @@ In one pass, before exec:
   5. run the preflight checks (a misconfiguration that would hang is refused)
   6. apply the engine patches (anchored fixes to the installed vLLM/SGLang
      source, located by one interpreter run)
-  7. chdir, raise the open-file soft limit to the hard limit, write a report
+  7. chdir, raise the open-file soft limit to the hard limit, write a report,
+     exec COMMAND (with --init: start it and stay as its init)
 
 Options (before COMMAND; the first word that is not an option starts it):
   --explain    run every detection and check, change nothing, print the
-               plan and the exact argv, env and cwd; exit 0 if the worker
+               plan: the exact argv and cwd, what the environment gains
+               (--verbose or --json: all of it); exit 0 if the worker
                would start, else the code it would refuse with
   --json       with --explain, --doctor or --check: print the result as JSON
   --doctor     run only the preflight checks on the command that follows:
@@ -38,44 +88,20 @@ Options (before COMMAND; the first word that is not an option starts it):
   --check ROOT evaluate the engine patches against an unpacked image or a
                site-packages directory, without Python, writing nothing;
                exit 65 if a patch drifted
-  --verbose    also log debug lines
+  --init       do not exec: start COMMAND as a child and stay as its
+               minimal init (PID 1, else a child subreaper), forwarding
+               SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGWINCH and
+               SIGCONT, reaping zombies, exiting with its status
+               (128+signal when a signal killed it); for docker run
+  --init-group as --init, forwarding signals to the worker's process group
+  --verbose    also log debug lines; with --explain, the full environment
   --version    print version, commit and Go version
   -h, --help   print this help
   --           end of options; use it when COMMAND starts with '-'
 
-Environment:
-  PAYLOAD_ROOT                 payload directory (default: the parent of the
-                               directory holding this binary)
-  INFERA_PYTHON                interpreter to detect and probe (default python3)
-  INFERA_PYTHON_TIMEOUT        how long it may take to answer (default 10s)
-  INFERA_REQUIRE_NATIVE        capabilities the deployment needs: a list such
-                               as "mooncake,hipfile"; 1/true/all = the native
-                               tree and all it declares; auto = what the
-                               worker's arguments imply; 0/false/none/empty = none
-  INFERA_ENGINE_READY_TIMEOUT  seconds the worker waits for engine /health:
-                               "2400", "90.5", "90m" or "2h" (default 1800);
-                               passed to the worker as whole seconds
-  INFERA_EXEC_CHDIR            working directory of the worker (default /)
-  INFERA_ABI_FAMILY            force the family, e.g. rocm7-py312 (debugging)
-  INFERA_HOST_LIBIONIC         host RDMA provider (default /host-libionic/libionic.so)
-  INFERA_RDMA_PROVIDER         provider the host build replaces (default ionic)
-  SYSFS_PATH                   sysfs root, as libibverbs reads it (default /sys)
-  INFERA_SKIP_ENGINE_PATCHES   non-empty: apply no engine patches
-  INFERA_REQUIRE_PATCHES       patch ids that must be in force, else exit 65
-  INFERA_EXEC_STATE_DIR        cache of the engine location (default
-                               /run/infera-exec, else /tmp/infera-exec)
-  INFERA_PREFLIGHT             off: skip the preflight checks
-  INFERA_PREFLIGHT_SKIP        preflight checks to skip, e.g. rdma,shm
-  INFERA_PREFLIGHT_TIMEOUT     how long a filesystem that may not answer (NFS,
-                               FUSE, ...) may take (default 5s)
-  INFERA_PREFLIGHT_ON_TIMEOUT  warn (default): start the worker anyway; error:
-                               refuse (78)
-  INFERA_ALLOW_TCP_KV          1: prefill/decode without RDMA only warns
-  INFERA_EXEC_LOG              text (default) or json log lines on stderr
-  INFERA_EXEC_REPORT           report file (default /run/infera-exec/report.json,
-                               else /tmp/infera-exec/report.json); off = none
-  ROCM_PATH                    ROCm root searched before /opt/rocm
+`
 
+const helpTail = `
 Exit codes (the worker's own once it runs):
   64   usage: unknown option, no command
   65   a required engine patch is not in force (--check: a patch drifted)
@@ -86,4 +112,5 @@ Exit codes (the worker's own once it runs):
        check failed with an error
   126  the command was found but cannot be executed
   127  the command was not found on the composed PATH
+  With --init: the worker's exit status, or 128+N when signal N killed it.
 `

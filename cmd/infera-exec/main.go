@@ -90,7 +90,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case o.Help:
-		io.WriteString(stdout, helpText)
+		io.WriteString(stdout, helpText())
 		return exitOK
 	case o.Version:
 		fmt.Fprintf(stdout, "infera-exec %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)

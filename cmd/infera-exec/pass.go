@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -18,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/fsprobe"
+	"github.com/infera/infera-exec/initproc"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
@@ -177,7 +180,7 @@ func (p *pass) selectTrees(context.Context) error {
 }
 
 func (p *pass) checkCapabilities(context.Context) error {
-	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args,
+	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Env: p.env0,
 		Tree: p.sel.NativeCapTree(), NoTreeWhy: p.sel.NoNativeWhy, Available: p.sel.AllNative, Log: p.log}
 	if p.sel.Native != nil {
 		in.Evidence = p.sel.Native.Evidence
@@ -200,6 +203,12 @@ func (p *pass) composeEnv(context.Context) error {
 // a typo in the command changes nothing.
 func (p *pass) resolveCommand(context.Context) error {
 	p.rep.Exec = &report.Exec{Command: p.opt.Command, Cwd: p.cfg.Chdir}
+	switch {
+	case p.opt.InitGroup || p.cfg.InitGroup:
+		p.rep.Exec.Init = "init-group"
+	case p.opt.Init || p.cfg.Init:
+		p.rep.Exec.Init = "init"
+	}
 	if err := launch.CheckDir(p.cfg.Chdir); err != nil {
 		return err
 	}
@@ -208,7 +217,7 @@ func (p *pass) resolveCommand(context.Context) error {
 	}
 	path, err := launch.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
 	if err != nil {
-		return err
+		return launch.HintRelative(err, p.opt.Command[0], p.cfg.Chdir, p.cfg.StartDir)
 	}
 	p.rep.Exec.Path, p.rep.Exec.Argv = path, p.opt.Command
 	return nil
@@ -226,7 +235,7 @@ func (p *pass) hostLibionic(ctx context.Context) error {
 	out, edits := libionic.Run(ctx, libionic.Options{
 		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", RDMA: rdma.Read(p.cfg.Sysfs, rdma.DevDir),
 		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
-		DryRun:       p.dry,
+		DryRun:       p.dry, Explicit: p.cfg.HostLibionicSet,
 	}, p.log)
 	p.ionic, p.rep.Libionic = out, out
 	p.env.Apply(edits...)
@@ -299,11 +308,46 @@ func (p *pass) exec() int {
 	if err := os.Chdir(e.Cwd); err != nil {
 		return p.finish(exitConfig, "refused", fmt.Errorf("chdir %s (INFERA_EXEC_CHDIR): %w", e.Cwd, err))
 	}
+	if e.Init != "" {
+		return p.init()
+	}
 	p.log.Info(fmt.Sprintf("exec %s (%s) in %s", report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "exec"}
 	p.writeReport()
 	code, err := launch.Exec(e.Path, e.Argv, e.Env)
 	return p.finish(code, "exec-failed", err)
+}
+
+// init starts the worker as a child and stays its init until it ends
+// (--init, INFERA_EXEC_INIT): the report says so before the start, since
+// nothing is written after it.
+func (p *pass) init() int {
+	e := p.rep.Exec
+	role := "PID 1"
+	if os.Getpid() != 1 {
+		role = "child subreaper"
+	}
+	p.log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
+		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, role), "path", e.Path)
+	p.rep.Outcome = report.Outcome{Result: "init"}
+	p.writeReport()
+	out, err := initproc.Run(initproc.Spec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"},
+		func(s string) { p.log.Warn(s) })
+	if err != nil {
+		// Nothing started: the same codes a failed exec gives.
+		code := launch.CodeNotExecutable
+		if errors.Is(err, syscall.ENOENT) {
+			code = launch.CodeNotFound
+		}
+		p.log.Error(err.Error(), "exit", code)
+		return code
+	}
+	if out.Signal != 0 {
+		p.log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %v; exit %d", out.PID, out.Signal, out.Code))
+	} else {
+		p.log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
+	}
+	return out.Code
 }
 
 // finish ends a run that does not exec: it logs the reason, records the
@@ -328,6 +372,11 @@ func (p *pass) finish(code int, result string, err error) int {
 	}
 	p.rep.Log = p.rec.Entries()
 	if !p.opt.JSON {
+		if !p.opt.Verbose && p.rep.Exec != nil {
+			// The changes are listed; the whole environment (the
+			// container's, tens of lines) only when asked for.
+			p.rep.Exec.Env = nil
+		}
 		report.WriteText(p.stdout, p.rep)
 		return code
 	}
@@ -348,7 +397,17 @@ func (p *pass) writeReport() {
 	p.rep.Resources = report.ReadResources()
 	where, err := report.Write(p.rep, p.cfg.ReportPath)
 	if err != nil {
-		p.log.Warn(fmt.Sprintf("report not written: %v", err))
+		// Each place tried failed for its own reason: one clause each,
+		// on one line (a joined error would print them run together).
+		msg := err.Error()
+		if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+			var parts []string
+			for _, e := range j.Unwrap() {
+				parts = append(parts, e.Error())
+			}
+			msg = fmt.Sprintf("%d places tried: %s", len(parts), strings.Join(parts, "; then "))
+		}
+		p.log.Warn("report not written: " + msg)
 		return
 	}
 	p.log.Debug("report written to " + where)

@@ -615,9 +615,9 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 	// What the worker's own arguments need must be required, or the pod
 	// starts without it and fails at the first transfer.
 	req := cfg.RequireNative
-	implied := capability.Implied(workerargs.Parse(opts.Command))
+	implied := capability.Implied(workerargs.Parse(opts.Command), environ.New(kv))
 	for _, im := range implied {
-		if !req.All && !req.Auto && !slices.Contains(req.Names, im.Capability) {
+		if !im.Optional && !req.All && !req.Auto && !slices.Contains(req.Names, im.Capability) {
 			c.add(where, "the worker's arguments (%s) need %s, but INFERA_REQUIRE_NATIVE=%q does not require it", im.Source, im.Capability, req.Raw)
 		}
 	}

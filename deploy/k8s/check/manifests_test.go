@@ -272,7 +272,7 @@ func TestExpand(t *testing.T) {
 
 func TestOverlayImage(t *testing.T) {
 	for ref, want := range map[string]bool{
-		"REGISTRY/infera/overlay:TAG":                 true,
+		"REGISTRY/infera/overlay:OVERLAY_TAG":         true,
 		"registry.example.com:5000/infera/overlay:v1": true,
 		"infera/overlay@sha256:0123":                  true,
 		"registry.example.com/infera/overlay-dev:v1":  false,

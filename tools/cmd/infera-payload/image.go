@@ -27,7 +27,7 @@ and configuration with Docker.`,
 	examples: []string{
 		"infera-payload image -payload build/payload -oci build/overlay-oci -archive build/overlay.tar -version v0.3.0 -revision $(git rev-parse --short=12 HEAD)",
 		"SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) infera-payload image -arch arm64 -archive ''",
-		"skopeo copy oci:build/overlay-oci:latest docker://REGISTRY/infera/overlay:TAG",
+		"skopeo copy oci:build/overlay-oci:latest docker://REGISTRY/infera/overlay:OVERLAY_TAG",
 	},
 	flags: func(fl *flag.FlagSet) action {
 		var o ociimage.Options
