@@ -3,7 +3,7 @@
 package patches
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "cca1c2c8ff39667146931b7f089130a49c21bec0e15d2999e86df719ae65a9e0"
+const builtinDigest = "b9e2626f16add79016bae5b4c4391497632b30b9ac74e3555c059c8e8cb697ea"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -107,7 +107,7 @@ func builtinDefs() []*Definition {
 					Edits: []Edit{
 						{File: "v1/worker/gpu_model_runner.py", Count: 1, Optional: false,
 							Anchor:      "        if has_kv_transfer_group():\n            kv_transfer_group = get_kv_transfer_group()\n            kv_transfer_group.register_kv_caches(kv_caches)\n            kv_transfer_group.set_host_xfer_buffer_ops(copy_kv_blocks)\n\n",
-							Replacement: "        if has_kv_transfer_group():\n            # infera-exec(vllm-defer-kv-connector-registration) [infera-defer]: on\n            # CUDA/ROCm the worker runs this at the end of compile_or_warm_up_model.\n            def _infera_register_kv_caches():\n                kv_transfer_group = get_kv_transfer_group()\n                kv_transfer_group.register_kv_caches(kv_caches)\n                kv_transfer_group.set_host_xfer_buffer_ops(copy_kv_blocks)\n\n            if current_platform.is_cuda_alike():\n                self._infera_deferred_kv_registration = _infera_register_kv_caches\n            else:\n                _infera_register_kv_caches()\n\n",
+							Replacement: "        if has_kv_transfer_group():\n            # infera-exec(vllm-defer-kv-connector-registration) [infera-defer]: on\n            # CUDA/ROCm the worker runs this at the end of compile_or_warm_up_model.\n            def _infera_register_kv_caches():\n                kv_transfer_group = get_kv_transfer_group()\n                kv_transfer_group.register_kv_caches(kv_caches)\n                kv_transfer_group.set_host_xfer_buffer_ops(copy_kv_blocks)\n\n            # This form of gpu_model_runner.py does not import current_platform.\n            from vllm.platforms import current_platform as _infera_platform\n\n            if _infera_platform.is_cuda_alike():\n                self._infera_deferred_kv_registration = _infera_register_kv_caches\n            else:\n                _infera_register_kv_caches()\n\n",
 							Upstream:    ""},
 						{File: "v1/worker/gpu_worker.py", Count: 1, Optional: false,
 							Anchor:      "    def compile_or_warm_up_model(self)",
@@ -119,7 +119,7 @@ func builtinDefs() []*Definition {
 					Edits: []Edit{
 						{File: "v1/worker/gpu_model_runner.py", Count: 1, Optional: false,
 							Anchor:      "        if has_kv_transfer_group():\n            get_kv_transfer_group().register_kv_caches(kv_caches)\n            if self.device.type == 'xpu':\n                get_kv_transfer_group().set_host_xfer_buffer_ops(\n                    copy_kv_blocks)\n\n",
-							Replacement: "        if has_kv_transfer_group():\n            # infera-exec(vllm-defer-kv-connector-registration) [infera-defer]: on\n            # CUDA/ROCm the worker runs this at the end of compile_or_warm_up_model.\n            def _infera_register_kv_caches():\n                get_kv_transfer_group().register_kv_caches(kv_caches)\n                if self.device.type == 'xpu':\n                    get_kv_transfer_group().set_host_xfer_buffer_ops(\n                        copy_kv_blocks)\n\n            if current_platform.is_cuda_alike():\n                self._infera_deferred_kv_registration = _infera_register_kv_caches\n            else:\n                _infera_register_kv_caches()\n\n",
+							Replacement: "        if has_kv_transfer_group():\n            # infera-exec(vllm-defer-kv-connector-registration) [infera-defer]: on\n            # CUDA/ROCm the worker runs this at the end of compile_or_warm_up_model.\n            def _infera_register_kv_caches():\n                get_kv_transfer_group().register_kv_caches(kv_caches)\n                if self.device.type == 'xpu':\n                    get_kv_transfer_group().set_host_xfer_buffer_ops(\n                        copy_kv_blocks)\n\n            # This form of gpu_model_runner.py does not import current_platform.\n            from vllm.platforms import current_platform as _infera_platform\n\n            if _infera_platform.is_cuda_alike():\n                self._infera_deferred_kv_registration = _infera_register_kv_caches\n            else:\n                _infera_register_kv_caches()\n\n",
 							Upstream:    ""},
 						{File: "v1/worker/gpu_worker.py", Count: 1, Optional: false,
 							Anchor:      "    def compile_or_warm_up_model(self)",
@@ -131,7 +131,7 @@ func builtinDefs() []*Definition {
 					Edits: []Edit{
 						{File: "v1/worker/gpu_model_runner.py", Count: 1, Optional: false,
 							Anchor:      "        if has_kv_transfer_group():\n            get_kv_transfer_group().register_kv_caches(kv_caches)\n\n",
-							Replacement: "        if has_kv_transfer_group():\n            # infera-exec(vllm-defer-kv-connector-registration) [infera-defer]: on\n            # CUDA/ROCm the worker runs this at the end of compile_or_warm_up_model.\n            def _infera_register_kv_caches():\n                get_kv_transfer_group().register_kv_caches(kv_caches)\n\n            if current_platform.is_cuda_alike():\n                self._infera_deferred_kv_registration = _infera_register_kv_caches\n            else:\n                _infera_register_kv_caches()\n\n",
+							Replacement: "        if has_kv_transfer_group():\n            # infera-exec(vllm-defer-kv-connector-registration) [infera-defer]: on\n            # CUDA/ROCm the worker runs this at the end of compile_or_warm_up_model.\n            def _infera_register_kv_caches():\n                get_kv_transfer_group().register_kv_caches(kv_caches)\n\n            # This form of gpu_model_runner.py does not import current_platform.\n            from vllm.platforms import current_platform as _infera_platform\n\n            if _infera_platform.is_cuda_alike():\n                self._infera_deferred_kv_registration = _infera_register_kv_caches\n            else:\n                _infera_register_kv_caches()\n\n",
 							Upstream:    ""},
 						{File: "v1/worker/gpu_worker.py", Count: 1, Optional: false,
 							Anchor:      "    def compile_or_warm_up_model(self)",

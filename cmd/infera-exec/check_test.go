@@ -17,7 +17,8 @@ import (
 )
 
 // Every test tree states the patch states --check must find in it, one
-// "<id> <state>" line per patch, in its EXPECTED file.
+// "<id> <state>" line per patch, in its EXPECTED file; a third field,
+// "<id> <state> <variant>", names the variant that must decide the state.
 func TestCheckMatchesExpected(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, fixture.Trees("../../patches/testdata/trees", dir))
@@ -40,13 +41,23 @@ func TestCheckMatchesExpected(t *testing.T) {
 			code := run([]string{"infera-exec", "--check", root, "--json"}, []string{"PAYLOAD_ROOT=/nonexistent"}, &out, &errb)
 			var rep patches.CheckReport
 			require.NoError(t, json.Unmarshal(out.Bytes(), &rep), "stderr: %s", errb.String())
-			var got []string
-			for _, r := range rep.Results {
-				got = append(got, r.ID+" "+string(r.State))
-			}
-			sort.Strings(got)
 			wantLines := strings.Split(strings.TrimSpace(string(want)), "\n")
 			sort.Strings(wantLines)
+			withVariant := map[string]bool{}
+			for _, l := range wantLines {
+				if f := strings.Fields(l); len(f) == 3 {
+					withVariant[f[0]] = true
+				}
+			}
+			var got []string
+			for _, r := range rep.Results {
+				line := r.ID + " " + string(r.State)
+				if withVariant[r.ID] {
+					line += " " + r.Variant
+				}
+				got = append(got, line)
+			}
+			sort.Strings(got)
 			assert.Equal(t, wantLines, got)
 			if strings.Contains(string(want), " drift") {
 				assert.Equal(t, exitPatch, code)

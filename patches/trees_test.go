@@ -1,0 +1,134 @@
+package patches
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
+)
+
+// expectation is one line of a tree's EXPECTED file: "<id> <state>", or
+// "<id> <state> <variant>" when the variant that decides it is named.
+type expectation struct {
+	state   State
+	variant string // "" = not checked
+}
+
+func readExpected(t *testing.T, path string) map[string]expectation {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	want := map[string]expectation{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		require.True(t, len(f) == 2 || len(f) == 3, "%s: malformed line %q", path, line)
+		e := expectation{state: State(f[1])}
+		if len(f) == 3 {
+			e.variant = f[2]
+		}
+		want[f[0]] = e
+	}
+	return want
+}
+
+// treeRoot is what --check is pointed at in a test tree: its site-packages,
+// or the source directory of an editable install.
+func treeRoot(tree string) string {
+	for _, rel := range []string{"site-packages", "sgl-workspace/sglang/python"} {
+		if p := filepath.Join(tree, rel); isDir(p) {
+			return p
+		}
+	}
+	return tree
+}
+
+// snapshot maps every regular file under root to its content.
+func snapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		files[p] = string(b)
+		return err
+	}))
+	return files
+}
+
+// Every test tree, shaped like the upstream files of one revision (see
+// testdata/ANCHORS.md), against the built-in definitions: the dry run finds
+// the states and variants of its EXPECTED file; applying turns every
+// pending patch into applied with the same variant and leaves the others
+// alone; the result evaluates as applied, and a second run writes nothing.
+func TestVariantTrees(t *testing.T) {
+	set, err := LoadSet(filepath.Join(t.TempDir(), "no-payload"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, fixture.Trees("testdata/trees", dir))
+	trees, err := filepath.Glob(filepath.Join(dir, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, trees)
+
+	// Each variant of every built-in definition is decided by some tree.
+	covered := map[string]bool{}
+	for _, tree := range trees {
+		t.Run(filepath.Base(tree), func(t *testing.T) {
+			want := readExpected(t, filepath.Join(tree, "EXPECTED"))
+			root := treeRoot(tree)
+			evaluate := func(dry bool) map[string]Result {
+				loc, err := LocateOffline(root, set.Packages())
+				require.NoError(t, err)
+				loc.FillVersions(set, root)
+				got := map[string]Result{}
+				for _, r := range Apply(set, loc, Options{DryRun: dry}) {
+					got[r.ID] = r
+				}
+				return got
+			}
+
+			before := evaluate(true)
+			require.Len(t, before, len(want), "EXPECTED names every built-in patch")
+			for id, w := range want {
+				r, ok := before[id]
+				require.True(t, ok, "EXPECTED names unknown patch %s", id)
+				assert.Equal(t, w.state, r.State, "%s: %s", id, r.Why)
+				if w.variant != "" {
+					assert.Equal(t, w.variant, r.Variant, id)
+					covered[id+" "+r.Variant] = true
+				}
+			}
+
+			applied := evaluate(false)
+			after := evaluate(true)
+			for id, b := range before {
+				wantState := b.State
+				if b.State == Pending {
+					wantState = Applied
+				}
+				for _, r := range []Result{applied[id], after[id]} {
+					assert.Equal(t, wantState, r.State, "%s: %s", id, r.Why)
+					assert.Equal(t, b.Variant, r.Variant, id)
+				}
+			}
+
+			files := snapshot(t, tree)
+			for id, r := range evaluate(false) {
+				assert.Equal(t, "none", r.Action, id)
+			}
+			assert.Equal(t, files, snapshot(t, tree), "a second run changes no byte")
+		})
+	}
+	for _, d := range set.Defs {
+		for _, v := range d.Variants {
+			assert.True(t, covered[d.ID+" "+v.Name], "no tree under testdata/trees names variant %s of %s in its EXPECTED", v.Name, d.ID)
+		}
+	}
+}
