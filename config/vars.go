@@ -156,3 +156,43 @@ func readLegacySwitch(env *environ.Env, name string) (on bool, warn string) {
 	}
 	return on, ""
 }
+
+// HelpEnvironment is the environment part of --help: every variable of
+// Vars with its meaning and default, wrapped to 78 columns.
+func HelpEnvironment() string {
+	var b strings.Builder
+	b.WriteString("Environment (switches: " + SwitchGrammar + "; unset or empty is\nthe default; an unknown INFERA_* name is a warning):\n")
+	for _, v := range Vars {
+		text := v.Meaning
+		if v.Default != "" {
+			text += " (default " + v.Default + ")"
+		}
+		writeWrapped(&b, v.Name, text)
+	}
+	return b.String()
+}
+
+// writeWrapped prints "  NAME  text" with text wrapped at 78 columns and
+// indented under itself.
+func writeWrapped(b *strings.Builder, name, text string) {
+	const col, width = 31, 78
+	line := "  " + name
+	if len(line) >= col-1 {
+		b.WriteString(line + "\n")
+		line = ""
+	}
+	line += strings.Repeat(" ", col-len(line))
+	n := 0
+	for _, w := range strings.Fields(text) {
+		if n > 0 && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line, n = strings.Repeat(" ", col), 0
+		}
+		if n > 0 {
+			line += " "
+		}
+		line += w
+		n++
+	}
+	b.WriteString(line + "\n")
+}

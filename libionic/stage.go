@@ -44,6 +44,18 @@ func (o *Outcome) TextLines() []string {
 // the container's RDMA devices either way, logs what it did, and returns
 // the environment the worker needs for the route taken.
 func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []environ.Edit) {
+	// The host mount and sysfs are read without a deadline: a host path on
+	// a filesystem that does not answer is not used.
+	if opt.Answers != nil {
+		if err := opt.Answers(opt.Host, opt.Sysfs, rdma.DevDir); err != nil {
+			o := Unanswered(err)
+			log.Warn("host libionic: " + o.Swap.Summary)
+			return o, nil
+		}
+	}
+	if opt.RDMA == nil && opt.Sysfs != "" {
+		opt.RDMA = rdma.Read(opt.Sysfs, rdma.DevDir)
+	}
 	res := Swap(ctx, opt)
 	o := &Outcome{Swap: res, RDMA: opt.RDMA}
 	switch res.State {

@@ -30,6 +30,10 @@ type Options struct {
 	FallbackDirs []string        // writable places for the read-only route, in order
 	DryRun       bool            // decide, change nothing
 	Explicit     bool            // Host was set by the operator: its absence is a warning (a typo in the mount path)
+	// Sysfs is read for the inventory when RDMA is nil (Run); Answers,
+	// when set, says whether the filesystems of paths answer in time.
+	Sysfs   string
+	Answers func(paths ...string) error
 }
 
 // ABIRange is the kernel uverbs ABI range a provider build accepts.

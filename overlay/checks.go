@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/distinfo"
+	"github.com/infera/infera-exec/elfload"
 )
 
 // Image is the image the payload's trees will run in, as the checks of
@@ -19,6 +21,19 @@ type Image struct {
 	LibraryPath []string // LD_LIBRARY_PATH of the worker before the trees are added
 	IndexFile   string   // the payload index (keys the cached load verdict); "" = none
 	CacheDir    string   // where the load verdict is kept; "" = check every time
+}
+
+// ImageAt is the image at root whose worker starts with the given
+// LD_LIBRARY_PATH. Empty entries are dropped: the loader reads one as the
+// working directory, which the check cannot know.
+func ImageAt(root, ldLibraryPath string) Image {
+	img := Image{Root: root}
+	for _, d := range filepath.SplitList(ldLibraryPath) {
+		if d != "" {
+			img.LibraryPath = append(img.LibraryPath, d)
+		}
+	}
+	return img
 }
 
 // Shadow is a distribution of a payload tree that the image has at
@@ -283,4 +298,27 @@ func wrap(lines []string, width int) []string {
 		out = append(out, l)
 	}
 	return out
+}
+
+// WriteText prints the audit under a title line, for --doctor and --check.
+func (a *Audit) WriteText(w io.Writer, title string) {
+	fmt.Fprintf(w, "\n%s\n", title)
+	for _, l := range a.TextLines() {
+		fmt.Fprintln(w, l)
+	}
+}
+
+// InstalledAudit is what --install says about the trees it installed
+// into dest: the load check needs the engine image's libraries, and the
+// overlay image (FROM scratch) has no C library, so there the check is
+// left to the start, which runs it against the engine image.
+func InstalledAudit(dest string) []string {
+	if elfload.NewLoader("/", nil).Find("libc.so.6") == "" {
+		return []string{"native tree load check: not run here (this image has no C library); infera-exec runs it at start against the engine image"}
+	}
+	audit, err := AuditPayload(dest, Image{Root: "/"})
+	if err != nil {
+		return nil
+	}
+	return audit.TextLines()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/fsprobe"
+	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/workerargs"
 )
@@ -171,4 +172,15 @@ func label(r Result) string {
 		return "skip"
 	}
 	return "ok"
+}
+
+// ForDoctor is the input of --doctor: the command that follows and this
+// process's environment, the RDMA devices when sysfs answers in time, and
+// the container's own provider (no swap has run).
+func ForDoctor(cfg config.Config, argv []string, env *environ.Env, probe *fsprobe.Prober) *Input {
+	var inv *rdma.Inventory
+	if probe.AllAnswer(cfg.Sysfs, rdma.DevDir) == nil {
+		inv = rdma.Read(cfg.Sysfs, rdma.DevDir)
+	}
+	return NewInput(cfg, workerargs.Parse(argv), env, inv, libionic.ProviderABI(nil, "/", cfg.RDMAProvider), probe)
 }

@@ -6,8 +6,8 @@ package report
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -172,7 +172,7 @@ func Write(r *Report, path string) (string, error) {
 	if path != "" {
 		paths = []string{path}
 	}
-	var errs []error
+	var errs WriteError
 	for _, p := range paths {
 		if err := writeOne(p, data); err != nil {
 			errs = append(errs, err)
@@ -180,7 +180,50 @@ func Write(r *Report, path string) (string, error) {
 		}
 		return p, nil
 	}
-	return "", errors.Join(errs...)
+	return "", errs
+}
+
+// WriteError is why the report was not written: one error per place
+// tried, each for its own reason.
+type WriteError []error
+
+// Error is one clause per place, on one line: a joined error would run
+// them together.
+func (e WriteError) Error() string {
+	if len(e) == 1 {
+		return e[0].Error()
+	}
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return fmt.Sprintf("%d places tried: %s", len(parts), strings.Join(parts, "; then "))
+}
+
+func (e WriteError) Unwrap() []error { return e }
+
+// Print shows the plan of --explain: as JSON (everything, the whole
+// environment included), or as text for a person, where the whole
+// environment (the container's, tens of lines) is shown only when
+// verbose, since the changes are listed anyway.
+func Print(w io.Writer, r *Report, asJSON, verbose bool) error {
+	if asJSON {
+		b, err := Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	if !verbose && r.Exec != nil {
+		e := *r.Exec
+		e.Env = nil
+		cp := *r
+		cp.Exec = &e
+		r = &cp
+	}
+	WriteText(w, r)
+	return nil
 }
 
 func writeOne(path string, data []byte) error {

@@ -14,6 +14,7 @@ package statedir
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -166,4 +167,19 @@ func Dir(path string) error {
 		return &Error{path, fmt.Sprintf("can be written by group or others (mode %04o)", st.Mode&0o7777), true}
 	}
 	return nil
+}
+
+// PickLogged is Pick for a run that logs: a candidate refused as unsafe
+// (someone else's, a link, writable by others) is a warning naming it,
+// one merely unusable (read-only, absent parent) a debug line.
+func PickLogged(explicit string, log *slog.Logger) string {
+	dir, refused := Pick(explicit)
+	for _, err := range refused {
+		if Unsafe(err) {
+			log.Warn("state directory " + err.Error())
+		} else {
+			log.Debug("state directory " + err.Error())
+		}
+	}
+	return dir
 }

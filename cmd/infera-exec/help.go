@@ -1,52 +1,10 @@
 package main
 
-import (
-	"strings"
+import "github.com/infera/infera-exec/config"
 
-	"github.com/infera/infera-exec/config"
-)
-
-// helpText is the usage: the fixed parts below, and the environment from
-// config.Vars, the one list of the variables infera-exec reads.
-func helpText() string {
-	var b strings.Builder
-	b.WriteString(helpHead)
-	b.WriteString("Environment (switches: " + config.SwitchGrammar + "; unset or empty is\nthe default; an unknown INFERA_* name is a warning):\n")
-	for _, v := range config.Vars {
-		text := v.Meaning
-		if v.Default != "" {
-			text += " (default " + v.Default + ")"
-		}
-		writeWrapped(&b, v.Name, text)
-	}
-	b.WriteString(helpTail)
-	return b.String()
-}
-
-// writeWrapped prints "  NAME  text" with text wrapped at 78 columns and
-// indented under itself.
-func writeWrapped(b *strings.Builder, name, text string) {
-	const col, width = 31, 78
-	line := "  " + name
-	if len(line) >= col-1 {
-		b.WriteString(line + "\n")
-		line = ""
-	}
-	line += strings.Repeat(" ", col-len(line))
-	n := 0
-	for _, w := range strings.Fields(text) {
-		if n > 0 && len(line)+1+len(w) > width {
-			b.WriteString(line + "\n")
-			line, n = strings.Repeat(" ", col), 0
-		}
-		if n > 0 {
-			line += " "
-		}
-		line += w
-		n++
-	}
-	b.WriteString(line + "\n")
-}
+// helpText is the usage: the fixed parts below around the environment,
+// which config renders from its one list of the variables.
+func helpText() string { return helpHead + config.HelpEnvironment() + helpTail }
 
 const helpHead = `Usage: infera-exec [OPTIONS] [--] COMMAND [ARG...]
 

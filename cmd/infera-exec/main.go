@@ -19,16 +19,12 @@ import (
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/launch"
-	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
-	"github.com/infera/infera-exec/rdma"
-	"github.com/infera/infera-exec/workerargs"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -128,12 +124,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 // failed, 78 when an error-level check failed.
 func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, stdout, stderr io.Writer) int {
 	probe := fsprobe.New(cfg.PreflightTimeoutDuration())
-	var inv *rdma.Inventory
-	if probe.AllAnswer(cfg.Sysfs, rdma.DevDir) == nil {
-		inv = rdma.Read(cfg.Sysfs, rdma.DevDir)
-	}
-	in := preflight.NewInput(cfg, workerargs.Parse(argv), env, inv, libionic.ProviderABI(nil, "/", cfg.RDMAProvider), probe)
-	out, _, _ := preflight.Evaluate(in, cfg.PreflightSkip)
+	out, _, _ := preflight.Evaluate(preflight.ForDoctor(cfg, argv, env, probe), cfg.PreflightSkip)
 	for _, w := range out.UnknownSkips() {
 		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 	}
@@ -141,7 +132,7 @@ func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, 
 	// native trees' load check (text only; --json keeps the checks' shape).
 	var audit *overlay.Audit
 	if probe.AllAnswer(cfg.PayloadRoot) == nil {
-		audit, _ = overlay.AuditPayload(cfg.PayloadRoot, overlay.Image{Root: "/", LibraryPath: nonEmpty(filepath.SplitList(env.Value("LD_LIBRARY_PATH")))})
+		audit, _ = overlay.AuditPayload(cfg.PayloadRoot, overlay.ImageAt("/", env.Value("LD_LIBRARY_PATH")))
 	}
 	if asJSON {
 		b, _ := json.MarshalIndent(out, "", "  ")
@@ -149,10 +140,7 @@ func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, 
 	} else {
 		preflight.WriteText(stdout, out.Checks)
 		if audit != nil {
-			fmt.Fprintf(stdout, "\npayload trees against this image:\n")
-			for _, l := range audit.TextLines() {
-				fmt.Fprintln(stdout, l)
-			}
+			audit.WriteText(stdout, "payload trees against this image:")
 		}
 	}
 	switch {
@@ -186,17 +174,8 @@ func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "infera-exec: installed the payload %s into %s: %d entries, %d copied, %d already identical, %d removed\n",
 		r.Source, r.Dest, r.Entries, len(r.Copied), r.Unchanged, len(r.Removed))
-	// The native trees' load check needs the engine image's libraries; the
-	// overlay image (FROM scratch) has none, and then the check is left to
-	// the start, which runs it against the engine image.
-	if elfload.NewLoader("/", nil).Find("libc.so.6") == "" {
-		fmt.Fprintf(stderr, "infera-exec: native tree load check: not run here (this image has no C library); infera-exec runs it at start against the engine image\n")
-		return exitOK
-	}
-	if audit, err := overlay.AuditPayload(dest, overlay.Image{Root: "/"}); err == nil {
-		for _, l := range audit.TextLines() {
-			fmt.Fprintf(stderr, "infera-exec: %s\n", l)
-		}
+	for _, l := range overlay.InstalledAudit(dest) {
+		fmt.Fprintf(stderr, "infera-exec: %s\n", l)
 	}
 	return exitOK
 }
@@ -227,10 +206,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		// trees against it too.
 		if isDir(filepath.Join(root, "usr")) {
 			if audit, err := overlay.AuditPayload(cfg.PayloadRoot, overlay.Image{Root: root}); err == nil {
-				fmt.Fprintf(stdout, "\npayload %s against %s:\n", cfg.PayloadRoot, root)
-				for _, l := range audit.TextLines() {
-					fmt.Fprintln(stdout, l)
-				}
+				audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
 			}
 		}
 	}

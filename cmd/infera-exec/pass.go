@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -27,7 +25,6 @@ import (
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
-	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/report"
 	"github.com/infera/infera-exec/statedir"
 	"github.com/infera/infera-exec/workerargs"
@@ -172,7 +169,7 @@ func (p *pass) selectTrees(context.Context) error {
 	if err := p.probe.AllAnswer(p.cfg.PayloadRoot); err != nil {
 		return fmt.Errorf("payload root %w (payload root from %s)", err, p.cfg.PayloadRootFrom)
 	}
-	img := overlay.Image{Root: "/", LibraryPath: nonEmpty(filepath.SplitList(p.env0.Value("LD_LIBRARY_PATH")))}
+	img := overlay.ImageAt("/", p.env0.Value("LD_LIBRARY_PATH"))
 	img.CacheDir = p.stateDir()
 	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, img, p.log)
 	p.rep.Payload, p.rep.Trees, p.sel = pl, sel, sel
@@ -224,16 +221,8 @@ func (p *pass) resolveCommand(context.Context) error {
 }
 
 func (p *pass) hostLibionic(ctx context.Context) error {
-	// The host mount and sysfs are read without a deadline: a host path on
-	// a filesystem that does not answer is not used.
-	if err := p.probe.AllAnswer(p.cfg.HostLibionic, p.cfg.Sysfs, rdma.DevDir); err != nil {
-		p.ionic = libionic.Unanswered(err)
-		p.rep.Libionic = p.ionic
-		p.log.Warn("host libionic: " + p.ionic.Swap.Summary)
-		return nil
-	}
 	out, edits := libionic.Run(ctx, libionic.Options{
-		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", RDMA: rdma.Read(p.cfg.Sysfs, rdma.DevDir),
+		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", Sysfs: p.cfg.Sysfs, Answers: p.probe.AllAnswer,
 		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
 		DryRun:       p.dry, Explicit: p.cfg.HostLibionicSet,
 	}, p.log)
@@ -276,16 +265,7 @@ func (p *pass) stateDir() string {
 	if p.dry || p.statePicked {
 		return p.state
 	}
-	p.statePicked = true
-	var refused []error
-	p.state, refused = statedir.Pick(p.cfg.StateDir)
-	for _, err := range refused {
-		if statedir.Unsafe(err) {
-			p.log.Warn("state directory " + err.Error())
-		} else {
-			p.log.Debug("state directory " + err.Error())
-		}
-	}
+	p.state, p.statePicked = statedir.PickLogged(p.cfg.StateDir, p.log), true
 	return p.state
 }
 
@@ -323,31 +303,11 @@ func (p *pass) exec() int {
 // nothing is written after it.
 func (p *pass) init() int {
 	e := p.rep.Exec
-	role := "PID 1"
-	if os.Getpid() != 1 {
-		role = "child subreaper"
-	}
 	p.log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, role), "path", e.Path)
+		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, initproc.Role()), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "init"}
 	p.writeReport()
-	out, err := initproc.Run(initproc.Spec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"},
-		func(s string) { p.log.Warn(s) })
-	if err != nil {
-		// Nothing started: the same codes a failed exec gives.
-		code := launch.CodeNotExecutable
-		if errors.Is(err, syscall.ENOENT) {
-			code = launch.CodeNotFound
-		}
-		p.log.Error(err.Error(), "exit", code)
-		return code
-	}
-	if out.Signal != 0 {
-		p.log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %v; exit %d", out.PID, out.Signal, out.Code))
-	} else {
-		p.log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
-	}
-	return out.Code
+	return initproc.Become(initproc.Spec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"}, p.log)
 }
 
 // finish ends a run that does not exec: it logs the reason, records the
@@ -371,21 +331,10 @@ func (p *pass) finish(code int, result string, err error) int {
 		return code
 	}
 	p.rep.Log = p.rec.Entries()
-	if !p.opt.JSON {
-		if !p.opt.Verbose && p.rep.Exec != nil {
-			// The changes are listed; the whole environment (the
-			// container's, tens of lines) only when asked for.
-			p.rep.Exec.Env = nil
-		}
-		report.WriteText(p.stdout, p.rep)
-		return code
-	}
-	b, merr := report.Marshal(p.rep)
-	if merr != nil {
-		fmt.Fprintf(p.stderr, "infera-exec: encode plan: %v\n", merr)
+	if err := report.Print(p.stdout, p.rep, p.opt.JSON, p.opt.Verbose); err != nil {
+		fmt.Fprintf(p.stderr, "infera-exec: encode plan: %v\n", err)
 		return exitSoftware
 	}
-	p.stdout.Write(b)
 	return code
 }
 
@@ -397,30 +346,8 @@ func (p *pass) writeReport() {
 	p.rep.Resources = report.ReadResources()
 	where, err := report.Write(p.rep, p.cfg.ReportPath)
 	if err != nil {
-		// Each place tried failed for its own reason: one clause each,
-		// on one line (a joined error would print them run together).
-		msg := err.Error()
-		if j, ok := err.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
-			var parts []string
-			for _, e := range j.Unwrap() {
-				parts = append(parts, e.Error())
-			}
-			msg = fmt.Sprintf("%d places tried: %s", len(parts), strings.Join(parts, "; then "))
-		}
-		p.log.Warn("report not written: " + msg)
+		p.log.Warn("report not written: " + err.Error())
 		return
 	}
 	p.log.Debug("report written to " + where)
-}
-
-// nonEmpty drops empty entries of a search path (the loader reads an
-// empty entry as the working directory, which the check cannot know).
-func nonEmpty(list []string) []string {
-	var out []string
-	for _, d := range list {
-		if d != "" {
-			out = append(out, d)
-		}
-	}
-	return out
 }

@@ -1,0 +1,42 @@
+package initproc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+
+	"github.com/infera/infera-exec/launch"
+)
+
+// Role is what infera-exec becomes for the worker: PID 1 in a container
+// of its own, else a child subreaper.
+func Role() string {
+	if os.Getpid() == 1 {
+		return "PID 1"
+	}
+	return "child subreaper"
+}
+
+// Become runs the worker as this process's child and stays its init
+// until it ends, logging what happened; it returns the code infera-exec
+// exits with: the worker's, 128+N when signal N killed it, or the shell's
+// 126/127 when it could not be started at all, as a failed exec gives.
+func Become(s Spec, log *slog.Logger) int {
+	out, err := Run(s, func(msg string) { log.Warn(msg) })
+	if err != nil {
+		code := launch.CodeNotExecutable
+		if errors.Is(err, syscall.ENOENT) {
+			code = launch.CodeNotFound
+		}
+		log.Error(err.Error(), "exit", code)
+		return code
+	}
+	if out.Signal != 0 {
+		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %v; exit %d", out.PID, out.Signal, out.Code))
+	} else {
+		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
+	}
+	return out.Code
+}
