@@ -145,6 +145,18 @@ func Interpreter(name, pathList, dir string) (string, error) {
 	return path, nil
 }
 
+// Resolve is Interpreter for the pass: an absolute INFERA_PYTHON is
+// first asked, through answers, whether its filesystem answers in time,
+// since its links and pyvenv.cfg are read in this process.
+func Resolve(name, pathList, dir string, answers func(paths ...string) error) (string, error) {
+	if filepath.IsAbs(name) {
+		if err := answers(name); err != nil {
+			return "", fmt.Errorf("interpreter (INFERA_PYTHON) %w", err)
+		}
+	}
+	return Interpreter(name, pathList, dir)
+}
+
 func checkMajor(p Python) error {
 	if p.Major != 3 {
 		return fmt.Errorf("python interpreter %s is Python %d.%d (%s); payload trees are built for CPython 3 only", p.Path, p.Major, p.Minor, p.DecidedBy)

@@ -322,3 +322,17 @@ func InstalledAudit(dest string) []string {
 	}
 	return audit.TextLines()
 }
+
+// AuditImageRoot audits the payload against an unpacked image root
+// (--check ROOT); nil when root is a bare site-packages directory, which
+// has no libraries to load against.
+func AuditImageRoot(payload, root string) *Audit {
+	if fi, err := os.Stat(filepath.Join(root, "usr")); err != nil || !fi.IsDir() {
+		return nil
+	}
+	audit, err := AuditPayload(payload, Image{Root: root})
+	if err != nil {
+		return nil
+	}
+	return audit
+}

@@ -356,3 +356,17 @@ func describeLink(t string, err error) string {
 	}
 	return "-> " + t
 }
+
+// InstallAnswering is Install after asking, through answers, whether the
+// filesystems of src and dest answer in time: the copy would otherwise
+// block on a dead mount. A destination that does not answer is a
+// *DestError, as any destination that cannot be written.
+func InstallAnswering(src, dest string, answers func(paths ...string) error) (*InstallResult, error) {
+	if err := answers(src); err != nil {
+		return nil, fmt.Errorf("payload %w", err)
+	}
+	if err := answers(dest); err != nil {
+		return nil, &DestError{fmt.Errorf("destination %w", err)}
+	}
+	return Install(src, dest)
+}

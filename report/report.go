@@ -63,6 +63,25 @@ type Report struct {
 	Outcome      Outcome             `json:"outcome"`
 }
 
+// New is the record of a run starting now: exec, or explain when dry.
+func New(tool Tool, dry bool, cfg *config.Config) *Report {
+	mode := "exec"
+	if dry {
+		mode = "explain"
+	}
+	return &Report{
+		Schema:  Schema,
+		Tool:    tool,
+		Mode:    mode,
+		Started: time.Now().UTC(),
+		PID:     os.Getpid(),
+		UID:     os.Getuid(),
+		GID:     os.Getgid(),
+		Args:    append([]string{"infera-exec"}, os.Args[1:]...),
+		Config:  cfg,
+	}
+}
+
 // Tool identifies the binary.
 type Tool struct {
 	Version string `json:"version"`

@@ -158,16 +158,7 @@ func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
-	probe := fsprobe.New(cfg.PreflightTimeoutDuration())
-	if err := probe.AllAnswer(cfg.PayloadRoot); err != nil {
-		fmt.Fprintf(stderr, "infera-exec: error: payload %v\n", err)
-		return exitConfig
-	}
-	if err := probe.AllAnswer(dest); err != nil {
-		fmt.Fprintf(stderr, "infera-exec: error: destination %v\n", err)
-		return exitCantCreate
-	}
-	r, err := overlay.Install(cfg.PayloadRoot, dest)
+	r, err := overlay.InstallAnswering(cfg.PayloadRoot, dest, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer)
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 		return exitCode(err)
@@ -202,21 +193,12 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		rep.WriteText(stdout)
-		// An image root (not a bare site-packages directory): the payload's
-		// trees against it too.
-		if isDir(filepath.Join(root, "usr")) {
-			if audit, err := overlay.AuditPayload(cfg.PayloadRoot, overlay.Image{Root: root}); err == nil {
-				audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
-			}
+		if audit := overlay.AuditImageRoot(cfg.PayloadRoot, root); audit != nil {
+			audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
 		}
 	}
 	if rep.Drift {
 		return exitPatch
 	}
 	return exitOK
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -69,21 +68,7 @@ func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string,
 	for _, w := range warns {
 		p.log.Warn(w)
 	}
-	mode := "exec"
-	if p.dry {
-		mode = "explain"
-	}
-	p.rep = &report.Report{
-		Schema:  report.Schema,
-		Tool:    report.Tool{Version: version, Commit: commit, Go: runtime.Version()},
-		Mode:    mode,
-		Started: time.Now().UTC(),
-		PID:     os.Getpid(),
-		UID:     os.Getuid(),
-		GID:     os.Getgid(),
-		Args:    append([]string{"infera-exec"}, os.Args[1:]...),
-		Config:  &p.cfg,
-	}
+	p.rep = report.New(report.Tool{Version: version, Commit: commit, Go: runtime.Version()}, p.dry, &p.cfg)
 	return p
 }
 
@@ -132,19 +117,9 @@ func (p *pass) interpreter(context.Context) error {
 	if err := p.probe.AllAnswer(p.cfg.Chdir); err != nil {
 		return fmt.Errorf("INFERA_EXEC_CHDIR %w", err)
 	}
-	if filepath.IsAbs(p.cfg.Python) {
-		// Its links and pyvenv.cfg are read in this process.
-		if err := p.probe.AllAnswer(p.cfg.Python); err != nil {
-			return fmt.Errorf("interpreter (INFERA_PYTHON) %w", err)
-		}
-	}
-	path := environ.New(nil)
-	path.Set("PATH", p.env0.Value("PATH"))
-	if _, ok := p.env0.Get("PATH"); !ok {
-		path.Set("PATH", launch.DefaultPath)
-	}
-	path.PrependPaths("PATH", overlay.BinDir(p.cfg.PayloadRoot))
-	p.python, p.pythonErr = abi.Interpreter(p.cfg.Python, path.Value("PATH"), p.cfg.WorkDir())
+	workerPath := p.env0.Clone()
+	workerPath.Apply(environ.SetDefault("PATH", launch.DefaultPath), environ.Prepend("PATH", overlay.BinDir(p.cfg.PayloadRoot)))
+	p.python, p.pythonErr = abi.Resolve(p.cfg.Python, workerPath.Value("PATH"), p.cfg.WorkDir(), p.probe.AllAnswer)
 	return nil
 }
 
