@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -134,4 +135,16 @@ func HintRelative(err error, name, cwd, startDir string) error {
 	hint.Reason = fmt.Sprintf("%s (looked up in the worker's working directory %s, INFERA_EXEC_CHDIR; it exists in %s, where infera-exec was started: give its absolute path %s, or set INFERA_EXEC_CHDIR=%s)",
 		e.Reason, cwd, startDir, there, startDir)
 	return &hint
+}
+
+// AbsDirs are the absolute directories of a PATH-like list, each once;
+// relative and empty entries (the working directory) are left out.
+func AbsDirs(pathList string) []string {
+	var out []string
+	for _, d := range strings.Split(pathList, ":") {
+		if filepath.IsAbs(d) && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -276,3 +276,8 @@ func TestCommandPathElementIsAFile(t *testing.T) {
 func TestDefaultPath(t *testing.T) {
 	assert.Equal(t, []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}, strings.Split(DefaultPath, ":"))
 }
+
+func TestAbsDirs(t *testing.T) {
+	assert.Equal(t, []string{"/a", "/b"}, AbsDirs("/a::rel:/b:/a:."))
+	assert.Empty(t, AbsDirs(""))
+}

@@ -94,11 +94,13 @@ func deadMount() {
 	bound := *timeout + 10*time.Second
 	env := append(os.Environ(), "INFERA_PREFLIGHT_TIMEOUT="+timeout.String())
 	ok := true
+	var extraEnv []string // for the next step only
 	step := func(name string, want int, args ...string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
 		cmd := procgroup.Command(ctx, *shim, args...)
-		cmd.Env = env
+		cmd.Env = append(env, extraEnv...)
+		extraEnv = nil
 		var buf procgroup.Buffer
 		cmd.Stdout, cmd.Stderr = &buf, &buf
 		start := time.Now()
@@ -131,6 +133,14 @@ func deadMount() {
 	for _, l := range strings.Split(step("check", 78, "--check", dir+"/image"), "\n") {
 		if strings.Contains(l, "error") {
 			fmt.Println("check:", l)
+		}
+	}
+	// A PATH directory on the dead mount: command resolution would stat
+	// it, so the start refuses, naming it, instead of hanging.
+	extraEnv = []string{"PATH=" + dir + "/bin:" + os.Getenv("PATH")}
+	for _, l := range strings.Split(step("path", 78, "show-worker"), "\n") {
+		if strings.Contains(l, "error") {
+			fmt.Println("path:", l)
 		}
 	}
 

@@ -119,6 +119,14 @@ func (p *pass) interpreter(context.Context) error {
 	}
 	workerPath := p.env0.Clone()
 	workerPath.Apply(environ.SetDefault("PATH", launch.DefaultPath), environ.Prepend("PATH", overlay.BinDir(p.cfg.PayloadRoot)))
+	// Command resolution (the interpreter's here, the worker's later)
+	// stats every PATH directory; so do the ROCm roots' listings.
+	if err := p.probe.AllAnswer(launch.AbsDirs(workerPath.Value("PATH"))...); err != nil {
+		return fmt.Errorf("a PATH directory %w", err)
+	}
+	if err := p.probe.AllAnswer(p.cfg.ROCmRoots...); err != nil {
+		return fmt.Errorf("a ROCm root (ROCM_PATH, /opt/rocm) %w", err)
+	}
 	p.python, p.pythonErr = abi.Resolve(p.cfg.Python, workerPath.Value("PATH"), p.cfg.WorkDir(), p.probe.AllAnswer)
 	return nil
 }
