@@ -220,6 +220,9 @@ type Unavailable struct {
 	NoTreeWhy   string // why there is no tree, when Tree is nil
 	Available   []Tree
 	SGLang      bool // the worker is SGLang, whose trees never carry hipfile
+	// Declared by the tree but withdrawn because its evidence does not
+	// load against the image: capability -> the file and what it misses.
+	Withdrawn map[string]string
 }
 
 func (e *Unavailable) Error() string {
@@ -251,6 +254,9 @@ func (e *Unavailable) Error() string {
 	for _, m := range e.Missing {
 		if src, ok := e.Requirement.Sources[m]; ok {
 			fmt.Fprintf(&b, "; %s is required by INFERA_REQUIRE_NATIVE=auto because the worker was started with %s", m, src)
+		}
+		if why, ok := e.Withdrawn[m]; ok {
+			fmt.Fprintf(&b, "; the tree declares %s but it was withdrawn: %s", m, why)
 		}
 		if m == "hipfile" && e.SGLang {
 			b.WriteString("; note: this worker is SGLang, and hipfile is vLLM-only by design (SGLang trees never carry it): do not require it for SGLang workers")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/workerargs"
@@ -51,6 +52,14 @@ func Decide(in Input) (*Outcome, error) {
 	var un *Unavailable
 	if errors.As(err, &un) {
 		un.SGLang = in.Args.Engine == workerargs.SGLang
+		for _, e := range in.Evidence {
+			if why := e.Refusal(); why != "" && slices.Contains(un.Missing, e.Capability) {
+				if un.Withdrawn == nil {
+					un.Withdrawn = map[string]string{}
+				}
+				un.Withdrawn[e.Capability] = why
+			}
+		}
 	}
 	if err != nil {
 		return o, err

@@ -11,6 +11,7 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/fsprobe"
 	"github.com/infera/infera-exec/libionic"
+	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/rdma"
 	"github.com/infera/infera-exec/workerargs"
 )
@@ -55,6 +56,10 @@ type Outcome struct {
 	AdvertiseIP string   `json:"advertise_ip,omitempty"` // chosen for INFERA_ADVERTISE_IP
 	Checks      []Result `json:"checks,omitempty"`
 	Unknown     []string `json:"unknown_skips,omitempty"`
+	// --doctor: the payload's trees against this image (version shadows,
+	// the native trees' load check), set by the caller; the pass reports
+	// them in its own sections.
+	Audit *overlay.Audit `json:"payload_audit,omitempty"`
 
 	advertiseWhy string // set when the address is exported, for the log
 }

@@ -129,24 +129,23 @@ func runDoctor(cfg config.Config, argv []string, env *environ.Env, asJSON bool, 
 		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 	}
 	// The payload's trees against this image: version shadows and the
-	// native trees' load check (text only; --json keeps the checks' shape).
-	var audit *overlay.Audit
+	// native trees' load check.
 	if probe.AllAnswer(cfg.PayloadRoot) == nil {
-		audit, _ = overlay.AuditPayload(cfg.PayloadRoot, overlay.ImageAt("/", env.Value("LD_LIBRARY_PATH")))
+		out.Audit, _ = overlay.AuditPayload(cfg.PayloadRoot, overlay.ImageAt("/", env.Value("LD_LIBRARY_PATH")))
 	}
 	if asJSON {
 		b, _ := json.MarshalIndent(out, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		preflight.WriteText(stdout, out.Checks)
-		if audit != nil {
-			audit.WriteText(stdout, "payload trees against this image:")
+		if out.Audit != nil {
+			out.Audit.WriteText(stdout, "payload trees against this image:")
 		}
 	}
 	switch {
 	case out.Worst() == preflight.Error:
 		return exitConfig
-	case out.Worst() == preflight.Warn, audit != nil && audit.Problems():
+	case out.Worst() == preflight.Warn, out.Audit != nil && out.Audit.Problems():
 		return exitWarnings
 	}
 	return exitOK
@@ -188,13 +187,14 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 		return exitConfig
 	}
+	rep.Audit = overlay.AuditImageRoot(cfg.PayloadRoot, root)
 	if asJSON {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
 		rep.WriteText(stdout)
-		if audit := overlay.AuditImageRoot(cfg.PayloadRoot, root); audit != nil {
-			audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
+		if rep.Audit != nil {
+			rep.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
 		}
 	}
 	if rep.Drift {

@@ -248,12 +248,13 @@ func cmdMkrocm(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(fixture.ROCm(ts.MkAbs(args[0]), major, args[2]))
 }
 
-// mkelf PATH SONAME: an ELF shared object.
+// mkelf PATH SONAME [NEEDED...]: an ELF shared object that needs the
+// given libraries (DT_NEEDED), which need not exist.
 func cmdMkelf(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 2 {
-		ts.Fatalf("usage: mkelf PATH SONAME")
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: mkelf PATH SONAME [NEEDED...]")
 	}
-	ts.Check(fixture.SharedObject(ts.MkAbs(args[0]), args[1]))
+	ts.Check(fixture.SharedObject(ts.MkAbs(args[0]), args[1], args[2:]...))
 }
 
 // mkpython PATH VERSION: an interpreter stand-in that answers VERSION
