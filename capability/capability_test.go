@@ -413,3 +413,21 @@ func TestCheckUnknownName(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"moon/cake" is not a capability name; did you mean mooncake?`)
 }
+
+// A capability the tree declares but whose evidence does not load: the
+// refusal says it was withdrawn and names what the file misses; one that
+// is merely absent gets no such note.
+func TestDecideNamesWithdrawnCapability(t *testing.T) {
+	tree := Tree{Name: "vllm-rocm7", Dir: "/payload/engine/rocm7", Caps: Set{}}
+	ev := []Evidence{{
+		Capability:  "mooncake",
+		Globs:       []string{"mooncake/engine*.so"},
+		DoesNotLoad: map[string][]string{"mooncake/engine.so": {"needs libmooncake_transfer.so.2, which is nowhere the loader looks"}},
+	}}
+	_, err := Decide(Input{Requirement: mustReq(t, "mooncake,hipfile"), Tree: &tree, Evidence: ev})
+	var u *Unavailable
+	require.True(t, errors.As(err, &u), "%v", err)
+	assert.Equal(t, map[string]string{"mooncake": "mooncake/engine.so does not load: needs libmooncake_transfer.so.2, which is nowhere the loader looks"}, u.Withdrawn)
+	assert.Contains(t, err.Error(), "; the tree declares mooncake but it was withdrawn: mooncake/engine.so does not load: needs libmooncake_transfer.so.2")
+	assert.NotContains(t, err.Error(), "declares hipfile")
+}
