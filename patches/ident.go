@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/infera/infera-exec/boundedread"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,41 +83,25 @@ const (
 // path, and returns the identity of what it read; a file that changed
 // while it was read is an error.
 func readRegular(path string, limit int64) ([]byte, Identity, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := boundedread.Open(path, 0)
 	if err != nil {
-		return nil, Identity{}, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, Identity{}, err
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	defer f.Close()
+	fd := int(f.Fd())
+	var before, after unix.Stat_t
+	if err := unix.Fstat(fd, &before); err != nil {
 		return nil, Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, Identity{}, fmt.Errorf("%s is not a regular file", path)
+	data, err := boundedread.ReadAll(f, path, limit)
+	if err != nil {
+		return nil, Identity{}, err
 	}
-	if st.Size > limit {
-		return nil, Identity{}, fmt.Errorf("%s is %d bytes, over the %d-byte cap for this file", path, st.Size, limit)
-	}
-	data := make([]byte, st.Size)
-	for n := 0; n < len(data); {
-		k, err := unix.Read(fd, data[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, Identity{}, &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if k == 0 {
-			return nil, Identity{}, fmt.Errorf("%s shrank while it was read", path)
-		}
-		n += k
-	}
-	var after unix.Stat_t
 	if err := unix.Fstat(fd, &after); err != nil {
 		return nil, Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	id := identityOf(&after)
-	if id != identityOf(&st) {
+	if id != identityOf(&before) || int64(len(data)) != after.Size {
 		return nil, Identity{}, fmt.Errorf("%s changed while it was read", path)
 	}
 	return data, id, nil
