@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/infera/infera-exec/internal/linkchain"
 )
@@ -22,7 +23,7 @@ const DefaultROCmRoot = "/opt/rocm"
 
 const hipLib = "libamdhip64.so"
 
-var hipSonameRE = regexp.MustCompile(`^libamdhip64\.so\.(\d+)(?:\.|$)`)
+var hipSonameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^libamdhip64\.so\.(\d+)(?:\.|$)`) })
 
 // ROCm is what was found of the container's HIP runtime.
 type ROCm struct {
@@ -79,7 +80,7 @@ func candidates(dir string) ([]string, error) {
 		switch name := e.Name(); {
 		case name == hipLib:
 			plain = true
-		case hipSonameRE.MatchString(name):
+		case hipSonameRE().MatchString(name):
 			versioned = append(versioned, name)
 		}
 	}
@@ -110,7 +111,7 @@ func (r *ROCm) decide(cands []string) error {
 
 	majors := map[int]bool{}
 	for _, c := range cands {
-		if m := hipSonameRE.FindStringSubmatch(filepath.Base(c)); m != nil {
+		if m := hipSonameRE().FindStringSubmatch(filepath.Base(c)); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			majors[n] = true
 		}
@@ -121,7 +122,7 @@ func (r *ROCm) decide(cands []string) error {
 
 	soname, err := readSoname(final)
 	if err == nil {
-		m := hipSonameRE.FindStringSubmatch(soname)
+		m := hipSonameRE().FindStringSubmatch(soname)
 		if m == nil {
 			return fmt.Errorf("ROCm HIP runtime %s: SONAME %q is not libamdhip64.so.N", final, soname)
 		}
@@ -135,7 +136,7 @@ func (r *ROCm) decide(cands []string) error {
 	// versioned file names of the chain still say which major it is.
 	r.Notes = append(r.Notes, fmt.Sprintf("%s: %v; using the file names of the symlink chain", final, err))
 	for _, p := range chain {
-		if m := hipSonameRE.FindStringSubmatch(filepath.Base(p)); m != nil {
+		if m := hipSonameRE().FindStringSubmatch(filepath.Base(p)); m != nil {
 			r.Major, _ = strconv.Atoi(m[1])
 			r.Found = true
 			r.DecidedBy = "file name " + p
@@ -176,11 +177,11 @@ func versionLess(a, b string) bool {
 	return len(na) < len(nb)
 }
 
-var digitsRE = regexp.MustCompile(`\d+`)
+var digitsRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\d+`) })
 
 func numbers(s string) []int {
 	var out []int
-	for _, d := range digitsRE.FindAllString(s[len(hipLib):], -1) {
+	for _, d := range digitsRE().FindAllString(s[len(hipLib):], -1) {
 		n, _ := strconv.Atoi(d)
 		out = append(out, n)
 	}

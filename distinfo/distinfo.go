@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/bmatcuk/doublestar/v4"
 	"github.com/infera/infera-exec/boundedread"
@@ -60,9 +61,9 @@ type Dist struct {
 
 // Canonical is the name's normalized form (PEP 503): lower case, runs of
 // '-', '_' and '.' as one '-'. "Demo.Pkg" and "demo_pkg" are one name.
-func Canonical(name string) string { return strings.ToLower(sepRE.ReplaceAllString(name, "-")) }
+func Canonical(name string) string { return strings.ToLower(sepRE().ReplaceAllString(name, "-")) }
 
-var sepRE = regexp.MustCompile(`[-_.]+`)
+var sepRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[-_.]+`) })
 
 // Key is d's canonical name.
 func (d Dist) Key() string { return Canonical(d.Name) }

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -30,8 +31,8 @@ import (
 )
 
 var (
-	pyTreeRE     = regexp.MustCompile(`^py3\d+$`)
-	nativeTreeRE = regexp.MustCompile(`^rocm\d+-py3\d+$`)
+	pyTreeRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^py3\d+$`) })
+	nativeTreeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^rocm\d+-py3\d+$`) })
 )
 
 // Payload is an opened payload root.
@@ -100,7 +101,7 @@ func Open(root string) (*Payload, error) {
 		return nil, &Error{root, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
 	}
 	for _, e := range entries {
-		if pyTreeRE.MatchString(e.Name()) && isDir(filepath.Join(root, e.Name())) {
+		if pyTreeRE().MatchString(e.Name()) && isDir(filepath.Join(root, e.Name())) {
 			if err := staysInside(root, filepath.Join(root, e.Name())); err != nil {
 				return nil, &Error{filepath.Join(root, e.Name()), err}
 			}
@@ -116,7 +117,7 @@ func Open(root string) (*Payload, error) {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(nativeDir, e.Name())
-		if !nativeTreeRE.MatchString(e.Name()) || !isDir(dir) {
+		if !nativeTreeRE().MatchString(e.Name()) || !isDir(dir) {
 			continue
 		}
 		if err := staysInside(root, dir); err != nil {
@@ -321,7 +322,7 @@ func unwrapPath(err error) error {
 	return err
 }
 
-var treeNumRE = regexp.MustCompile(`\d+`)
+var treeNumRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\d+`) })
 
 // sortTrees orders py39 < py310 < py312 numerically.
 func sortTrees(names []string) {
@@ -329,7 +330,7 @@ func sortTrees(names []string) {
 }
 
 func treeLess(a, b string) bool {
-	na, nb := treeNumRE.FindAllString(a, -1), treeNumRE.FindAllString(b, -1)
+	na, nb := treeNumRE().FindAllString(a, -1), treeNumRE().FindAllString(b, -1)
 	for i := 0; i < len(na) && i < len(nb); i++ {
 		if len(na[i]) != len(nb[i]) {
 			return len(na[i]) < len(nb[i])

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 func init() {
@@ -18,7 +19,7 @@ func init() {
 // placeholderRE is a template placeholder: an upper-case name in angle
 // brackets, alone or inside a word (/models/<MODEL>/config). Lower-case
 // <foo> and a<b are left alone.
-var placeholderRE = regexp.MustCompile(`<[A-Z][A-Z0-9_]*>`)
+var placeholderRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`<[A-Z][A-Z0-9_]*>`) })
 
 // placeholdersShown is how many findings Seen names before "and N more".
 const placeholdersShown = 5
@@ -67,7 +68,7 @@ func checkPlaceholders(in *Input) Result {
 // uniqueTokens are the placeholders in s, each once, in order.
 func uniqueTokens(s string) []string {
 	var out []string
-	for _, tok := range placeholderRE.FindAllString(s, -1) {
+	for _, tok := range placeholderRE().FindAllString(s, -1) {
 		dup := false
 		for _, o := range out {
 			dup = dup || o == tok

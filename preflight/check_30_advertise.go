@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/workerargs"
 )
@@ -37,7 +38,7 @@ const (
 
 // k8sVarRef is a Kubernetes dependent-variable reference, $(VAR), which
 // the kubelet leaves as is when VAR is not defined before it.
-var k8sVarRef = regexp.MustCompile(`\$\(([-._A-Za-z0-9]+)\)`)
+var k8sVarRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\(([-._A-Za-z0-9]+)\)`) })
 
 // unexpandedNote says what an unexpanded $(VAR) shows: the kubelet
 // expands a reference in command, args and env only from the variables
@@ -73,7 +74,7 @@ func classifyAddr(v string) (kind addrKind, varName, note string) {
 	if v == "" {
 		return addrEmpty, "", "empty"
 	}
-	if m := k8sVarRef.FindStringSubmatch(v); m != nil {
+	if m := k8sVarRef().FindStringSubmatch(v); m != nil {
 		return addrUnexpanded, m[1], unexpandedNote(m[1])
 	}
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
