@@ -39,7 +39,6 @@ func (p Python) Tree() string { return fmt.Sprintf("py%d%d", p.Major, p.Minor) }
 func (p Python) Version() string { return fmt.Sprintf("%d.%d", p.Major, p.Minor) }
 
 var (
-	pyNameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^python(\d+)\.(\d+)$`) })
 	pyVersionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)\.(\d+)(?:\.\d+)?`) })
 	askOutputRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`) })
 )
@@ -84,8 +83,8 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 	add := func(major, minor int, source string) {
 		claims = append(claims, claim{major, minor, source})
 	}
-	if m := pyNameRE().FindStringSubmatch(filepath.Base(path)); m != nil {
-		add(atoi(m[1]), atoi(m[2]), "interpreter name "+path)
+	if major, minor, ok := pythonNameVersion(filepath.Base(path)); ok {
+		add(atoi(major), atoi(minor), "interpreter name "+path)
 	}
 	if cfg, major, minor, ok := venvVersion(path); ok {
 		add(major, minor, "pyvenv.cfg "+cfg)
@@ -96,8 +95,8 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 		return p, fmt.Errorf("python interpreter %s: %w", path, err)
 	}
 	for _, hop := range chain[1:] {
-		if m := pyNameRE().FindStringSubmatch(filepath.Base(hop)); m != nil {
-			add(atoi(m[1]), atoi(m[2]), "symlink chain "+strings.Join(chain, " -> "))
+		if major, minor, ok := pythonNameVersion(filepath.Base(hop)); ok {
+			add(atoi(major), atoi(minor), "symlink chain "+strings.Join(chain, " -> "))
 			break
 		}
 	}

@@ -37,8 +37,6 @@ func (s Shadow) String() string {
 		s.Name, s.TreeVersion, s.Tree, s.Name, s.Version, s.Image)
 }
 
-var metaDirRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(.+?)-([^-]+?)(?:-py\d.*)?\.(?:dist|egg)-info$`) })
-
 // distNames reads a site directory's distributions from the names of
 // their metadata directories only ("numpy-2.3.5.dist-info"): one
 // directory listing, no file read, no interpreter.
@@ -49,8 +47,8 @@ func distNames(dir string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, e := range entries {
-		if m := metaDirRE().FindStringSubmatch(e.Name()); m != nil {
-			out[distinfo.Canonical(m[1])] = m[2]
+		if name, version, ok := metaDirName(e.Name()); ok {
+			out[distinfo.Canonical(name)] = version
 		}
 	}
 	return out

@@ -17,22 +17,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
-)
-
-var (
-	pyTreeRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^py3\d+$`) })
-	nativeTreeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^rocm\d+-py3\d+$`) })
 )
 
 // Payload is an opened payload root.
@@ -101,7 +94,7 @@ func Open(root string) (*Payload, error) {
 		return nil, &Error{root, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
 	}
 	for _, e := range entries {
-		if pyTreeRE().MatchString(e.Name()) && isDir(filepath.Join(root, e.Name())) {
+		if isPyTreeName(e.Name()) && isDir(filepath.Join(root, e.Name())) {
 			if err := staysInside(root, filepath.Join(root, e.Name())); err != nil {
 				return nil, &Error{filepath.Join(root, e.Name()), err}
 			}
@@ -117,7 +110,7 @@ func Open(root string) (*Payload, error) {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(nativeDir, e.Name())
-		if !nativeTreeRE().MatchString(e.Name()) || !isDir(dir) {
+		if !isNativeTreeName(e.Name()) || !isDir(dir) {
 			continue
 		}
 		if err := staysInside(root, dir); err != nil {
@@ -322,15 +315,13 @@ func unwrapPath(err error) error {
 	return err
 }
 
-var treeNumRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\d+`) })
-
 // sortTrees orders py39 < py310 < py312 numerically.
 func sortTrees(names []string) {
 	sort.Slice(names, func(i, j int) bool { return treeLess(names[i], names[j]) })
 }
 
 func treeLess(a, b string) bool {
-	na, nb := treeNumRE().FindAllString(a, -1), treeNumRE().FindAllString(b, -1)
+	na, nb := digitRuns(a), digitRuns(b)
 	for i := 0; i < len(na) && i < len(nb); i++ {
 		if len(na[i]) != len(nb[i]) {
 			return len(na[i]) < len(nb[i])
