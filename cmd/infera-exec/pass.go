@@ -62,7 +62,6 @@ type pass struct {
 func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
 	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr,
 		args: workerargs.Parse(o.Command), probe: fsprobe.New(cfg.PreflightTimeoutDuration())}
-	report.Prepare() // the report's encoders, built while the steps run
 	p.rec = &logging.Recorder{}
 	logTo := stderr
 	if p.dry && !o.Verbose {
