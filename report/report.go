@@ -144,19 +144,6 @@ type Outcome struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Prepare builds the JSON encoders of every type a report holds, in the
-// background, so that the report written just before the exec finds them
-// built. encoding/json builds a type's encoder by reflection on its first
-// use, and for the report's few dozen types that was the largest single
-// cost of a restart; started at the beginning of a run it overlaps with
-// the steps, which mostly wait on the filesystem. (Nil pointers and empty
-// slices build their element types' encoders too; the field lists are
-// shared with decoding, so the state files of the steps, which hold some
-// of the same types, decode faster as well.)
-func Prepare() {
-	go json.Marshal(&Report{})
-}
-
 // Marshal renders r as indented JSON, secrets redacted (see RedactArgs).
 func Marshal(r *Report) ([]byte, error) {
 	b, err := json.MarshalIndent(redacted(r), "", "  ")
