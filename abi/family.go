@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 )
 
 // Family is the container's ABI family.
@@ -23,11 +24,11 @@ func (f Family) Name() string {
 
 // No leading zeros and at most three digits, so the name round-trips and no
 // number overflows.
-var familyRE = regexp.MustCompile(`^(?:rocm([1-9]\d{0,2})-)?py(\d)([1-9]\d{0,2}|0)$`)
+var familyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?:rocm([1-9]\d{0,2})-)?py(\d)([1-9]\d{0,2}|0)$`) })
 
 // ParseFamily parses an INFERA_ABI_FAMILY value such as rocm7-py312 or py311.
 func ParseFamily(s string) (Family, error) {
-	m := familyRE.FindStringSubmatch(s)
+	m := familyRE().FindStringSubmatch(s)
 	if m == nil {
 		return Family{}, fmt.Errorf("INFERA_ABI_FAMILY=%q: expected rocmN-py3XX (e.g. rocm7-py312) or py3XX", s)
 	}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/infera/infera-exec/environ"
@@ -38,9 +39,8 @@ func (p Python) Tree() string { return fmt.Sprintf("py%d%d", p.Major, p.Minor) }
 func (p Python) Version() string { return fmt.Sprintf("%d.%d", p.Major, p.Minor) }
 
 var (
-	pyNameRE    = regexp.MustCompile(`^python(\d+)\.(\d+)$`)
-	pyVersionRE = regexp.MustCompile(`^(\d+)\.(\d+)(?:\.\d+)?`)
-	askOutputRE = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`)
+	pyVersionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)\.(\d+)(?:\.\d+)?`) })
+	askOutputRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)$`) })
 )
 
 // PythonProbe says how to find and, if needed, ask the interpreter.
@@ -83,8 +83,8 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 	add := func(major, minor int, source string) {
 		claims = append(claims, claim{major, minor, source})
 	}
-	if m := pyNameRE.FindStringSubmatch(filepath.Base(path)); m != nil {
-		add(atoi(m[1]), atoi(m[2]), "interpreter name "+path)
+	if major, minor, ok := pythonNameVersion(filepath.Base(path)); ok {
+		add(atoi(major), atoi(minor), "interpreter name "+path)
 	}
 	if cfg, major, minor, ok := venvVersion(path); ok {
 		add(major, minor, "pyvenv.cfg "+cfg)
@@ -95,8 +95,8 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 		return p, fmt.Errorf("python interpreter %s: %w", path, err)
 	}
 	for _, hop := range chain[1:] {
-		if m := pyNameRE.FindStringSubmatch(filepath.Base(hop)); m != nil {
-			add(atoi(m[1]), atoi(m[2]), "symlink chain "+strings.Join(chain, " -> "))
+		if major, minor, ok := pythonNameVersion(filepath.Base(hop)); ok {
+			add(atoi(major), atoi(minor), "symlink chain "+strings.Join(chain, " -> "))
 			break
 		}
 	}
@@ -193,7 +193,7 @@ func venvVersion(exe string) (cfg string, major, minor int, ok bool) {
 			}
 			switch strings.TrimSpace(k) {
 			case "version", "version_info":
-				if m := pyVersionRE.FindStringSubmatch(strings.TrimSpace(v)); m != nil {
+				if m := pyVersionRE().FindStringSubmatch(strings.TrimSpace(v)); m != nil {
 					return cfg, atoi(m[1]), atoi(m[2]), true
 				}
 			}
@@ -233,7 +233,7 @@ func ask(ctx context.Context, path string, pr PythonProbe) (int, int, error) {
 		}
 		return 0, 0, fmt.Errorf("python interpreter %s: %w", path, err)
 	}
-	m := askOutputRE.FindStringSubmatch(strings.TrimSpace(out.String()))
+	m := askOutputRE().FindStringSubmatch(strings.TrimSpace(out.String()))
 	if m == nil {
 		return 0, 0, fmt.Errorf("python interpreter %s answered %s when asked its version, not MAJOR.MINOR.MICRO", path, excerpt(out.String()))
 	}

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 
@@ -21,8 +20,6 @@ import (
 const DefaultROCmRoot = "/opt/rocm"
 
 const hipLib = "libamdhip64.so"
-
-var hipSonameRE = regexp.MustCompile(`^libamdhip64\.so\.(\d+)(?:\.|$)`)
 
 // ROCm is what was found of the container's HIP runtime.
 type ROCm struct {
@@ -79,7 +76,7 @@ func candidates(dir string) ([]string, error) {
 		switch name := e.Name(); {
 		case name == hipLib:
 			plain = true
-		case hipSonameRE.MatchString(name):
+		case isVersionedHip(name):
 			versioned = append(versioned, name)
 		}
 	}
@@ -110,8 +107,8 @@ func (r *ROCm) decide(cands []string) error {
 
 	majors := map[int]bool{}
 	for _, c := range cands {
-		if m := hipSonameRE.FindStringSubmatch(filepath.Base(c)); m != nil {
-			n, _ := strconv.Atoi(m[1])
+		if m, ok := hipSonameMajor(filepath.Base(c)); ok {
+			n, _ := strconv.Atoi(m)
 			majors[n] = true
 		}
 	}
@@ -121,12 +118,12 @@ func (r *ROCm) decide(cands []string) error {
 
 	soname, err := readSoname(final)
 	if err == nil {
-		m := hipSonameRE.FindStringSubmatch(soname)
-		if m == nil {
+		m, ok := hipSonameMajor(soname)
+		if !ok {
 			return fmt.Errorf("ROCm HIP runtime %s: SONAME %q is not libamdhip64.so.N", final, soname)
 		}
 		r.Soname = soname
-		r.Major, _ = strconv.Atoi(m[1])
+		r.Major, _ = strconv.Atoi(m)
 		r.Found = true
 		r.DecidedBy = fmt.Sprintf("SONAME %s of %s", soname, final)
 		return nil
@@ -135,8 +132,8 @@ func (r *ROCm) decide(cands []string) error {
 	// versioned file names of the chain still say which major it is.
 	r.Notes = append(r.Notes, fmt.Sprintf("%s: %v; using the file names of the symlink chain", final, err))
 	for _, p := range chain {
-		if m := hipSonameRE.FindStringSubmatch(filepath.Base(p)); m != nil {
-			r.Major, _ = strconv.Atoi(m[1])
+		if m, ok := hipSonameMajor(filepath.Base(p)); ok {
+			r.Major, _ = strconv.Atoi(m)
 			r.Found = true
 			r.DecidedBy = "file name " + p
 			return nil
@@ -164,6 +161,11 @@ func readSoname(path string) (string, error) {
 	return names[0], nil
 }
 
+func isVersionedHip(name string) bool {
+	_, ok := hipSonameMajor(name)
+	return ok
+}
+
 // versionLess orders libamdhip64.so.7 < libamdhip64.so.7.1.70100 <
 // libamdhip64.so.10 by comparing the numeric parts.
 func versionLess(a, b string) bool {
@@ -176,11 +178,9 @@ func versionLess(a, b string) bool {
 	return len(na) < len(nb)
 }
 
-var digitsRE = regexp.MustCompile(`\d+`)
-
 func numbers(s string) []int {
 	var out []int
-	for _, d := range digitsRE.FindAllString(s[len(hipLib):], -1) {
+	for _, d := range digitRuns(s[len(hipLib):]) {
 		n, _ := strconv.Atoi(d)
 		out = append(out, n)
 	}

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 
 	"github.com/infera/infera-exec/boundedread"
@@ -50,7 +51,7 @@ func didYouMean(w string) string {
 	return ""
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`) })
 
 // Set is a sorted list of distinct capability names.
 type Set []string
@@ -104,7 +105,7 @@ func Parse(content string) (Set, []string) {
 	var names []string
 	for _, w := range strings.Fields(content) {
 		switch {
-		case !nameRE.MatchString(w):
+		case !nameRE().MatchString(w):
 			notes = append(notes, fmt.Sprintf("ignored %q: not a capability name (lower-case letters, digits, '_', '.', '-')", w))
 		case Known[w] == "":
 			notes = append(notes, fmt.Sprintf("unknown capability %q kept (known: %s)", w, knownList()))
@@ -196,7 +197,7 @@ func ParseRequirement(raw string) (Requirement, error) {
 			r.Auto = true
 			continue
 		}
-		if !nameRE.MatchString(w) {
+		if !nameRE().MatchString(w) {
 			return Requirement{}, fmt.Errorf("INFERA_REQUIRE_NATIVE=%q: %q is not a capability name%s; use on/all, off/none, auto, or a comma-separated list such as \"mooncake,hipfile\"", raw, w, didYouMean(w))
 		}
 		names = append(names, w)

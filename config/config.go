@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -36,7 +37,7 @@ const (
 	DefaultPreflightTimeout = 5 * time.Second
 )
 
-var providerRE = regexp.MustCompile(`^[a-z0-9_]+$`)
+var providerRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_]+$`) })
 
 // Config is the run's configuration.
 type Config struct {
@@ -233,7 +234,7 @@ func Load(env *environ.Env, exe, cwd string) (Config, []string, error) {
 
 	c.RDMAProvider = DefaultRDMAProvider
 	if v := env.Value("INFERA_RDMA_PROVIDER"); v != "" {
-		if !providerRE.MatchString(v) {
+		if !providerRE().MatchString(v) {
 			return c, warns, &Error{fmt.Sprintf("INFERA_RDMA_PROVIDER=%q: a provider name is lower-case letters, digits and '_' (ionic, mana, mlx5)", v)}
 		}
 		c.RDMAProvider = v

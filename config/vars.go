@@ -79,8 +79,7 @@ func known(name string) bool {
 // misspelt name is otherwise silently ignored.
 func unknownNames(env *environ.Env) []string {
 	var names []string
-	for _, kv := range env.Slice() {
-		name, _, _ := strings.Cut(kv, "=")
+	for _, name := range env.Names() {
 		if strings.HasPrefix(name, "INFERA_") && !known(name) {
 			names = append(names, name)
 		}

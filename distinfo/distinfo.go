@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -60,9 +59,30 @@ type Dist struct {
 
 // Canonical is the name's normalized form (PEP 503): lower case, runs of
 // '-', '_' and '.' as one '-'. "Demo.Pkg" and "demo_pkg" are one name.
-func Canonical(name string) string { return strings.ToLower(sepRE.ReplaceAllString(name, "-")) }
-
-var sepRE = regexp.MustCompile(`[-_.]+`)
+// Plain string code: a start canonicalizes every distribution name of the
+// image's site directories, and a regular expression would cost more to
+// compile than all of them.
+func Canonical(name string) string {
+	var b strings.Builder
+	b.Grow(len(name))
+	sep := false
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; c {
+		case '-', '_', '.':
+			sep = true
+		default:
+			if sep {
+				b.WriteByte('-')
+				sep = false
+			}
+			b.WriteByte(c)
+		}
+	}
+	if sep {
+		b.WriteByte('-')
+	}
+	return strings.ToLower(b.String())
+}
 
 // Key is d's canonical name.
 func (d Dist) Key() string { return Canonical(d.Name) }

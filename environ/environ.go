@@ -59,6 +59,9 @@ func (e *Env) Set(name, value string) {
 	e.vals[name] = value
 }
 
+// Names returns the names, in execve order.
+func (e *Env) Names() []string { return append([]string(nil), e.keys...) }
+
 // Slice returns KEY=VALUE strings for execve.
 func (e *Env) Slice() []string {
 	out := make([]string, 0, len(e.keys))

@@ -1,6 +1,7 @@
 package environ
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -261,4 +262,16 @@ func TestApplyEdits(t *testing.T) {
 		Prepend("RDMAV_DRIVERS", "/x/libionic"),
 	)
 	assert.Equal(t, []string{"PATH=/p/bin:/usr/bin", "KEPT=theirs", "NEW=d", "RDMAV_DRIVERS=/x/libionic"}, e.Slice())
+}
+
+func TestNamesInOrder(t *testing.T) {
+	e := New([]string{"B=1", "A=2", "B=3", "noequals", "C="})
+	got := e.Names()
+	if strings.Join(got, ",") != "B,A,C" {
+		t.Fatalf("Names = %q, want B, A, C", got)
+	}
+	got[0] = "X"
+	if e.Names()[0] != "B" {
+		t.Fatal("Names shares its slice with the Env")
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/elfload"
@@ -71,9 +72,9 @@ func libDirs() []string {
 var (
 	// "/usr/lib/x86_64-linux-gnu/libibverbs/lib%s-rdmav34.so" as libibverbs
 	// formats the provider path.
-	providerFmtRE = regexp.MustCompile(`(/[\x21-\x7e]*)/lib%s-rdmav(\d+)\.so\x00`)
-	configDirRE   = regexp.MustCompile(`\x00(/[\x21-\x7e]*/libibverbs\.d)\x00`)
-	privateRE     = regexp.MustCompile(`^IBVERBS_PRIVATE_(\d+)$`)
+	providerFmtRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(/[\x21-\x7e]*)/lib%s-rdmav(\d+)\.so\x00`) })
+	configDirRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\x00(/[\x21-\x7e]*/libibverbs\.d)\x00`) })
+	privateRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^IBVERBS_PRIVATE_(\d+)$`) })
 )
 
 // in joins a container path to the root the package works on.
@@ -119,11 +120,11 @@ func Discover(root, name string) (*Container, *elfload.Object, error) {
 	if err != nil {
 		return c, ref, err
 	}
-	if m := providerFmtRE.FindSubmatch(data); m != nil {
+	if m := providerFmtRE().FindSubmatch(data); m != nil {
 		c.ProviderDir = string(m[1])
 		c.PABI, _ = strconv.Atoi(string(m[2]))
 	}
-	if m := configDirRE.FindSubmatch(data); m != nil {
+	if m := configDirRE().FindSubmatch(data); m != nil {
 		c.ConfigDir = string(m[1])
 	} else {
 		c.ConfigDir = "/etc/libibverbs.d"
@@ -132,7 +133,7 @@ func Discover(root, name string) (*Container, *elfload.Object, error) {
 	// providers; the two must agree.
 	var defined []int
 	for _, v := range ref.Defines {
-		if m := privateRE.FindStringSubmatch(v); m != nil {
+		if m := privateRE().FindStringSubmatch(v); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			defined = append(defined, n)
 		}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/distinfo"
@@ -51,8 +52,6 @@ func (s Shadow) String() string {
 		s.Name, s.TreeVersion, s.Tree, s.Name, s.Version, s.Image)
 }
 
-var metaDirRE = regexp.MustCompile(`^(.+?)-([^-]+?)(?:-py\d.*)?\.(?:dist|egg)-info$`)
-
 // distNames reads a site directory's distributions from the names of
 // their metadata directories only ("numpy-2.3.5.dist-info"): one
 // directory listing, no file read, no interpreter.
@@ -63,8 +62,8 @@ func distNames(dir string) map[string]string {
 	}
 	out := map[string]string{}
 	for _, e := range entries {
-		if m := metaDirRE.FindStringSubmatch(e.Name()); m != nil {
-			out[distinfo.Canonical(m[1])] = m[2]
+		if name, version, ok := metaDirName(e.Name()); ok {
+			out[distinfo.Canonical(name)] = version
 		}
 	}
 	return out
@@ -158,8 +157,8 @@ type Audit struct {
 	Note      string                    `json:"note,omitempty"`
 }
 
-var pyNameRE = regexp.MustCompile(`^py3(\d+)$`)
-var pyConstraintRE = regexp.MustCompile(`^=\s*(3\.\d+)$`)
+var pyNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^py3(\d+)$`) })
+var pyConstraintRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^=\s*(3\.\d+)$`) })
 
 // AuditPayload opens the payload at root and checks all its trees
 // against img (no family is known: every tree is checked).
@@ -176,7 +175,7 @@ func AuditPayload(root string, img Image) (*Audit, error) {
 			t := &p.Manifest.Trees[i]
 			if t.Kind == "python" {
 				pp, _, _ := t.searchDirs(p.Root)
-				if m := pyConstraintRE.FindStringSubmatch(strings.TrimSpace(t.Python)); m != nil {
+				if m := pyConstraintRE().FindStringSubmatch(strings.TrimSpace(t.Python)); m != nil {
 					for _, d := range pp {
 						pyTrees[d] = m[1]
 					}
@@ -185,7 +184,7 @@ func AuditPayload(root string, img Image) (*Audit, error) {
 		}
 	} else {
 		for _, t := range p.PyTrees {
-			if m := pyNameRE.FindStringSubmatch(t); m != nil {
+			if m := pyNameRE().FindStringSubmatch(t); m != nil {
 				pyTrees[filepath.Join(p.Root, t)] = "3." + m[1]
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 	goversion "github.com/hashicorp/go-version"
@@ -46,7 +47,7 @@ type TreeSpec struct {
 	rocmConstrain goversion.Constraints
 }
 
-var treeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+var treeNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`) })
 
 // ReadManifest reads and checks root/payload.toml. Unknown keys, trees
 // that leave the payload, evidence globs that leave their tree and
@@ -90,7 +91,7 @@ func ReadManifest(root string) (*Manifest, error) {
 }
 
 func (t *TreeSpec) check(root string) error {
-	if !treeNameRE.MatchString(t.Name) {
+	if !treeNameRE().MatchString(t.Name) {
 		return fmt.Errorf("name %q: letters, digits, '.', '_' and '-'", t.Name)
 	}
 	switch t.Kind {

@@ -17,7 +17,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -27,11 +26,6 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
-)
-
-var (
-	pyTreeRE     = regexp.MustCompile(`^py3\d+$`)
-	nativeTreeRE = regexp.MustCompile(`^rocm\d+-py3\d+$`)
 )
 
 // Payload is an opened payload root.
@@ -100,7 +94,7 @@ func Open(root string) (*Payload, error) {
 		return nil, &Error{root, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
 	}
 	for _, e := range entries {
-		if pyTreeRE.MatchString(e.Name()) && isDir(filepath.Join(root, e.Name())) {
+		if isPyTreeName(e.Name()) && isDir(filepath.Join(root, e.Name())) {
 			if err := staysInside(root, filepath.Join(root, e.Name())); err != nil {
 				return nil, &Error{filepath.Join(root, e.Name()), err}
 			}
@@ -116,7 +110,7 @@ func Open(root string) (*Payload, error) {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(nativeDir, e.Name())
-		if !nativeTreeRE.MatchString(e.Name()) || !isDir(dir) {
+		if !isNativeTreeName(e.Name()) || !isDir(dir) {
 			continue
 		}
 		if err := staysInside(root, dir); err != nil {
@@ -321,15 +315,13 @@ func unwrapPath(err error) error {
 	return err
 }
 
-var treeNumRE = regexp.MustCompile(`\d+`)
-
 // sortTrees orders py39 < py310 < py312 numerically.
 func sortTrees(names []string) {
 	sort.Slice(names, func(i, j int) bool { return treeLess(names[i], names[j]) })
 }
 
 func treeLess(a, b string) bool {
-	na, nb := treeNumRE.FindAllString(a, -1), treeNumRE.FindAllString(b, -1)
+	na, nb := digitRuns(a), digitRuns(b)
 	for i := 0; i < len(na) && i < len(nb); i++ {
 		if len(na[i]) != len(nb[i]) {
 			return len(na[i]) < len(nb[i])

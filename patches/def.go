@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 	goversion "github.com/hashicorp/go-version"
@@ -81,10 +82,10 @@ type Edit struct {
 }
 
 var (
-	idRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
-	importRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	distRE    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
-	releaseRE = regexp.MustCompile(`^\d+(\.\d+)*`)
+	idRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`) })
+	importRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+	distRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`) })
+	releaseRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\d+(\.\d+)*`) })
 )
 
 // Parse reads one TOML definition. Unknown keys are an error: a misspelt
@@ -111,13 +112,13 @@ func Parse(data []byte, source string) (*Definition, error) {
 
 func (d *Definition) validate() error {
 	switch {
-	case !idRE.MatchString(d.ID):
+	case !idRE().MatchString(d.ID):
 		return fmt.Errorf("id %q: want lower-case letters, digits, '.', '_' or '-'", d.ID)
 	case strings.TrimSpace(d.Summary) == "":
 		return fmt.Errorf("%s: summary is empty", d.ID)
-	case !importRE.MatchString(d.Package):
+	case !importRE().MatchString(d.Package):
 		return fmt.Errorf("%s: package %q is not a top-level import name", d.ID, d.Package)
-	case !distRE.MatchString(d.Distribution):
+	case !distRE().MatchString(d.Distribution):
 		return fmt.Errorf("%s: distribution %q is not a distribution name", d.ID, d.Distribution)
 	case len(d.Edits) == 0 && len(d.Variants) == 0:
 		return fmt.Errorf("%s: no [[edit]] and no [[variant]]", d.ID)
@@ -144,7 +145,7 @@ func (d *Definition) validate() error {
 		v := &d.Variants[i]
 		where := fmt.Sprintf("%s: variant %d", d.ID, i+1)
 		switch {
-		case !idRE.MatchString(v.Name):
+		case !idRE().MatchString(v.Name):
 			return fmt.Errorf("%s: name %q: want lower-case letters, digits, '.', '_' or '-'", where, v.Name)
 		case names[v.Name]:
 			return fmt.Errorf("%s: name %q is used twice", where, v.Name)
@@ -431,7 +432,7 @@ func inScope(c goversion.Constraints, text, pkg, dist, version string) (bool, st
 	if version == "" {
 		return false, fmt.Sprintf("version of %s unknown (no %s dist-info found); constraint %s", pkg, dist, text)
 	}
-	rel := releaseRE.FindString(version)
+	rel := releaseRE().FindString(version)
 	v, err := goversion.NewVersion(rel)
 	if rel == "" || err != nil {
 		return false, fmt.Sprintf("version %q of %s is not a release number; constraint %s", version, dist, text)

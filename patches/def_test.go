@@ -213,7 +213,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("unsafe guard file accepted: %q", g.File)
 			}
 		}
-		if !idRE.MatchString(d.ID) || len(edits) == 0 {
+		if !idRE().MatchString(d.ID) || len(edits) == 0 {
 			t.Fatalf("definition accepted with id %q and %d edits", d.ID, len(edits))
 		}
 	})

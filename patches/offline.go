@@ -8,13 +8,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/distinfo"
 )
 
 var (
-	mappingRE = regexp.MustCompile(`(?s)MAPPING\s*(?::[^=]*)?=\s*\{(.*?)\}`)
-	pairRE    = regexp.MustCompile(`['"]([^'"]+)['"]\s*:\s*['"]([^'"]+)['"]`)
+	mappingRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)MAPPING\s*(?::[^=]*)?=\s*\{(.*?)\}`) })
+	pairRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`['"]([^'"]+)['"]\s*:\s*['"]([^'"]+)['"]`) })
 )
 
 // LocateOffline finds packages in an unpacked image root filesystem, or
@@ -90,8 +91,8 @@ func candidates(prefix, site, name string) []string {
 			if err != nil {
 				continue
 			}
-			if m := mappingRE.FindSubmatch(data); m != nil {
-				for _, pair := range pairRE.FindAllSubmatch(m[1], -1) {
+			if m := mappingRE().FindSubmatch(data); m != nil {
+				for _, pair := range pairRE().FindAllSubmatch(m[1], -1) {
 					if string(pair[1]) == name {
 						out = append(out, inImage(string(pair[2])))
 					}

@@ -2,7 +2,6 @@ package preflight
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strings"
 )
@@ -15,10 +14,28 @@ func init() {
 	})
 }
 
-// placeholderRE is a template placeholder: an upper-case name in angle
-// brackets, alone or inside a word (/models/<MODEL>/config). Lower-case
-// <foo> and a<b are left alone.
-var placeholderRE = regexp.MustCompile(`<[A-Z][A-Z0-9_]*>`)
+// placeholders are the template placeholders in s, in order: an
+// upper-case name in angle brackets (<[A-Z][A-Z0-9_]*>), alone or inside
+// a word (/models/<MODEL>/config). Lower-case <foo> and a<b are left
+// alone. Plain string code: every start scans every variable and
+// argument, and a regular expression costs more to compile than that.
+func placeholders(s string) []string {
+	var out []string
+	for i := 0; i < len(s); i++ {
+		if s[i] != '<' || i+1 >= len(s) || s[i+1] < 'A' || s[i+1] > 'Z' {
+			continue
+		}
+		j := i + 2
+		for j < len(s) && (s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9' || s[j] == '_') {
+			j++
+		}
+		if j < len(s) && s[j] == '>' {
+			out = append(out, s[i:j+1])
+			i = j
+		}
+	}
+	return out
+}
 
 // placeholdersShown is how many findings Seen names before "and N more".
 const placeholdersShown = 5
@@ -67,7 +84,7 @@ func checkPlaceholders(in *Input) Result {
 // uniqueTokens are the placeholders in s, each once, in order.
 func uniqueTokens(s string) []string {
 	var out []string
-	for _, tok := range placeholderRE.FindAllString(s, -1) {
+	for _, tok := range placeholders(s) {
 		dup := false
 		for _, o := range out {
 			dup = dup || o == tok

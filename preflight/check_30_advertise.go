@@ -1,10 +1,10 @@
 package preflight
 
 import (
-	"net"
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/workerargs"
 )
@@ -37,7 +37,7 @@ const (
 
 // k8sVarRef is a Kubernetes dependent-variable reference, $(VAR), which
 // the kubelet leaves as is when VAR is not defined before it.
-var k8sVarRef = regexp.MustCompile(`\$\(([-._A-Za-z0-9]+)\)`)
+var k8sVarRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\$\(([-._A-Za-z0-9]+)\)`) })
 
 // unexpandedNote says what an unexpanded $(VAR) shows: the kubelet
 // expands a reference in command, args and env only from the variables
@@ -73,7 +73,7 @@ func classifyAddr(v string) (kind addrKind, varName, note string) {
 	if v == "" {
 		return addrEmpty, "", "empty"
 	}
-	if m := k8sVarRef.FindStringSubmatch(v); m != nil {
+	if m := k8sVarRef().FindStringSubmatch(v); m != nil {
 		return addrUnexpanded, m[1], unexpandedNote(m[1])
 	}
 	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
@@ -198,7 +198,7 @@ func (a *advCheck) sglang() {
 	}
 	if f := args.DistInitAddr; f.Set {
 		host := f.Value
-		if h, _, err := net.SplitHostPort(f.Value); err == nil {
+		if h, ok := hostOfHostPort(f.Value); ok {
 			host = h
 		}
 		a.addr("--dist-init-addr host", "the host of --dist-init-addr", host)
@@ -321,4 +321,29 @@ func advJoin(list []string) string {
 		return list[0]
 	}
 	return strings.Join(list[:len(list)-1], ", ") + " and " + list[len(list)-1]
+}
+
+// hostOfHostPort is the host of "host:port" or "[v6]:port", as
+// net.SplitHostPort splits it (false where it fails: no port, a bare IPv6
+// address, stray brackets); the port is not looked at. Here rather than
+// package net, which nothing else in a start needs.
+func hostOfHostPort(hostport string) (string, bool) {
+	i := strings.LastIndexByte(hostport, ':')
+	if i < 0 {
+		return "", false
+	}
+	host, j, k := hostport[:i], 0, 0
+	if hostport[0] == '[' {
+		end := strings.IndexByte(hostport, ']')
+		if end+1 != i {
+			return "", false
+		}
+		host, j, k = hostport[1:end], 1, end+1
+	} else if strings.IndexByte(host, ':') >= 0 {
+		return "", false
+	}
+	if strings.IndexByte(hostport[j:], '[') >= 0 || strings.IndexByte(hostport[k:], ']') >= 0 {
+		return "", false
+	}
+	return host, true
 }

@@ -88,16 +88,34 @@ func AdvertiseIP(in *Input) (ip, why string) {
 	return d.ip, d.why
 }
 
-func decideAdvertiseIP(in *Input) advIPDecision {
-	var d advIPDecision
-	d.ifs, d.listErr = interfacesOf(in)
-	if dl := answers(in, sysfsOf(in)); dl != nil && d.listErr == nil {
+// advListing is the part of the decision that does not depend on the
+// environment: the interfaces and what the rule picks among them.
+type advListing struct {
+	ifs                   []Interface
+	err                   error
+	choice, choiceIf, why string
+}
+
+func listAdvertise(in *Input) *advListing {
+	if in.listing != nil {
+		return in.listing
+	}
+	l := &advListing{}
+	l.ifs, l.err = interfacesOf(in)
+	if dl := answers(in, sysfsOf(in)); dl != nil && l.err == nil {
 		// Which interfaces are physical is read from sysfs.
-		d.listErr = dl
+		l.err = dl
 	}
-	if d.listErr == nil {
-		d.choice, d.choiceIf, d.reason = advChoose(sysfsOf(in), d.ifs)
+	if l.err == nil {
+		l.choice, l.choiceIf, l.why = advChoose(sysfsOf(in), l.ifs)
 	}
+	in.listing = l
+	return l
+}
+
+func decideAdvertiseIP(in *Input) advIPDecision {
+	l := listAdvertise(in)
+	d := advIPDecision{ifs: l.ifs, listErr: l.err, choice: l.choice, choiceIf: l.choiceIf, reason: l.why}
 	if v := in.Env[AdvertiseVar]; v != "" {
 		d.kept, d.ip = true, v
 		d.keptIf = advOwner(d.ifs, v)

@@ -1,11 +1,14 @@
 package preflight
 
 import (
-	"net"
+	"encoding/binary"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // RealInterfaces lists the machine's network interfaces (of the network
@@ -17,34 +20,116 @@ import (
 // Up is true when the interface is administratively up and has a carrier
 // (IFF_UP and IFF_RUNNING): an address on a NIC without link is not one a
 // peer can reach.
+//
+// Two netlink dumps, links then addresses, read with package syscall: the
+// net package would dump every address once per interface, and its
+// resolver machinery would be linked into every start for this alone.
 func RealInterfaces() ([]Interface, error) {
-	ifs, err := net.Interfaces()
+	links, err := netlinkDump(syscall.RTM_GETLINK)
 	if err != nil {
 		return nil, err
 	}
-	sort.SliceStable(ifs, func(i, j int) bool { return ifs[i].Index < ifs[j].Index })
-	out := make([]Interface, 0, len(ifs))
-	for _, ifi := range ifs {
-		it := Interface{
-			Name:     ifi.Name,
-			Up:       ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0,
-			Loopback: ifi.Flags&net.FlagLoopback != 0,
+	var out []Interface
+	var index []uint32
+	for _, m := range links {
+		if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg {
+			continue
 		}
-		addrs, err := ifi.Addrs()
+		// struct ifinfomsg: family, pad, type (u16), index (i32), flags (u32), change.
+		idx := binary.NativeEndian.Uint32(m.Data[4:8])
+		flags := binary.NativeEndian.Uint32(m.Data[8:12])
+		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
 		if err != nil {
-			return nil, err
+			return nil, os.NewSyscallError("parse netlink link attributes", err)
 		}
-		for _, a := range addrs {
-			switch v := a.(type) {
-			case *net.IPNet:
-				it.Addrs = append(it.Addrs, v.IP.String())
-			case *net.IPAddr:
-				it.Addrs = append(it.Addrs, v.IP.String())
+		it := Interface{
+			Up:       flags&syscall.IFF_UP != 0 && flags&syscall.IFF_RUNNING != 0,
+			Loopback: flags&syscall.IFF_LOOPBACK != 0,
+		}
+		for _, a := range attrs {
+			if a.Attr.Type == syscall.IFLA_IFNAME && len(a.Value) > 0 {
+				it.Name = strings.TrimRight(string(a.Value), "\x00")
 			}
 		}
 		out = append(out, it)
+		index = append(index, idx)
 	}
-	return out, nil
+	addrs, err := netlinkDump(syscall.RTM_GETADDR)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range addrs {
+		if m.Header.Type != syscall.RTM_NEWADDR || len(m.Data) < syscall.SizeofIfAddrmsg {
+			continue
+		}
+		// struct ifaddrmsg: family, prefixlen, flags, scope (u8 each), index (u32).
+		family, idx := m.Data[0], binary.NativeEndian.Uint32(m.Data[4:8])
+		i := slices.Index(index, idx)
+		if i < 0 {
+			continue
+		}
+		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+		if err != nil {
+			return nil, os.NewSyscallError("parse netlink address attributes", err)
+		}
+		if a, ok := ifAddr(family, attrs); ok {
+			out[i].Addrs = append(out[i].Addrs, a)
+		}
+	}
+	order := make([]int, len(out))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return index[order[a]] < index[order[b]] })
+	sorted := make([]Interface, len(out))
+	for i, o := range order {
+		sorted[i] = out[o]
+	}
+	return sorted, nil
+}
+
+// netlinkDump is one NETLINK_ROUTE dump of proto (RTM_GETLINK,
+// RTM_GETADDR) for every address family, its messages up to NLMSG_DONE.
+func netlinkDump(proto int) ([]syscall.NetlinkMessage, error) {
+	tab, err := syscall.NetlinkRIB(proto, syscall.AF_UNSPEC)
+	if err != nil {
+		return nil, os.NewSyscallError("netlink dump", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(tab)
+	if err != nil {
+		return nil, os.NewSyscallError("parse netlink message", err)
+	}
+	for i, m := range msgs {
+		if m.Header.Type == syscall.NLMSG_DONE {
+			return msgs[:i], nil
+		}
+	}
+	return msgs, nil
+}
+
+// ifAddr is the address of an RTM_NEWADDR message: the local address
+// (IFA_LOCAL) when it has one, which on a point-to-point link differs
+// from the peer's IFA_ADDRESS, else IFA_ADDRESS. IPv4-mapped IPv6
+// addresses are written as IPv4.
+func ifAddr(family byte, attrs []syscall.NetlinkRouteAttr) (string, bool) {
+	var raw []byte
+	for _, a := range attrs {
+		switch a.Attr.Type {
+		case syscall.IFA_LOCAL:
+			raw = a.Value
+		case syscall.IFA_ADDRESS:
+			if raw == nil {
+				raw = a.Value
+			}
+		}
+	}
+	switch {
+	case family == syscall.AF_INET && len(raw) >= 4:
+		return netip.AddrFrom4([4]byte(raw[:4])).String(), true
+	case family == syscall.AF_INET6 && len(raw) >= 16:
+		return netip.AddrFrom16([16]byte(raw[:16])).Unmap().String(), true
+	}
+	return "", false
 }
 
 // interfacesOf lists the interfaces through the test seam, or the real ones.

@@ -79,6 +79,11 @@ type Input struct {
 	// TimeoutError: a filesystem that does not answer is an error, not a
 	// warning (INFERA_PREFLIGHT_ON_TIMEOUT=error).
 	TimeoutError bool
+
+	// listing is the interfaces and the address the rule picks among
+	// them, read once per Input: the advertise-ip check and AdvertiseIP
+	// (the pass's edit) decide from the same listing.
+	listing *advListing
 }
 
 // Check is a named check.

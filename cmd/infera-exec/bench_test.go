@@ -236,6 +236,13 @@ func BenchmarkStart(b *testing.B) {
 	}
 	bin := shim(b)
 	dir := b.TempDir()
+	if keep := os.Getenv("INFERA_BENCH_KEEP"); keep != "" {
+		// For profiling a restart by hand: the install, state and report
+		// stay in this directory, and env.sh there sets the environment.
+		dir = keep
+		os.RemoveAll(dir)
+		os.MkdirAll(dir, 0o755)
+	}
 	floor := benchProgram(b, dir, "floor", floorSrc)
 	rss := benchProgram(b, dir, "rss", rssSrc)
 	site := filepath.Join(dir, "site")
@@ -259,6 +266,14 @@ func BenchmarkStart(b *testing.B) {
 		"INFERA_SKIP_ENGINE_PATCHES=",
 		"INFERA_PREFLIGHT=",
 	)
+	if keep := os.Getenv("INFERA_BENCH_KEEP"); keep != "" {
+		var sh strings.Builder
+		for _, kv := range env[len(env)-8:] {
+			k, v, _ := strings.Cut(kv, "=")
+			fmt.Fprintf(&sh, "export %s='%s'\n", k, v)
+		}
+		os.WriteFile(filepath.Join(dir, "env.sh"), []byte(sh.String()), 0o644)
+	}
 	pending := func() {
 		for rel, data := range targets {
 			if err := os.WriteFile(filepath.Join(site, rel), data, 0o644); err != nil {
