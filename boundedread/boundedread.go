@@ -7,6 +7,7 @@
 package boundedread
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -119,16 +120,24 @@ func Open(path string, flags int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// ReadAll reads at most max bytes from f, refusing more.
+// ReadAll reads at most max bytes from f, refusing more. When f can say
+// its size (an *os.File), the buffer is sized for it once: growing it by
+// doubling would copy and clear a large file several times over.
 func ReadAll(f io.Reader, path string, max int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
+	size := int64(bytes.MinRead)
+	if st, ok := f.(interface{ Stat() (os.FileInfo, error) }); ok {
+		if fi, err := st.Stat(); err == nil && fi.Size() <= max {
+			size += fi.Size()
+		}
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, &Error{Path: path, Cap: max, Err: err}
 	}
-	if int64(len(data)) > max {
+	if int64(buf.Len()) > max {
 		return nil, &Error{Path: path, Cap: max, Err: ErrTooLarge}
 	}
-	return data, nil
+	return buf.Bytes(), nil
 }
 
 func typeName(m uint32) string {
