@@ -183,3 +183,10 @@ func PickLogged(explicit string, log *slog.Logger) string {
 	}
 	return dir
 }
+
+// ProviderDirs are where the host RDMA provider may go when the library
+// directory is read-only, in order: an rdma directory in each state
+// directory, then /dev/shm (a tmpfs in every pod, unless mounted noexec).
+func ProviderDirs(explicit string) []string {
+	return append(Sub(explicit, "rdma"), "/dev/shm/infera-exec-rdma")
+}

@@ -206,7 +206,7 @@ func (p *pass) resolveCommand(context.Context) error {
 func (p *pass) hostLibionic(ctx context.Context) error {
 	out, edits := libionic.Run(ctx, libionic.Options{
 		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", Sysfs: p.cfg.Sysfs, Answers: p.probe.AllAnswer,
-		FallbackDirs: append(statedir.Sub(p.cfg.StateDir, "rdma"), "/dev/shm/infera-exec-rdma"),
+		FallbackDirs: statedir.ProviderDirs(p.cfg.StateDir),
 		DryRun:       p.dry, Explicit: p.cfg.HostLibionicSet,
 	}, p.log)
 	p.ionic, p.rep.Libionic = out, out
