@@ -1,7 +1,6 @@
 package abi
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
 	"github.com/infera/infera-exec/internal/procgroup"
@@ -180,14 +180,12 @@ func pathOf(env *environ.Env) string {
 func venvVersion(exe string) (cfg string, major, minor int, ok bool) {
 	for _, dir := range []string{filepath.Dir(exe), filepath.Dir(filepath.Dir(exe))} {
 		cfg = filepath.Join(dir, "pyvenv.cfg")
-		f, err := os.Open(cfg)
+		data, err := boundedread.File(cfg, boundedread.SmallText)
 		if err != nil {
 			continue
 		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			k, v, found := strings.Cut(sc.Text(), "=")
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, found := strings.Cut(line, "=")
 			if !found {
 				continue
 			}

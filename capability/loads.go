@@ -12,8 +12,10 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/statedir"
 )
 
 // LoadInput is what the load check of a native tree needs: every ELF of
@@ -94,8 +96,10 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 		for _, p := range l.Consulted() {
 			c.Consulted[p] = identity(p)
 		}
-		if b, err := json.Marshal(c); err == nil && os.MkdirAll(in.CacheDir, 0o755) == nil {
-			atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644}) // best effort: the next start checks again
+		// Only into a directory that is infera-exec's own (statedir.Dir);
+		// not fsynced: a verdict lost to a power cut is checked again.
+		if b, err := json.Marshal(c); err == nil && statedir.Dir(in.CacheDir) == nil {
+			atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: the next start checks again
 		}
 	}
 	return v
@@ -105,7 +109,9 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 // payload index (same identity, or the same digest when it was replaced
 // by an identical copy) and every consulted path as it was.
 func cachedVerdict(file, key, indexFile, indexID string, indexHash *string) (*LoadVerdict, bool) {
-	data, err := os.ReadFile(file)
+	// Written by infera-exec itself in its own directory: never through a
+	// link at the name, a regular file, within the cap.
+	data, err := boundedread.FileNoFollow(file, boundedread.Manifest)
 	if err != nil {
 		return nil, false
 	}

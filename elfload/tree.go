@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/infera/infera-exec/boundedread"
 )
 
 // DefaultDirs are the directories the dynamic loader searches after its
@@ -96,7 +98,7 @@ func (l *Loader) readConf(file string, depth int) {
 	if err != nil {
 		return
 	}
-	data, err := readSmall(hp, 1<<20)
+	data, err := boundedread.File(hp, 1<<20)
 	if err != nil {
 		return
 	}
@@ -133,28 +135,6 @@ func (l *Loader) readConf(file string, depth int) {
 			}
 		}
 	}
-}
-
-// readSmall reads a configuration file of at most limit bytes.
-func readSmall(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() || fi.Size() > limit {
-		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", p, limit)
-	}
-	b := make([]byte, fi.Size())
-	n, err := f.ReadAt(b, 0)
-	if err != nil && n != len(b) {
-		return nil, err
-	}
-	return b[:n], nil
 }
 
 // read is Read, once per file.

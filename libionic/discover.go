@@ -116,7 +116,7 @@ func Discover(root, name string) (*Container, *elfload.Object, error) {
 	if err != nil {
 		return c, nil, err
 	}
-	data, err := os.ReadFile(in(root, c.LibibverbsFile))
+	data, err := boundedread.File(in(root, c.LibibverbsFile), boundedread.Library)
 	if err != nil {
 		return c, ref, err
 	}

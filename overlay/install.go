@@ -187,14 +187,16 @@ func Install(src, dest string) (*InstallResult, error) {
 // copyChecked copies src to dst with the entry's mode, hashing as it goes;
 // a file that differs from the index in size or content is refused.
 func copyChecked(src, dst string, e Entry) error {
-	in, err := os.Open(src)
+	// Opened without blocking and checked on the descriptor: a FIFO put
+	// in the payload would otherwise hold the install.
+	in, err := boundedread.Open(src, 0)
 	if err != nil {
-		return fmt.Errorf("payload file %s: %w", src, unwrapPath(err))
+		if errors.Is(err, boundedread.ErrNotRegular) {
+			return fmt.Errorf("payload file %s: not a regular file %w", src, errMismatch)
+		}
+		return fmt.Errorf("payload file %s: %w", src, unwrapPath(errors.Unwrap(err)))
 	}
 	defer in.Close()
-	if fi, err := in.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("payload file %s: not a regular file %w", src, errMismatch)
-	}
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return destErr(err)

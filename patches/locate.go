@@ -15,6 +15,7 @@ import (
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/procgroup"
+	"github.com/infera/infera-exec/statedir"
 )
 
 // Package is where an import name resolves for the worker.
@@ -142,7 +143,7 @@ func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error)
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	if cacheFile != "" && ok && !racy(inputs, time.Now()) {
 		if b, err := json.Marshal(cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
-			if os.MkdirAll(l.CacheDir, 0o755) == nil {
+			if statedir.Dir(l.CacheDir) == nil { // only a directory that is infera-exec's own
 				atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: next start runs the probe again
 			}
 		}

@@ -1,7 +1,6 @@
 package patches
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/distinfo"
 )
 
@@ -87,7 +87,7 @@ func candidates(prefix, site, name string) []string {
 		full := filepath.Join(site, fn)
 		switch {
 		case strings.HasPrefix(fn, "__editable__") && strings.HasSuffix(fn, "_finder.py"):
-			data, err := os.ReadFile(full)
+			data, err := boundedread.File(full, boundedread.SmallText)
 			if err != nil {
 				continue
 			}
@@ -110,15 +110,13 @@ func candidates(prefix, site, name string) []string {
 // pathLines are the directory entries of a .pth or .egg-link file: lines
 // that are neither comments nor "import" statements.
 func pathLines(file string) []string {
-	f, err := os.Open(file)
+	data, err := boundedread.File(file, boundedread.SmallText)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		l := strings.TrimSpace(sc.Text())
+	for _, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSpace(l)
 		if l == "" || l == "." || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "import ") || strings.HasPrefix(l, "import\t") {
 			continue
 		}

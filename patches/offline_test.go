@@ -2,7 +2,9 @@ package patches
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -42,4 +44,18 @@ func TestLocateOfflineErrors(t *testing.T) {
 	loc, err := LocateOffline(t.TempDir(), []string{"vllm"})
 	require.NoError(t, err)
 	assert.Contains(t, loc.Packages["vllm"].Why, "no site-packages or dist-packages directory under")
+}
+
+// A FIFO planted as a .pth file in an image root is skipped, not waited on.
+func TestPathLinesIgnoresAFIFO(t *testing.T) {
+	pth := filepath.Join(t.TempDir(), "x.pth")
+	require.NoError(t, syscall.Mkfifo(pth, 0o644))
+	done := make(chan []string)
+	go func() { done <- pathLines(pth) }()
+	select {
+	case lines := <-done:
+		assert.Empty(t, lines)
+	case <-time.After(10 * time.Second):
+		t.Fatal("pathLines blocked on a FIFO .pth file")
+	}
 }

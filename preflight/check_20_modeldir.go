@@ -12,6 +12,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/fsprobe"
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -130,12 +131,13 @@ func inspectModel(full string) (modelView, error) {
 	if v.Scan.Count == 0 {
 		return v, nil
 	}
-	f, err := os.Open(v.Scan.First)
+	// Without blocking: a FIFO named like a shard would hold the open.
+	fd, err := unix.Open(v.Scan.First, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		v.OpenErr = pathErr(err).Error()
+		v.OpenErr = pathErr(&fs.PathError{Op: "open", Path: v.Scan.First, Err: err}).Error()
 		return v, nil
 	}
-	f.Close()
+	unix.Close(fd)
 	return v, nil
 }
 

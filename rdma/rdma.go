@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/infera/infera-exec/boundedread"
 )
 
 // DevDir is where the pod's RDMA device nodes are.
@@ -140,7 +142,9 @@ func readUverbs(sysfs string) []Uverbs {
 }
 
 func readTrim(p string) string {
-	b, err := os.ReadFile(p)
+	// sysfs attributes are a few bytes; a planted FIFO or a huge file in a
+	// SYSFS_PATH fixture must not hang or bloat the start.
+	b, err := boundedread.File(p, 4096)
 	if err != nil {
 		return ""
 	}

@@ -6,7 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"os"
+
+	"github.com/infera/infera-exec/boundedread"
 )
 
 // Bytes is the SHA-256 of b.
@@ -17,7 +18,9 @@ func Bytes(b []byte) string {
 
 // File is the SHA-256 of the file at path, read as a stream.
 func File(path string) (string, error) {
-	f, err := os.Open(path)
+	// Without blocking, and only a regular file: a FIFO has no content to
+	// fingerprint and would hold the caller forever.
+	f, err := boundedread.Open(path, 0)
 	if err != nil {
 		return "", err
 	}
