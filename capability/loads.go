@@ -7,13 +7,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
+	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/fileid"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/statedir"
 )
@@ -42,15 +43,15 @@ type LoadVerdict struct {
 func (v *LoadVerdict) OK() bool { return v != nil && v.Error == "" && len(v.Failed) == 0 }
 
 // loadCacheVersion changes when the cache format or the check changes.
-const loadCacheVersion = 1
+const loadCacheVersion = 2
 
 type loadCache struct {
-	Version   int               `json:"version"`
-	Key       string            `json:"key"`       // tree, root, library path
-	Index     string            `json:"index"`     // the index file's identity
-	IndexHash string            `json:"index_sha"` // and digest
-	Consulted map[string]string `json:"consulted"` // path -> identity
-	Verdict   LoadVerdict       `json:"verdict"`
+	Version   int                        `json:"version"`
+	Key       string                     `json:"key"`       // tree, root, library path
+	Index     fileid.Identity            `json:"index"`     // the index file's identity
+	IndexHash string                     `json:"index_sha"` // and digest
+	Consulted map[string]fileid.Identity `json:"consulted"` // path -> identity
+	Verdict   LoadVerdict                `json:"verdict"`
 }
 
 // CheckLoads checks every ELF of the tree against the image (elfload's
@@ -61,16 +62,18 @@ type loadCache struct {
 func CheckLoads(in LoadInput) *LoadVerdict {
 	key := strings.Join(append([]string{in.Dir, in.ImageRoot}, in.LibraryPath...), "\x00")
 	cacheFile := ""
-	indexID, indexHash := "", ""
+	var indexID fileid.Identity
+	indexHash := ""
 	if in.CacheDir != "" {
 		cacheFile = filepath.Join(in.CacheDir, "native-load-"+digest.Bytes([]byte(key))[:16]+".json")
 		if in.IndexFile != "" {
-			indexID = identity(in.IndexFile)
+			indexID, _ = fileid.Stat(in.IndexFile)
 		}
 		if v, ok := cachedVerdict(cacheFile, key, in.IndexFile, indexID, &indexHash); ok {
 			return v
 		}
 	}
+	started := time.Now()
 	l := elfload.NewLoader(in.ImageRoot, in.LibraryPath)
 	v := &LoadVerdict{Tree: in.Dir, Root: in.ImageRoot}
 	checks, err := l.CheckTree(in.Dir)
@@ -92,13 +95,19 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 		if in.IndexFile != "" && indexHash == "" {
 			indexHash, _ = digest.File(in.IndexFile)
 		}
-		c := loadCache{Version: loadCacheVersion, Key: key, Index: indexID, IndexHash: indexHash, Consulted: map[string]string{}, Verdict: *v}
+		c := loadCache{Version: loadCacheVersion, Key: key, Index: indexID, IndexHash: indexHash, Consulted: map[string]fileid.Identity{}, Verdict: *v}
+		trusted := true
 		for _, p := range l.Consulted() {
-			c.Consulted[p] = identity(p)
+			// An identity that cannot be taken, or that shows a change
+			// from just before the check began on (the check may have read
+			// the old bytes), does not key a verdict.
+			id, ok := fileid.Stat(p)
+			trusted = trusted && ok && !id.Racy(started)
+			c.Consulted[p] = id
 		}
 		// Only into a directory that is infera-exec's own (statedir.Dir);
 		// not fsynced: a verdict lost to a power cut is checked again.
-		if b, err := json.Marshal(c); err == nil && statedir.Dir(in.CacheDir) == nil {
+		if b, err := json.Marshal(c); trusted && err == nil && statedir.Dir(in.CacheDir) == nil {
 			atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: the next start checks again
 		}
 	}
@@ -108,7 +117,7 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 // cachedVerdict returns the cached verdict when its key matches: the same
 // payload index (same identity, or the same digest when it was replaced
 // by an identical copy) and every consulted path as it was.
-func cachedVerdict(file, key, indexFile, indexID string, indexHash *string) (*LoadVerdict, bool) {
+func cachedVerdict(file, key, indexFile string, indexID fileid.Identity, indexHash *string) (*LoadVerdict, bool) {
 	// Written by infera-exec itself in its own directory: never through a
 	// link at the name, a regular file, within the cap.
 	data, err := boundedread.FileNoFollow(file, boundedread.Manifest)
@@ -128,24 +137,14 @@ func cachedVerdict(file, key, indexFile, indexID string, indexHash *string) (*Lo
 			return nil, false
 		}
 	}
-	for p, id := range c.Consulted {
-		if identity(p) != id {
+	for p, want := range c.Consulted {
+		if id, ok := fileid.Stat(p); !ok || id != want {
 			return nil, false
 		}
 	}
 	v := c.Verdict
 	v.Cached = true
 	return &v, true
-}
-
-// identity is what changes when a file or directory is replaced,
-// rewritten or, for a directory, gets or loses an entry.
-func identity(p string) string {
-	var st syscall.Stat_t
-	if err := syscall.Stat(p, &st); err != nil {
-		return "absent"
-	}
-	return fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 }
 
 // ApplyLoads withdraws every granted capability whose evidence includes

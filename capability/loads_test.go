@@ -4,10 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/fileid"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
 
@@ -18,6 +20,7 @@ func TestCheckLoadsCachesUntilSomethingChanges(t *testing.T) {
 	lib := filepath.Join(tree, "lib")
 	require.NoError(t, fixture.SharedObject(filepath.Join(lib, "libdemo.so.1"), "libdemo.so.1"))
 	in := capability.LoadInput{Dir: tree, ImageRoot: "/", LibraryPath: []string{lib}, CacheDir: cache}
+	time.Sleep(fileid.RacyWindow) // a file written within the clock's granularity keys no verdict
 
 	v := capability.CheckLoads(in)
 	require.True(t, v.OK(), "%+v", v)
@@ -52,4 +55,20 @@ func TestCheckLoadsCachesUntilSomethingChanges(t *testing.T) {
 	require.Len(t, files, 1)
 	require.NoError(t, os.WriteFile(files[0], []byte("{"), 0o644))
 	require.False(t, capability.CheckLoads(in).Cached)
+}
+
+// A library written within the clock's granularity of the check may have
+// changed after it was read without its identity showing it: such a
+// verdict is not cached, and the next check reads the tree again.
+func TestCheckLoadsDoesNotCacheARacyVerdict(t *testing.T) {
+	tree, cache := t.TempDir(), t.TempDir()
+	lib := filepath.Join(tree, "lib")
+	require.NoError(t, fixture.SharedObject(filepath.Join(lib, "libdemo.so.1"), "libdemo.so.1"))
+	in := capability.LoadInput{Dir: tree, ImageRoot: "/", LibraryPath: []string{lib}, CacheDir: cache}
+	// A window no loaded machine outlasts between the write and the checks.
+	old := fileid.RacyWindow
+	fileid.RacyWindow = time.Hour
+	t.Cleanup(func() { fileid.RacyWindow = old })
+	require.False(t, capability.CheckLoads(in).Cached)
+	require.False(t, capability.CheckLoads(in).Cached, "a verdict keyed on a just-written library was reused")
 }

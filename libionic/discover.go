@@ -16,7 +16,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -48,24 +47,12 @@ type Container struct {
 	ProviderSHA256 string   `json:"provider_sha256,omitempty"` // of the file the provider link leads to
 }
 
-// triplet is the Debian multiarch directory name for this machine: the
-// container runs on the same architecture as infera-exec.
-func triplet() string {
-	switch runtime.GOARCH {
-	case "arm64":
-		return "aarch64-linux-gnu"
-	case "ppc64le":
-		return "powerpc64le-linux-gnu"
-	case "s390x":
-		return "s390x-linux-gnu"
-	}
-	return "x86_64-linux-gnu"
-}
-
 // libDirs are the directories the dynamic loader searches by default,
-// Debian multiarch first, then the lib64 layout of RPM distributions.
+// Debian multiarch first, then the lib64 layout of RPM distributions;
+// /usr first, so that on a merged-/usr image the paths reported are the
+// ones operators know.
 func libDirs() []string {
-	t := triplet()
+	t := elfload.Triplet()
 	return []string{"/usr/lib/" + t, "/lib/" + t, "/usr/lib64", "/lib64", "/usr/lib", "/lib"}
 }
 

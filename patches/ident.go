@@ -1,72 +1,23 @@
 package patches
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
-	"time"
 
 	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/fileid"
 	"golang.org/x/sys/unix"
 )
 
-// Identity is what the kernel says about a file without reading it:
-// device, inode, size, mode and the modification and change times in
-// nanoseconds. Two equal identities of one path mean the same bytes,
-// because every write moves mtime and ctime, and ctime cannot be set from
-// user space (see Racy for the one exception: a write within the clock's
-// granularity of the moment the identity was taken).
-type Identity struct {
-	Dev    uint64 `json:"dev,omitempty"`
-	Ino    uint64 `json:"ino,omitempty"`
-	Size   int64  `json:"size,omitempty"`
-	Mode   uint32 `json:"mode,omitempty"`
-	Mtime  int64  `json:"mtime,omitempty"`
-	Ctime  int64  `json:"ctime,omitempty"`
-	Absent bool   `json:"absent,omitempty"` // the path did not exist
-}
+// Identity is a file's identity (package fileid), the key of the record
+// and the probe cache.
+type Identity = fileid.Identity
 
-func identityOf(st *unix.Stat_t) Identity {
-	return Identity{Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mode: st.Mode,
-		Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano()}
-}
+func identityOf(st *unix.Stat_t) Identity { return fileid.Of(st) }
 
-// statIdentity follows symlinks: the identity of what the path names.
-// A path that cannot be stat'ed for another reason than absence has no
-// usable identity (ok false), so nothing keyed on it can be trusted.
-func statIdentity(path string) (Identity, bool) {
-	return identity(path, unix.Stat)
-}
+func statIdentity(path string) (Identity, bool) { return fileid.Stat(path) }
 
-// lstatIdentity is the identity of the path itself (a symlink is not
-// followed).
-func lstatIdentity(path string) (Identity, bool) {
-	return identity(path, unix.Lstat)
-}
-
-func identity(path string, stat func(string, *unix.Stat_t) error) (Identity, bool) {
-	var st unix.Stat_t
-	if err := stat(path, &st); err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return Identity{Absent: true}, true
-		}
-		return Identity{}, false
-	}
-	return identityOf(&st), true
-}
-
-// racyWindow is longer than any kernel's timestamp granularity (file
-// times come from a coarse clock, one tick of up to 10 ms behind): a file
-// whose ctime is older than now minus this cannot be written again
-// without its ctime moving.
-var racyWindow = 50 * time.Millisecond
-
-// Racy reports whether a write right after the identity was taken could
-// leave it unchanged: the file changed within the clock's granularity of
-// now. A racy identity is not trusted; the next start reads the file.
-func (id Identity) Racy(now time.Time) bool {
-	return !id.Absent && now.UnixNano()-id.Ctime < racyWindow.Nanoseconds()
-}
+func lstatIdentity(path string) (Identity, bool) { return fileid.Lstat(path) }
 
 // Caps on the files infera-exec reads here: an engine source file, a
 // dist-info METADATA, the probe cache and the patch record. Anything

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/fileid"
 )
 
 // python is the machine's interpreter; these tests use the real import
@@ -183,7 +184,7 @@ func TestLocateCache(t *testing.T) {
 		return strings.Count(string(b), "run")
 	}
 	cache := t.TempDir()
-	time.Sleep(racyWindow) // files written within the clock's granularity are not trusted
+	time.Sleep(fileid.RacyWindow) // files written within the clock's granularity are not trusted
 	l := &Locator{Python: wrapper, Env: envWith(), Dir: "/", CacheDir: cache}
 	loc, err := l.Locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
@@ -223,7 +224,7 @@ func TestLocateCachePthEditedInPlace(t *testing.T) {
 	pth := filepath.Join(site, "engine.pth")
 	write(t, pth, a+"\n")
 	cache := t.TempDir()
-	time.Sleep(racyWindow)
+	time.Sleep(fileid.RacyWindow)
 	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
 	loc, err := l.Locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
@@ -258,7 +259,7 @@ func TestLocateCacheFinderAndTrust(t *testing.T) {
 	finder := filepath.Join(site, "__editable___demo_1_0_finder.py")
 	write(t, finder, "MAPPING = {}\n")
 	cache := t.TempDir()
-	time.Sleep(racyWindow)
+	time.Sleep(fileid.RacyWindow)
 	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
 	_, err := l.Locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
@@ -274,7 +275,7 @@ func TestLocateCacheFinderAndTrust(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "the finder changed")
 
-	time.Sleep(racyWindow)
+	time.Sleep(fileid.RacyWindow)
 	_, err = l.Locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	files, _ := filepath.Glob(filepath.Join(cache, "probe-*.json"))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/fileid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func recorded(t *testing.T) (site string, set *Set, loc *Location, opt Options) 
 	opt = Options{StateDir: t.TempDir()}
 	r := Apply(set, loc, opt)[0]
 	require.Equal(t, "applied", r.Action)
-	time.Sleep(racyWindow)
+	time.Sleep(fileid.RacyWindow)
 	r = Apply(set, loc, opt)[0]
 	require.Equal(t, Applied, r.State)
 	require.False(t, r.Recorded, "the first restart reads the files it confirms")
