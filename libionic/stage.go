@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/rdma"
@@ -105,6 +106,16 @@ func fallbackEdits(res *Result) []environ.Edit {
 // else the container's own (read from root). Devices of other providers
 // are not ours to judge (ok false).
 func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uint32, ok bool) {
+	// The container's provider is one file for every device: read it once,
+	// not once per NIC.
+	type abiRange struct {
+		min, max uint32
+		ok       bool
+	}
+	container := sync.OnceValue(func() abiRange {
+		lo, hi, ok := ProviderRange(root, name)
+		return abiRange{lo, hi, ok}
+	})
 	return func(ibdev string) (uint32, uint32, bool) {
 		if !strings.HasPrefix(ibdev, name) {
 			return 0, 0, false
@@ -115,7 +126,8 @@ func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uin
 				return o.Swap.HostABI.Min, o.Swap.HostABI.Max, true
 			}
 		}
-		return ProviderRange(root, name)
+		r := container()
+		return r.min, r.max, r.ok
 	}
 }
 
