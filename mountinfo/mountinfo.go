@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // SelfPath is the mount table of this process, as its mount namespace and
@@ -54,6 +55,18 @@ func (m Mount) Describe() string {
 // the same point hides an earlier one).
 type Table struct {
 	Mounts []Mount
+
+	// seen memoizes Where's lstat of existing local components: one start
+	// asks for a few dozen paths that share most of their parents.
+	mu   sync.Mutex
+	seen map[string]component
+}
+
+// component is what lstat and readlink said of an existing path.
+type component struct {
+	link   bool
+	target string
+	err    error // of readlink
 }
 
 // localTypes are filesystems the kernel serves without asking anyone who
@@ -207,6 +220,29 @@ func (t *Table) KindOf(path string) (Mount, Kind) {
 	return m, m.Kind
 }
 
+// component lstats path (and reads the link), once per table; ok is false
+// when path cannot be lstat'ed, which is not remembered.
+func (t *Table) component(path string) (component, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c, ok := t.seen[path]; ok {
+		return c, true
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return component{}, false
+	}
+	c := component{link: fi.Mode()&os.ModeSymlink != 0}
+	if c.link {
+		c.target, c.err = os.Readlink(path)
+	}
+	if t.seen == nil {
+		t.seen = map[string]component{}
+	}
+	t.seen[path] = c
+	return c, true
+}
+
 // maxLinks bounds link resolution, as the kernel's ELOOP does.
 const maxLinks = 40
 
@@ -234,13 +270,13 @@ func (t *Table) Where(path string) (resolved string, m Mount, kind Kind) {
 			full := filepath.Join(next, rest)
 			return full, mm, k
 		}
-		fi, err := os.Lstat(next)
-		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		c, ok := t.component(next)
+		if !ok || !c.link {
 			done = next
 			continue
 		}
 		links++
-		target, err := os.Readlink(next)
+		target, err := c.target, c.err
 		if err != nil || links > maxLinks {
 			done = next
 			continue // the caller's own access reports the loop or the error

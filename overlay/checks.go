@@ -74,6 +74,18 @@ func distNames(dir string) map[string]string {
 // hold at another version. The first site directory holding a name is
 // the image's copy.
 func Shadows(trees []string, imageRoot, py string) []Shadow {
+	// The trees' names first: trees without distributions (the common
+	// restart of a payload of native trees alone) shadow nothing, and the
+	// image's site directories are not listed at all.
+	treeNames := make([]map[string]string, len(trees))
+	some := false
+	for i, t := range trees {
+		treeNames[i] = distNames(t)
+		some = some || len(treeNames[i]) > 0
+	}
+	if !some {
+		return nil
+	}
 	var sites []string
 	for _, s := range distinfo.SiteDirs(imageRoot) {
 		if strings.Contains(s, "/python"+py+"/") || strings.HasSuffix(s, "/python3/dist-packages") {
@@ -89,8 +101,8 @@ func Shadows(trees []string, imageRoot, py string) []Shadow {
 		}
 	}
 	var out []Shadow
-	for _, t := range trees {
-		names := distNames(t)
+	for i, t := range trees {
+		names := treeNames[i]
 		keys := make([]string, 0, len(names))
 		for n := range names {
 			keys = append(keys, n)

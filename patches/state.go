@@ -99,5 +99,5 @@ func Combine(states []State) State {
 
 // applyEdit returns content with e's anchor replaced; e must be pending in it.
 func applyEdit(e *Edit, content string) string {
-	return strings.ReplaceAll(content, e.Anchor, e.Replacement)
+	return newText(content).replaceAll(e.Anchor, e.Replacement)
 }

@@ -36,3 +36,35 @@ func TestTextCountAgreesWithStringsCount(t *testing.T) {
 		assert.Equal(t, strings.Count(content, needle), newText(content).count(needle), "content %q needle %q", content, needle)
 	}
 }
+
+// FuzzTextCount: the line-start index counts as strings.Count does, for
+// any content and needle.
+func FuzzTextCount(f *testing.F) {
+	f.Add("a\nb\na\nb\n", "a\nb\n")
+	f.Add("x\n\n\ny", "\n\n")
+	f.Add("    x = 1\n    x = 1", "\n    x = 1")
+	f.Add("ab\nab\n", "b\nab\n")
+	f.Fuzz(func(t *testing.T, content, needle string) {
+		if needle == "" {
+			return
+		}
+		tx := newText(content)
+		for i := 0; i < 2; i++ { // the second time from the cached lines
+			if got, want := tx.count(needle), strings.Count(content, needle); got != want {
+				t.Fatalf("count(%q) in %q = %d, strings.Count says %d", needle, content, got, want)
+			}
+		}
+	})
+}
+
+// FuzzTextReplaceAll: replacing through the index is strings.ReplaceAll.
+func FuzzTextReplaceAll(f *testing.F) {
+	f.Add("a\nb\na\nb\n", "a\nb\n", "c\n")
+	f.Add("x\n\n\ny", "\n\n", "")
+	f.Add("    x = 1\n    x = 1", "\n    x = 1", "\n    x = 2\n")
+	f.Fuzz(func(t *testing.T, content, old, new string) {
+		if got, want := newText(content).replaceAll(old, new), strings.ReplaceAll(content, old, new); got != want {
+			t.Fatalf("replaceAll(%q, %q) in %q = %q, strings.ReplaceAll says %q", old, new, content, got, want)
+		}
+	})
+}

@@ -82,21 +82,8 @@ func BenchmarkStartToExec(b *testing.B) {
 	})
 }
 
-// The real-sized engine install of BenchmarkStart: a vLLM-like tree of
-// benchFiles .py files, benchBytes in all, whose patched files have the
-// sizes of vLLM's own (gpu_model_runner.py, gpu_worker.py,
-// mooncake_connector.py of a 2026 vLLM).
-const (
-	benchFiles = 2246
-	benchBytes = 42 << 20
-	benchRuns  = 30
-)
-
-var benchPatchedSizes = map[string]int{
-	"vllm/v1/worker/gpu_model_runner.py":                                          355 << 10,
-	"vllm/v1/worker/gpu_worker.py":                                                61 << 10,
-	"vllm/distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py": 86 << 10,
-}
+// benchRuns is how often BenchmarkStart runs each start.
+const benchRuns = 30
 
 // benchProgram builds a small static Go program from source, in dir.
 func benchProgram(b *testing.B, dir, name, src string) string {
@@ -157,59 +144,6 @@ func main() {
 }
 `
 
-// benchInstall writes the real-sized install into site: the vllm-pending
-// test tree, its patched files padded to their real sizes, and filler
-// modules up to benchFiles files and benchBytes bytes.
-func benchInstall(b *testing.B, site string) map[string][]byte {
-	b.Helper()
-	src := "../../patches/testdata/trees/vllm-pending/site-packages"
-	targets := map[string][]byte{}
-	count, total := 0, 0
-	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		data, _ := os.ReadFile(p)
-		if size, ok := benchPatchedSizes[filepath.ToSlash(rel)]; ok {
-			// Real files are mostly other code: pad with functions of
-			// their shape after the anchors.
-			for i := 0; len(data) < size; i++ {
-				data = append(data, fmt.Sprintf("\n\ndef _helper_%d(self, batch, *, scheduler_output=None):\n    if batch is None:\n        return None\n    return self._prepare(batch, scheduler_output)\n", i)...)
-			}
-			data = data[:size-1]
-			data = append(data, '\n')
-		}
-		targets[rel] = data
-		if strings.HasSuffix(rel, ".py") {
-			count++
-		}
-		total += len(data)
-		return nil
-	})
-	filler := strings.Repeat("def f(x):\n    return x  # a line of an engine module, about forty bytes\n", 20)
-	n := benchFiles - count
-	per := (benchBytes - total) / n
-	body := strings.Repeat(filler, per/len(filler)+1)[:per]
-	for i := 0; i < n; i++ {
-		p := filepath.Join(site, "vllm", "model_executor", fmt.Sprintf("pkg%02d", i/100), fmt.Sprintf("mod%04d.py", i))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for rel, data := range targets {
-		p := filepath.Join(site, rel)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return targets
-}
-
 type benchStats struct {
 	name             string
 	median, min, max time.Duration
@@ -246,7 +180,10 @@ func BenchmarkStart(b *testing.B) {
 	floor := benchProgram(b, dir, "floor", floorSrc)
 	rss := benchProgram(b, dir, "rss", rssSrc)
 	site := filepath.Join(dir, "site")
-	targets := benchInstall(b, site)
+	targets, err := fixture.EngineInstall("../../patches/testdata/trees/vllm-pending/site-packages", site)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := fixture.ROCm(filepath.Join(dir, "rocm"), 7, "7.1.70100"); err != nil {
 		b.Fatal(err)
 	}
@@ -273,12 +210,14 @@ func BenchmarkStart(b *testing.B) {
 			fmt.Fprintf(&sh, "export %s='%s'\n", k, v)
 		}
 		os.WriteFile(filepath.Join(dir, "env.sh"), []byte(sh.String()), 0o644)
+		// pending.sh makes the next start a first start again: the
+		// patched files as they were before, no state.
+		fixture.RestoreFiles(filepath.Join(dir, "pending"), targets)
+		os.WriteFile(filepath.Join(dir, "pending.sh"), []byte(fmt.Sprintf("cp -R %s/pending/. %s/ && rm -rf %s\n", dir, site, state)), 0o755)
 	}
 	pending := func() {
-		for rel, data := range targets {
-			if err := os.WriteFile(filepath.Join(site, rel), data, 0o644); err != nil {
-				b.Fatal(err)
-			}
+		if err := fixture.RestoreFiles(site, targets); err != nil {
+			b.Fatal(err)
 		}
 		os.RemoveAll(state)
 	}
@@ -369,7 +308,7 @@ func BenchmarkStart(b *testing.B) {
 	}
 	fmt.Println()
 	fi, _ := os.Stat(bin)
-	fmt.Printf("binary: %.1f MB; %d runs each; install: %d .py files, %d MB\n", float64(fi.Size())/(1<<20), benchRuns, benchFiles, benchBytes>>20)
+	fmt.Printf("binary: %.1f MB; %d runs each; install: %d .py files, %d MB\n", float64(fi.Size())/(1<<20), benchRuns, fixture.EngineFiles, fixture.EngineBytes>>20)
 }
 
 func must(b []byte, err error) []byte {
