@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -28,6 +27,7 @@ type Input struct {
 	StateDir     string        // infera-exec's trusted state directory: the probe cache and the patch record; "" = neither
 	DryRun       bool
 	Log          *slog.Logger
+	Early        *Early // the probe started ahead (StartEarly), or nil
 }
 
 // Outcome is the step's decision: its section of the report.
@@ -107,13 +107,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		require[id] = true
 	}
 	scripts := Superseded(Scripts(filepath.Join(in.PayloadRoot, "patches")), set)
-	names := set.Packages()
-	for _, s := range scripts {
-		if !slices.Contains(names, s.Package) {
-			names = append(names, s.Package)
-		}
-	}
-	sort.Strings(names)
+	names := probeNames(set, in.PayloadRoot)
 	if len(names) == 0 {
 		o.State, o.Summary = "none", "no patch definitions"
 		return o, nil
@@ -188,8 +182,15 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 	if in.Python == "" {
 		return nil, fmt.Errorf("cannot run the interpreter to locate %s: %v", strings.Join(names, ", "), in.PythonErr)
 	}
-	l := &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir, Dists: dists}
+	l := locator(in, dists)
+	if loc, err, ok := in.Early.answer(l.settings(names)); ok {
+		return loc, err
+	}
 	return l.Locate(ctx, names)
+}
+
+func locator(in Input, dists map[string]string) *Locator {
+	return &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir, Dists: dists}
 }
 
 // dists names the distribution whose version decides each import name's

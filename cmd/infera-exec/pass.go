@@ -53,6 +53,7 @@ type pass struct {
 	probe       *fsprobe.Prober // touches filesystems that may not answer, with the deadline
 	state       string          // see stateDir
 	statePicked bool
+	early       *patches.Early // the engine probe, started once the worker's environment is composed
 }
 
 func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
@@ -84,6 +85,7 @@ func (p *pass) run() int {
 		{"capabilities", p.checkCapabilities},
 		{"environment", p.composeEnv},
 		{"command", p.resolveCommand},
+		{"probe", p.startProbe},
 		{"libionic", p.hostLibionic},
 		{"preflight", p.preflight},
 		{"patches", p.enginePatches},
@@ -230,15 +232,29 @@ func (p *pass) preflight(context.Context) error {
 	return err
 }
 
+// startProbe starts the engine probe of the patch step now, beside the
+// steps in between; the patch step takes its answer only if nothing that
+// decides it changed meanwhile.
+func (p *pass) startProbe(ctx context.Context) error {
+	p.early = patches.StartEarly(ctx, p.patchInput())
+	return nil
+}
+
 func (p *pass) enginePatches(ctx context.Context) error {
-	state := p.stateDir()
-	out, err := patches.Run(ctx, patches.Input{
-		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
-		Python: p.python, PythonErr: p.pythonErr, Env: p.env, Dir: p.cfg.Chdir,
-		ProbeTimeout: p.cfg.PatchProbeTimeout(), StateDir: state, DryRun: p.dry, Log: p.log,
-	})
+	in := p.patchInput()
+	in.Early = p.early
+	out, err := patches.Run(ctx, in)
+	p.early.Stop()
 	p.rep.Patches = out
 	return err
+}
+
+func (p *pass) patchInput() patches.Input {
+	return patches.Input{
+		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
+		Python: p.python, PythonErr: p.pythonErr, Env: p.env, Dir: p.cfg.Chdir,
+		ProbeTimeout: p.cfg.PatchProbeTimeout(), StateDir: p.stateDir(), DryRun: p.dry, Log: p.log,
+	}
 }
 
 // stateDir is where this run keeps its caches, picked once: "" for
@@ -265,6 +281,7 @@ func (p *pass) limits(context.Context) error {
 
 // exec is the irreversible end: chdir, report, execve.
 func (p *pass) exec() int {
+	p.early.Stop()
 	e := p.rep.Exec
 	e.Env = p.env.Slice()
 	p.rep.EnvChanges = environ.Diff(p.env0, p.env)
@@ -296,6 +313,7 @@ func (p *pass) init() int {
 // finish ends a run that does not exec: it logs the reason, records the
 // outcome and either prints the plan (explain) or writes the report.
 func (p *pass) finish(code int, result string, err error) int {
+	p.early.Stop() // a refusal before the patch step: its interpreter is killed and reaped
 	if p.rep.Exec != nil && p.rep.Exec.Env == nil {
 		p.rep.Exec.Env = p.env.Slice()
 	}

@@ -1,0 +1,90 @@
+package patches
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"sort"
+)
+
+// Early is the engine probe started ahead of the patch step (StartEarly):
+// on a first start the interpreter's answer takes most of the step, and
+// nothing in the steps between (RDMA provider, preflight) waits for it, so
+// it runs beside them. Run takes its answer only when everything that
+// decides the answer is what the patch step itself would use (the
+// interpreter, the working directory, the names asked for, the variables
+// that change where Python imports from: Locator.settings); otherwise the
+// answer is dropped and Run locates afresh.
+type Early struct {
+	settings string
+	cancel   context.CancelFunc
+	done     chan struct{}
+	loc      *Location
+	err      error
+}
+
+// StartEarly begins locating the engine packages with the environment
+// as it is now; nil when the patch step will not locate anything (skipped,
+// no interpreter, definitions that do not load: Run says why). Stop must
+// be called when the pass ends without Run taking the answer.
+func StartEarly(ctx context.Context, in Input) *Early {
+	if in.Skip || in.Python == "" {
+		return nil
+	}
+	set, err := LoadSet(in.PayloadRoot)
+	if err != nil {
+		return nil
+	}
+	names := probeNames(set, in.PayloadRoot)
+	if len(names) == 0 {
+		return nil
+	}
+	in.Env = in.Env.Clone() // the pass goes on editing its own
+	l := locator(in, set.dists(names))
+	ctx, cancel := context.WithCancel(ctx)
+	e := &Early{settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.loc, e.err = l.Locate(ctx, names)
+	}()
+	return e
+}
+
+// Stop ends the probe if it still runs and waits for it (its interpreter
+// is killed and reaped); safe on nil and after the answer was taken.
+func (e *Early) Stop() {
+	if e == nil {
+		return
+	}
+	e.cancel()
+	<-e.done
+}
+
+// answer is the early answer when it was asked with settings; ok false
+// means locate afresh.
+func (e *Early) answer(settings string) (*Location, error, bool) {
+	if e == nil {
+		return nil, nil, false
+	}
+	if e.settings != settings {
+		e.Stop()
+		return nil, nil, false
+	}
+	<-e.done
+	e.cancel()
+	return e.loc, e.err, true
+}
+
+// probeNames are the packages the definitions and the payload's patch
+// scripts are about, sorted.
+func probeNames(set *Set, payloadRoot string) []string {
+	scripts := Superseded(Scripts(filepath.Join(payloadRoot, "patches")), set)
+	names := set.Packages()
+	for _, s := range scripts {
+		if !slices.Contains(names, s.Package) {
+			names = append(names, s.Package)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
