@@ -30,7 +30,7 @@ func realisticReport() *Report {
 	}
 	r.ABI = &abi.Family{
 		ROCm: abi.ROCm{Found: true, Major: 7, Searched: []string{"/opt/rocm/lib"}, Library: "/opt/rocm/lib/libamdhip64.so",
-			Chain: []string{"/opt/rocm/lib/libamdhip64.so", "/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.7.0.60400"},
+			Chain:  []string{"/opt/rocm/lib/libamdhip64.so", "/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.7.0.60400"},
 			Soname: "libamdhip64.so.7", DecidedBy: "SONAME libamdhip64.so.7"},
 		Python: abi.Python{Interpreter: "python3", Path: "/usr/bin/python3", Chain: []string{"/usr/bin/python3", "/usr/bin/python3.12"}, Major: 3, Minor: 12, DecidedBy: "interpreter name python3.12"},
 	}
@@ -45,7 +45,7 @@ func realisticReport() *Report {
 	r.Payload = &overlay.Payload{Root: "/overlay", ManifestFile: "/overlay/payload.toml", PyTrees: []string{"py311", "py312"}, NativeTrees: []overlay.NativeTree{native}, Bin: "/overlay/bin"}
 	r.Trees = &overlay.Selection{
 		Family: "rocm7-py312", PyTree: "/overlay/py312", Native: &native, Bin: "/overlay/bin",
-		PythonPath: []string{"/overlay/py312", "/overlay/native/rocm7-py312/lib/python3.12/site-packages"},
+		PythonPath:  []string{"/overlay/py312", "/overlay/native/rocm7-py312/lib/python3.12/site-packages"},
 		LibraryPath: []string{"/overlay/native/rocm7-py312/lib"}, Path: []string{"/overlay/bin"},
 		Considered: []overlay.Candidate{
 			{Name: "py312", Kind: "python", Dir: "/overlay/py312", Matched: true, Chosen: true, Why: "python = 3.12"},
