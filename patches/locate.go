@@ -2,7 +2,6 @@ package patches
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -142,7 +141,7 @@ func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	if cacheFile != "" && ok && !racy(inputs, time.Now()) {
-		if b, err := json.Marshal(cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
+		if b, err := appendJSONCacheEntry(nil, &cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
 			if statedir.Dir(l.CacheDir) == nil { // only a directory that is infera-exec's own
 				atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: next start runs the probe again
 			}
@@ -366,7 +365,7 @@ func (l *Locator) cached(file string, names []string) (*Location, bool) {
 		return nil, false
 	}
 	var c cacheEntry
-	if json.Unmarshal(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != l.settings(names) {
+	if decodeJSONCacheEntry(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != l.settings(names) {
 		return nil, false
 	}
 	for _, in := range c.Inputs {

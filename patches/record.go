@@ -1,7 +1,6 @@
 package patches
 
 import (
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -29,6 +28,11 @@ import (
 // recordVersion changes with the record's format or meaning.
 const recordVersion = "1"
 
+//go:generate go run ../internal/cmd/jsongen -encode record,cacheEntry -decode record,cacheEntry
+
+// record is kept as JSON, encoded and decoded by generated code
+// (json_gen.go): it is read on every restart, where encoding/json's
+// reflection would cost more than the rest of the read.
 type record struct {
 	Version string         `json:"version"`
 	Key     string         `json:"key"`
@@ -157,7 +161,7 @@ func writeRecord(file string, rec record) {
 			rec.Results[i].Edits[j].PycsRemoved = nil
 		}
 	}
-	b, err := json.Marshal(rec)
+	b, err := appendJSONRecord(nil, &rec)
 	if err != nil {
 		return
 	}
@@ -179,7 +183,7 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options) ([]Resul
 		return nil, false
 	}
 	var rec record
-	if json.Unmarshal(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
+	if decodeJSONRecord(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
 		return nil, false
 	}
 	var pycDirs map[string]bool

@@ -5,7 +5,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/jsonwire"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
@@ -163,13 +163,21 @@ type Outcome struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Marshal renders r as indented JSON, secrets redacted (see RedactArgs).
+//go:generate go run ../internal/cmd/jsongen -encode Report
+
+// Marshal renders r as indented JSON, secrets redacted (see RedactArgs):
+// the bytes json.MarshalIndent(r, "", "  ") returns, and a newline. The
+// report is written on every start, so it is encoded by generated code
+// (json_gen.go), not by encoding/json's reflection, whose first use in
+// a process costs more than the rest of the encoding. The indentation is
+// json.Indent's, without its validating scanner.
 func Marshal(r *Report) ([]byte, error) {
-	b, err := json.MarshalIndent(redacted(r), "", "  ")
+	b, err := appendJSONReport(make([]byte, 0, 16<<10), redacted(r))
 	if err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	out := jsonwire.AppendIndent(make([]byte, 0, 2*len(b)), b, "  ")
+	return append(out, '\n'), nil
 }
 
 // Write stores r for operators. path empty means the default locations in

@@ -1,0 +1,40 @@
+package patches
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+// benchRecord is a record of six patches over a vLLM install: what a
+// restart reads.
+func benchRecord() record {
+	rec := record{Version: recordVersion, Key: "5c1d0e8f2a7b4c3d9e6f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d"}
+	for i := 0; i < 24; i++ {
+		rec.Files = append(rec.Files, recordedFile{Path: fmt.Sprintf("/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/mod%d.py", i),
+			ID: Identity{Dev: 2049, Ino: uint64(1234567 + i), Size: int64(4096 + i), Mode: 0o100644, Mtime: 1735787045123456789, Ctime: 1735787045123456789}, PyCache: i%4 == 0})
+	}
+	for i := 0; i < 6; i++ {
+		rec.Results = append(rec.Results, Result{ID: fmt.Sprintf("vllm-fix-%d", i), Summary: "keep the rocm path", Source: "builtin", Package: "vllm", Version: ">=0.10",
+			State: Applied, Before: Applied, Action: "applied",
+			Edits: []EditResult{{File: fmt.Sprintf("vllm/model_executor/layers/mod%d.py", i), Path: fmt.Sprintf("/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/mod%d.py", i),
+				Evaluation: Evaluation{State: Applied, Replacement: 1}, SHA256After: "3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}})
+	}
+	return rec
+}
+
+// BenchmarkRecordDecode is the record's read on every restart.
+func BenchmarkRecordDecode(b *testing.B) {
+	rec := benchRecord()
+	data, err := json.Marshal(&rec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		var got record
+		if err := decodeJSONRecord(data, &got); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
