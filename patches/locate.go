@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -234,10 +235,12 @@ var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYT
 // names asked for and the distributions whose versions are read.
 func (l *Locator) settings(names []string) string {
 	h := &strings.Builder{}
-	fmt.Fprintf(h, "v%s\x00%s\x00cwd=%s\x00names=%s\x00", probeVersion, l.Python, l.Dir, strings.Join(names, ","))
+	for _, s := range []string{"v", probeVersion, "\x00", l.Python, "\x00cwd=", l.Dir, "\x00names=", strings.Join(names, ","), "\x00"} {
+		h.WriteString(s)
+	}
 	for _, k := range fingerprintEnv {
 		v, ok := l.Env.Get(k)
-		fmt.Fprintf(h, "%s=%t:%s\x00", k, ok, v)
+		h.WriteString(k + "=" + strconv.FormatBool(ok) + ":" + v + "\x00")
 	}
 	dists := make([]string, 0, len(l.Dists))
 	for n, d := range l.Dists {
@@ -331,12 +334,13 @@ func (l *Locator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool)
 // fingerprint digests settings and input identities: the probe's part of
 // the key of anything recorded about the packages it located.
 func fingerprint(settings string, inputs []cachedIdentity) string {
-	h := &strings.Builder{}
-	h.WriteString(settings)
+	b := make([]byte, 0, len(settings)+len(inputs)*96)
+	b = append(b, settings...)
 	for _, in := range inputs {
-		fmt.Fprintf(h, "\x00%s:%+v", in.Path, in.ID)
+		b = append(append(append(b, 0), in.Path...), ':')
+		b = in.ID.AppendKey(b)
 	}
-	return digest.Bytes([]byte(h.String()))
+	return digest.Bytes(b)
 }
 
 func racy(inputs []cachedIdentity, now time.Time) bool {

@@ -1,9 +1,9 @@
 package patches
 
 import (
-	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,7 +111,7 @@ func recordKey(set *Set, loc *Location) string {
 		return ""
 	}
 	h := &strings.Builder{}
-	fmt.Fprintf(h, "record v%s\x00defs %s\x00probe %s\x00", recordVersion, set.Digest, loc.Fingerprint)
+	h.WriteString("record v" + recordVersion + "\x00defs " + set.Digest + "\x00probe " + loc.Fingerprint + "\x00")
 	names := make([]string, 0, len(loc.Packages))
 	for n := range loc.Packages {
 		names = append(names, n)
@@ -119,7 +119,12 @@ func recordKey(set *Set, loc *Location) string {
 	sort.Strings(names)
 	for _, n := range names {
 		p := loc.Packages[n]
-		fmt.Fprintf(h, "pkg %s %t %q %q %q\x00", n, p.Found, p.Dir, p.Dirs, p.Version)
+		dirs := make([]string, len(p.Dirs))
+		for i, d := range p.Dirs {
+			dirs[i] = strconv.Quote(d)
+		}
+		// As fmt's "pkg %s %t %q %q %q", without its reflection.
+		h.WriteString("pkg " + n + " " + strconv.FormatBool(p.Found) + " " + strconv.Quote(p.Dir) + " [" + strings.Join(dirs, " ") + "] " + strconv.Quote(p.Version) + "\x00")
 	}
 	return digest.Bytes([]byte(h.String()))
 }

@@ -2,6 +2,7 @@ package patches
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/digest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -240,3 +242,20 @@ func TestConcurrentWriterTwiceIsDrift(t *testing.T) {
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// The record key's package line is fmt's "pkg %s %t %q %q %q", written
+// without reflection: records made before it was written that way keep
+// their key.
+func TestRecordKeyPackageLine(t *testing.T) {
+	set := &Set{Digest: "d"}
+	for _, p := range []Package{
+		{Name: "vllm", Found: true, Dir: "/s/vllm", Dirs: []string{"/s/vllm"}, Version: "0.11.1"},
+		{Name: "ns", Found: true, Dir: "/a/ns", Dirs: []string{"/a/ns", "/b/n\"s\x00"}, Version: ""},
+		{Name: "sglang"},
+	} {
+		loc := &Location{Fingerprint: "f", Packages: map[string]Package{p.Name: p}}
+		want := digest.Bytes([]byte(fmt.Sprintf("record v%s\x00defs %s\x00probe %s\x00", recordVersion, "d", "f") +
+			fmt.Sprintf("pkg %s %t %q %q %q\x00", p.Name, p.Found, p.Dir, p.Dirs, p.Version)))
+		assert.Equal(t, want, recordKey(set, loc), "%+v", p)
+	}
+}
