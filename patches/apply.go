@@ -392,14 +392,16 @@ func (p *plan) link() {
 }
 
 // finish completes a patch's result once the files are written (or the
-// write failed): identities of what it consulted, bytecode, hashes.
+// write failed): bytecode, hashes, and the identities of what it consulted.
 func (p *plan) finish(r *Result, dry bool) {
 	files := p.fs.m
+	// Bytecode is checked against the source now on disk.
 	for _, t := range files {
-		if t.disk != nil && t.disk.changed {
-			t.id, t.verified = t.disk.final, t.disk.finalOK
+		if d := t.disk; d != nil && d.changed {
+			t.id, t.verified = d.final, d.finalOK
 		}
 	}
+	wrote := p.kind == writes && p.err == nil
 	switch p.kind {
 	case decided:
 		if r.Before == Applied {
@@ -412,11 +414,11 @@ func (p *plan) finish(r *Result, dry bool) {
 		r.Action = "would-apply"
 		fillAfter(r, files)
 	case writes:
-		if p.err == nil {
+		if wrote {
 			r.Action, r.State = "applied", Applied
 			checkBytecode(r, files, true, false)
 			fillAfter(r, files)
-			return
+			break
 		}
 		r.Action, r.Why, r.err = "failed", p.err.Error(), p.err
 		if p.restoreErr != nil {
@@ -427,6 +429,18 @@ func (p *plan) finish(r *Result, dry bool) {
 		if p.twice {
 			r.State, r.Action = Drift, "none"
 			r.Why = "another writer changed the files while they were being patched, twice; nothing of theirs was overwritten: " + r.Why
+		}
+	}
+	// The record takes a file's identity only when the file on disk is the
+	// content this result is about: what the patch read or, once written,
+	// what it wrote; not a content an earlier or later patch replaced.
+	for _, t := range files {
+		d := t.disk
+		if d == nil || !d.changed {
+			continue
+		}
+		if wrote && t.content != d.cur || !wrote && string(t.original) != d.cur {
+			t.id, t.verified = Identity{}, false
 		}
 	}
 }

@@ -483,3 +483,30 @@ func TestOwnerAndModeKept(t *testing.T) {
 	assert.Equal(t, uint32(1234), st.Uid)
 	assert.Equal(t, uint32(5678), st.Gid)
 }
+
+// What a grouped run hands the record: a file's identity only where the
+// file on disk is the content a patch's result is about.
+func TestGroupedRunObserved(t *testing.T) {
+	files := map[string]string{"conn.py": "class Conn:\n    pass\n\ndef send(x):\n    a = x[0]\n"}
+	site, loc := pkgTree(t, files)
+	defs := []*Definition{
+		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
+	}
+	res, seen := apply(&Set{Defs: defs}, loc, Options{})
+	require.Equal(t, "applied", res[0].Action)
+	require.Equal(t, Applied, res[1].State)
+	assert.False(t, seen.incomplete, "p1 wrote what is on disk, p2 read it")
+	now, ok := lstatIdentity(filepath.Join(site, "demo/conn.py"))
+	require.True(t, ok)
+	require.NotEmpty(t, seen.files)
+	assert.Equal(t, filepath.Join(site, "demo/conn.py"), seen.files[0].Path)
+	assert.Equal(t, now, seen.files[0].ID, "the identity of the file written and read back")
+
+	// p1's content was replaced by p2's in the same run: p1's result is
+	// about a content no longer on disk, so the run is not recorded.
+	files, defs = threeOnOneFile(t)
+	_, loc = pkgTree(t, files)
+	_, seen = apply(&Set{Defs: defs}, loc, Options{})
+	assert.True(t, seen.incomplete)
+}
