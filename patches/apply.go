@@ -125,7 +125,8 @@ type Options struct {
 // (all at once), then each group's files are renamed into place, each
 // only while it is still the file read; then each directory is fsynced
 // once. A failed write or rename restores the group's files already
-// renamed and fails the group's patches; another writer at work makes
+// renamed and fails the group's patches (one that had nothing to write
+// is decided again on the files as they are); another writer at work makes
 // the group be planned and committed afresh, once. At every instant each
 // file is its old or its new complete content, and a start that died
 // between two files of a group is finished by the next one, because
