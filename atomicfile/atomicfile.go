@@ -37,13 +37,42 @@ type Options struct {
 // Write replaces path with the bytes read from r: a temporary file in the
 // same directory, fsync, chmod/chown, rename(2), fsync of the directory.
 // On any error the temporary file is removed and path is untouched.
-func Write(path string, r io.Reader, opt Options) (err error) {
+func Write(path string, r io.Reader, opt Options) error {
+	s, err := Stage(path, r, opt)
+	if err != nil {
+		return err
+	}
+	if err := s.Commit(); err != nil {
+		return err
+	}
+	if opt.NoSync {
+		return nil
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// Staged is the new content of a file, complete (and, unless NoSync,
+// fsynced) in a temporary file beside it with its mode and owner, not yet
+// in place. A writer replacing several files stages them all (their
+// fsyncs can run at once), then commits each, then syncs each directory
+// once: every file is still either its old or its new content at every
+// instant, and nothing is renamed before every new content is durable.
+type Staged struct {
+	path, tmp string
+	opt       Options
+	done      bool // renamed or removed
+}
+
+// Stage writes the bytes read from r into a temporary file in path's
+// directory, as Write does before its rename. On error nothing is left
+// behind.
+func Stage(path string, r io.Reader, opt Options) (s *Staged, err error) {
 	dir := filepath.Dir(path)
 	mode := opt.Mode
 	var uid, gid = -1, -1
 	if fi, statErr := os.Lstat(path); statErr == nil {
 		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("replace %s: not a regular file (%s)", path, fi.Mode().Type())
+			return nil, fmt.Errorf("replace %s: not a regular file (%s)", path, fi.Mode().Type())
 		}
 		if mode == 0 {
 			mode = fi.Mode().Perm() | (fi.Mode() & (os.ModeSetuid | os.ModeSetgid | os.ModeSticky))
@@ -52,7 +81,7 @@ func Write(path string, r io.Reader, opt Options) (err error) {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
 	} else if !errors.Is(statErr, os.ErrNotExist) {
-		return fmt.Errorf("replace %s: %w", path, statErr)
+		return nil, fmt.Errorf("replace %s: %w", path, statErr)
 	}
 	if mode == 0 {
 		mode = 0o644
@@ -60,7 +89,7 @@ func Write(path string, r io.Reader, opt Options) (err error) {
 
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("replace %s: create temporary file: %w", path, err)
+		return nil, fmt.Errorf("replace %s: create temporary file: %w", path, err)
 	}
 	tmpName := tmp.Name()
 	defer func() {
@@ -70,37 +99,62 @@ func Write(path string, r io.Reader, opt Options) (err error) {
 		}
 	}()
 	if _, err = io.Copy(tmp, r); err != nil {
-		return fmt.Errorf("replace %s: write %s: %w", path, tmpName, err)
+		return nil, fmt.Errorf("replace %s: write %s: %w", path, tmpName, err)
 	}
 	if uid >= 0 {
 		if chErr := tmp.Chown(uid, gid); chErr != nil && !errors.Is(chErr, os.ErrPermission) {
-			return fmt.Errorf("replace %s: chown %s to %d:%d: %w", path, tmpName, uid, gid, chErr)
+			return nil, fmt.Errorf("replace %s: chown %s to %d:%d: %w", path, tmpName, uid, gid, chErr)
 		}
 	}
 	// chmod after chown: chown clears the set-id bits.
 	if err = tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("replace %s: chmod %s: %w", path, tmpName, err)
+		return nil, fmt.Errorf("replace %s: chmod %s: %w", path, tmpName, err)
 	}
 	if !opt.NoSync {
 		if err = tmp.Sync(); err != nil {
-			return fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, err)
+			return nil, fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, err)
 		}
 	}
 	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("replace %s: close %s: %w", path, tmpName, err)
+		return nil, fmt.Errorf("replace %s: close %s: %w", path, tmpName, err)
 	}
-	if opt.BeforeRename != nil {
-		if err = opt.BeforeRename(); err != nil {
+	return &Staged{path: path, tmp: tmpName, opt: opt}, nil
+}
+
+// Path is the file the staged content replaces.
+func (s *Staged) Path() string { return s.path }
+
+// Commit runs BeforeRename and renames the staged file over its path. It
+// does not sync the directory (SyncDir does, once per directory). On error
+// the temporary file is removed and path is untouched.
+func (s *Staged) Commit() (err error) {
+	if s.done {
+		return fmt.Errorf("replace %s: already committed or discarded", s.path)
+	}
+	s.done = true
+	defer func() {
+		if err != nil {
+			os.Remove(s.tmp)
+		}
+	}()
+	if s.opt.BeforeRename != nil {
+		if err = s.opt.BeforeRename(); err != nil {
 			return err
 		}
 	}
-	if err = os.Rename(tmpName, path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
+	if err = os.Rename(s.tmp, s.path); err != nil {
+		return fmt.Errorf("replace %s: %w", s.path, err)
 	}
-	if opt.NoSync {
-		return nil
+	return nil
+}
+
+// Discard removes the staged file unless it was committed; path is
+// untouched. Safe to call more than once.
+func (s *Staged) Discard() {
+	if !s.done {
+		s.done = true
+		os.Remove(s.tmp)
 	}
-	return SyncDir(dir)
 }
 
 // WriteBytes is Write for content already in memory.

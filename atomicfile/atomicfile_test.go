@@ -338,3 +338,36 @@ func TestSyncDir(t *testing.T) {
 	assert.Contains(t, err.Error(), "fsync directory")
 	assert.True(t, errors.Is(err, os.ErrNotExist))
 }
+
+// Staged files are complete beside their paths and invisible until
+// committed; a discarded one leaves nothing, and the path untouched.
+func TestStageCommitDiscard(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.py"), filepath.Join(dir, "b.py")
+	write(t, a, "old a\n", 0o640)
+	write(t, b, "old b\n", 0o644)
+	sa, err := Stage(a, strings.NewReader("new a\n"), Options{})
+	require.NoError(t, err)
+	sb, err := Stage(b, strings.NewReader("new b\n"), Options{})
+	require.NoError(t, err)
+	assert.Len(t, names(t, dir), 4, "two staged temporaries beside the files")
+	assert.Equal(t, "old a\n", read(t, a), "staging does not touch the file")
+
+	require.NoError(t, sa.Commit())
+	sb.Discard()
+	sb.Discard()
+	assert.Equal(t, "new a\n", read(t, a))
+	assert.Equal(t, os.FileMode(0o640), mode(t, a).Perm(), "the mode is kept")
+	assert.Equal(t, "old b\n", read(t, b))
+	assert.ElementsMatch(t, []string{"a.py", "b.py"}, names(t, dir))
+	assert.Error(t, sa.Commit(), "a staged file is committed once")
+	sa.Discard()
+	assert.Equal(t, "new a\n", read(t, a), "discarding after the commit keeps it")
+
+	// BeforeRename refusing leaves the path and removes the temporary.
+	sc, err := Stage(b, strings.NewReader("new b\n"), Options{BeforeRename: func() error { return errors.New("changed") }})
+	require.NoError(t, err)
+	assert.EqualError(t, sc.Commit(), "changed")
+	assert.Equal(t, "old b\n", read(t, b))
+	assert.ElementsMatch(t, []string{"a.py", "b.py"}, names(t, dir))
+}

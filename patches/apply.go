@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
+	iofs "io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,9 +54,23 @@ type EditResult struct {
 }
 
 // writeFile replaces a file crash-safely, keeping its mode and owner,
-// provided the file is still the one read (identity was); a variable so
-// tests can make a write fail half-way through a patch.
+// provided the file is still the one read (identity was): how a failed
+// commit puts the original content back. A variable so tests can count
+// the restores or make them fail.
 var writeFile = atomicWrite
+
+// stageFile writes the planned content of a file into a temporary file
+// beside it, complete and fsynced, with its mode and owner, to be renamed
+// over path only while path is still the file read (identity was); a
+// variable so tests can make it fail or count the writes. It runs in
+// several goroutines at once.
+var stageFile = func(path, content string, was Identity) (*atomicfile.Staged, error) {
+	return atomicfile.Stage(path, strings.NewReader(content), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
+}
+
+// renameFile puts a staged file in place (see atomicfile.Staged.Commit);
+// a variable so tests can fail a rename or stop the process between two.
+var renameFile = (*atomicfile.Staged).Commit
 
 // beforeRenameHook lets tests act as another writer at the last moment.
 var beforeRenameHook func(path string)
@@ -64,8 +78,10 @@ var beforeRenameHook func(path string)
 // errChanged: the file is no longer the one that was read and evaluated.
 var errChanged = errors.New("changed by another writer since it was read")
 
-func atomicWrite(path string, data []byte, was Identity) error {
-	return atomicfile.WriteBytes(path, data, atomicfile.Options{KeepOwner: true, BeforeRename: func() error {
+// stillRead is the last check before a rename: path is still the file
+// whose identity was was, so another writer's change is never overwritten.
+func stillRead(path string, was Identity) func() error {
+	return func() error {
 		if beforeRenameHook != nil {
 			beforeRenameHook(path)
 		}
@@ -73,7 +89,11 @@ func atomicWrite(path string, data []byte, was Identity) error {
 			return fmt.Errorf("%s: %w; not written", path, errChanged)
 		}
 		return nil
-	}})
+	}
+}
+
+func atomicWrite(path string, data []byte, was Identity) error {
+	return atomicfile.WriteBytes(path, data, atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
 }
 
 // removeFile deletes cached bytecode; a variable so tests can make it fail.
@@ -91,11 +111,26 @@ type Options struct {
 }
 
 // Apply brings every definition of set to its target state in the
-// packages of loc. Patches run in order; each is a transaction over its
-// files: it is written only when every edit is pending or applied, all its
-// files are written or none (a failed write restores the files already
-// written), and a start that died between two files is finished by the
-// next one, because "some applied, some pending" is itself pending.
+// packages of loc, under an exclusive flock on each package directory.
+//
+// It plans first: the definitions are decided in order, in memory, each
+// file read from disk once per run, and a patch that edits a file an
+// earlier patch of the run changed sees that planned content (so patches
+// on one file compose as if each had been written before the next was
+// read). A dry run decides every patch against the files as they are.
+//
+// Then it commits by group: patches linked by the files they change (or
+// read after an earlier patch changed them) form one transaction. Every
+// changed file of every group is written to a temporary file and fsynced
+// (all at once), then each group's files are renamed into place, each
+// only while it is still the file read; then each directory is fsynced
+// once. A failed write or rename restores the group's files already
+// renamed and fails the group's patches (one that had nothing to write
+// is decided again on the files as they are); another writer at work makes
+// the group be planned and committed afresh, once. At every instant each
+// file is its old or its new complete content, and a start that died
+// between two files of a group is finished by the next one, because
+// "some applied, some pending" is itself pending.
 func Apply(set *Set, loc *Location, opt Options) []Result {
 	if opt.StateDir == "" || opt.DryRun {
 		res, _ := apply(set, loc, opt)
@@ -108,15 +143,18 @@ func Apply(set *Set, loc *Location, opt Options) []Result {
 // it consulted, for the record.
 func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 	seen := &observed{}
-	var results []Result
+	results := make([]Result, len(set.Defs))
+	plans := make([]*plan, len(set.Defs))
 	locks := map[string]*os.File{}
 	defer func() {
 		for _, f := range locks {
 			f.Close() // releases the flock
 		}
 	}()
-	for _, d := range set.Defs {
-		r := Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
+	v := newView(!opt.DryRun)
+	for i, d := range set.Defs {
+		r := &results[i]
+		*r = Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
 			Required: d.Required || opt.Require[d.ID], Action: "none"}
 		pkg, ok := loc.Packages[d.Package]
 		if !ok || !pkg.Found {
@@ -125,13 +163,11 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			if r.Why == "" {
 				r.Why = d.Package + " was not looked up"
 			}
-			results = append(results, r)
 			continue
 		}
 		r.Version = pkg.Version
 		if in, why := d.InScope(pkg.Version); !in {
 			r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
-			results = append(results, r)
 			continue
 		}
 		if !opt.DryRun {
@@ -139,26 +175,23 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 				f, err := lockDir(pkg.Dir, opt.LockTimeout)
 				if err != nil {
 					r.State, r.Before, r.Action, r.Why = Drift, Drift, "failed", err.Error()
-					results = append(results, r)
 					seen.incomplete = true
 					continue
 				}
 				locks[pkg.Dir] = f
 			}
 		}
-		files := applyOne(d, pkg, opt.DryRun, &r)
-		if errors.Is(r.err, errChanged) {
-			// Another writer was at work: read everything afresh, once.
-			r = Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
-				Required: r.Required, Action: "none", Version: pkg.Version}
-			files = applyOne(d, pkg, opt.DryRun, &r)
-			if errors.Is(r.err, errChanged) {
-				r.State, r.Action = Drift, "none"
-				r.Why = "another writer changed the files while they were being patched, twice; nothing of theirs was overwritten: " + r.Why
-			}
+		plans[i] = planOne(d, pkg, v, opt.DryRun, r)
+	}
+	if !opt.DryRun {
+		commitGroups(groupsOf(plans, v), set, plans, results)
+	}
+	for i, p := range plans {
+		if p == nil {
+			continue
 		}
-		seen.add(pkg, r, files)
-		results = append(results, r)
+		p.finish(&results[i], opt.DryRun)
+		seen.add(p.pkg, results[i], p.fs)
 	}
 	return results, seen
 }
@@ -168,10 +201,12 @@ type target struct {
 	original []byte
 	content  string
 	exists   bool
-	mode     fs.FileMode
+	mode     iofs.FileMode
 	direct   bool     // path is the package directory joined with the file: no symlink on the way
 	id       Identity // as read, or after this run's verified write
 	verified bool     // id is known to be the identity of content
+	disk     *diskFile
+	planned  bool // original is an earlier patch's plan, not yet on disk
 
 	text, newText       *text  // indexes of original and content
 	sumBefore, sumAfter string // SHA-256 of original and content, once computed
@@ -205,41 +240,111 @@ func (t *target) after() string {
 type files struct {
 	m     map[string]*target
 	order []string
+	v     *view
 }
 
-func applyOne(d *Definition, pkg Package, dry bool, r *Result) *files {
-	fs := &files{m: map[string]*target{}}
-	files, order := fs.m, &fs.order
-	if why, ok := guardsHold(d.Guards, pkg, files, order); !ok {
+// view is a run's reading of the engine files: each is read from disk
+// once, and, when compose is set (a run that writes), a patch sees what
+// the earlier patches of the run planned for it.
+type view struct {
+	compose bool
+	disk    map[string]*diskFile // by real path
+	changed []*diskFile          // planned to change, in order of first change
+}
+
+func newView(compose bool) *view {
+	return &view{compose: compose, disk: map[string]*diskFile{}}
+}
+
+// diskFile is one engine file in a run: as read, as planned, as written.
+type diskFile struct {
+	path string
+	data []byte   // as read
+	id   Identity // of data
+	cur  string   // after the patches planned so far
+	text *text    // index of cur
+	// changed: some patch of the run planned a new content (cur may
+	// still equal data, when a later patch undid it).
+	changed bool
+
+	staged    *atomicfile.Staged
+	stageErr  error
+	renamedID Identity // right after this run renamed it into place
+	final     Identity // on disk after the commit
+	finalOK   bool     // final is known to be the identity of cur
+}
+
+// target is this file as the next patch of the run sees it.
+func (d *diskFile) target(direct bool) *target {
+	t := &target{path: d.path, content: d.cur, exists: true, mode: iofs.FileMode(d.id.Mode & 0o777),
+		direct: direct, disk: d, text: d.text}
+	if d.changed {
+		// Its identity is known once the group is written (finish).
+		t.original, t.planned = []byte(d.cur), true
+	} else {
+		t.original, t.id, t.verified = d.data, d.id, true
+	}
+	return t
+}
+
+// kind is how far planning took a patch, and so what finishing it means.
+type kind int
+
+const (
+	undecided  kind = iota // a guard does not hold: the state says it all
+	decided                // not pending: nothing to write
+	disturbed              // its edits disturb one another: drift
+	wouldApply             // pending, in a dry run
+	writes                 // pending: its files are to be written
+)
+
+// plan is one patch as decided in memory, and, once committed, how its
+// write went.
+type plan struct {
+	pkg   Package
+	fs    *files
+	kind  kind
+	links []*diskFile // files it changes, or read as planned by an earlier patch
+
+	err, restoreErr error
+	twice           bool // another writer got in the way of both attempts
+}
+
+// planOne decides a patch against the view and, when it is pending in a
+// run that writes, computes its files' new contents (into the view when
+// it composes).
+func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
+	fs := &files{m: map[string]*target{}, v: v}
+	p := &plan{pkg: pkg, fs: fs}
+	defer p.link()
+	files := fs.m
+	if why, ok := guardsHold(d.Guards, pkg, fs); !ok {
 		r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
-		return fs
+		return p
 	}
 	variants := d.variants()
 	cands := make([]candidate, len(variants))
 	for i := range variants {
-		cands[i] = evaluateVariant(&variants[i], d, pkg, files, order)
+		cands[i] = evaluateVariant(&variants[i], d, pkg, fs)
 	}
 	c := pick(cands)
-	v := c.variant
-	r.Variant, r.Edits, r.Before, r.Why = v.Name, c.edits, c.state, c.why
+	vr := c.variant
+	r.Variant, r.Edits, r.Before, r.Why = vr.Name, c.edits, c.state, c.why
 	r.State = r.Before
 	if r.Before != Pending {
-		if r.Before == Applied {
-			checkBytecode(r, files, false, dry)
-		}
-		fillAfter(r, files)
-		return fs
+		p.kind = decided
+		return p
 	}
 
 	// Compute every new file in memory, then check that each edit is
 	// applied in the result: edits that disturb one another are drift.
-	for i := range v.Edits {
+	for i := range vr.Edits {
 		if r.Edits[i].State == Pending {
 			t := files[r.Edits[i].Path]
-			t.content = applyEdit(&v.Edits[i], t.content)
+			t.content = applyEdit(&vr.Edits[i], t.content)
 		}
 	}
-	for i := range v.Edits {
+	for i := range vr.Edits {
 		if r.Edits[i].State == NotApplicable {
 			continue
 		}
@@ -247,47 +352,98 @@ func applyOne(d *Definition, pkg Package, dry bool, r *Result) *files {
 		if t.newText == nil {
 			t.newText = newText(t.content)
 		}
-		if ev := evaluate(&v.Edits[i], t.newText); ev.State != Applied {
+		if ev := evaluate(&vr.Edits[i], t.newText); ev.State != Applied {
 			r.State, r.Action = Drift, "none"
-			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", v.Edits[i].File, i+1, ev.State, ev.Why)
-			fillAfter(r, nil)
-			return fs
+			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", vr.Edits[i].File, i+1, ev.State, ev.Why)
+			p.kind = disturbed
+			return p
 		}
 	}
 	if dry {
+		p.kind = wouldApply
+		return p
+	}
+	p.kind = writes
+	if v.compose {
+		for _, path := range fs.order {
+			t := files[path]
+			if t.content == string(t.original) {
+				continue
+			}
+			dk := t.disk
+			dk.cur, dk.text = t.content, t.newText
+			if !dk.changed {
+				dk.changed = true
+				v.changed = append(v.changed, dk)
+			}
+		}
+	}
+	return p
+}
+
+// link lists the files that tie the patch to the commit of a group: the
+// ones it changes, and the ones it read as an earlier patch planned them.
+func (p *plan) link() {
+	for _, path := range p.fs.order {
+		t := p.fs.m[path]
+		if t.planned || p.kind == writes && p.fs.v.compose && t.disk.changed && t.content != string(t.original) {
+			p.links = append(p.links, t.disk)
+		}
+	}
+}
+
+// finish completes a patch's result once the files are written (or the
+// write failed): bytecode, hashes, and the identities of what it consulted.
+func (p *plan) finish(r *Result, dry bool) {
+	files := p.fs.m
+	// Bytecode is checked against the source now on disk.
+	for _, t := range files {
+		if d := t.disk; d != nil && d.changed {
+			t.id, t.verified = d.final, d.finalOK
+		}
+	}
+	wrote := p.kind == writes && p.err == nil
+	switch p.kind {
+	case decided:
+		if r.Before == Applied {
+			checkBytecode(r, files, false, dry)
+		}
+		fillAfter(r, files)
+	case disturbed:
+		fillAfter(r, nil)
+	case wouldApply:
 		r.Action = "would-apply"
 		fillAfter(r, files)
-		return fs
+	case writes:
+		if wrote {
+			r.Action, r.State = "applied", Applied
+			checkBytecode(r, files, true, false)
+			fillAfter(r, files)
+			break
+		}
+		r.Action, r.Why, r.err = "failed", p.err.Error(), p.err
+		if p.restoreErr != nil {
+			r.State = Drift
+			r.Why += "; restoring the files already written failed: " + p.restoreErr.Error()
+		}
+		fillAfter(r, nil)
+		if p.twice {
+			r.State, r.Action = Drift, "none"
+			r.Why = "another writer changed the files while they were being patched, twice; nothing of theirs was overwritten: " + r.Why
+		}
 	}
-
-	var written []*target
-	for _, p := range *order {
-		atomicfile.RemoveStale(p) // left by a start killed mid-write; we hold the lock
-		t := files[p]
-		if string(t.original) == t.content {
+	// The record takes a file's identity only when the file on disk is the
+	// content this result is about: what the patch read or, once written,
+	// what it wrote; not a content an earlier or later patch replaced.
+	for _, t := range files {
+		d := t.disk
+		if d == nil || !d.changed {
 			continue
 		}
-		if err := writeFile(t.path, []byte(t.content), t.id); err != nil {
-			r.Action, r.Why, r.err = "failed", err.Error(), err
-			if rerr := restore(written); rerr != nil {
-				r.State = Drift
-				r.Why += "; restoring the files already written failed: " + rerr.Error()
-			}
-			fillAfter(r, nil)
-			return fs
-		}
-		written = append(written, t)
-		t.id, t.verified = Identity{}, false
-		// Read back what was renamed into place: its identity is recorded
-		// only for the bytes this run wrote.
-		if data, id, err := readRegular(t.path, maxSourceBytes); err == nil && string(data) == t.content {
-			t.id, t.verified = id, true
+		if wrote && t.content != d.cur || !wrote && string(t.original) != d.cur {
+			t.id, t.verified = Identity{}, false
 		}
 	}
-	r.Action, r.State = "applied", Applied
-	checkBytecode(r, files, true, false)
-	fillAfter(r, files)
-	return fs
 }
 
 // checkBytecode removes the cached bytecode that could run instead of the
@@ -326,13 +482,13 @@ type candidate struct {
 	matched int // edits pending or applied: how close a drifting variant came
 }
 
-func evaluateVariant(v *Variant, d *Definition, pkg Package, files map[string]*target, order *[]string) candidate {
+func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candidate {
 	c := candidate{variant: v}
 	if in, why := inScope(v.constraint, v.Versions, d.Package, d.Distribution, pkg.Version); !in {
 		c.state, c.why = NotApplicable, why
 		return c
 	}
-	if why, ok := guardsHold(v.Guards, pkg, files, order); !ok {
+	if why, ok := guardsHold(v.Guards, pkg, files); !ok {
 		c.state, c.why = NotApplicable, why
 		return c
 	}
@@ -340,7 +496,7 @@ func evaluateVariant(v *Variant, d *Definition, pkg Package, files map[string]*t
 	for i := range v.Edits {
 		e := &v.Edits[i]
 		er := EditResult{File: e.File}
-		t, err := resolve(pkg, e.File, files, order)
+		t, err := resolve(pkg, e.File, files)
 		switch {
 		case err != nil:
 			er.State, er.Why = Drift, err.Error()
@@ -403,9 +559,9 @@ func pick(cands []candidate) candidate {
 
 // guardsHold checks that the code a fix is about is there: every guard's
 // file exists in the package and contains its text.
-func guardsHold(guards []Guard, pkg Package, files map[string]*target, order *[]string) (string, bool) {
+func guardsHold(guards []Guard, pkg Package, files *files) (string, bool) {
 	for _, g := range guards {
-		t, err := resolve(pkg, g.File, files, order)
+		t, err := resolve(pkg, g.File, files)
 		switch {
 		case err != nil:
 			return fmt.Sprintf("guard %s: %v", g.File, err), false
@@ -419,10 +575,10 @@ func guardsHold(guards []Guard, pkg Package, files map[string]*target, order *[]
 }
 
 // resolve finds file inside the package (the first portion that has it, for
-// a namespace package) and reads it once per patch. A path that leaves the
-// package directory through a symlink is refused: writing there would
-// change a file the definition never named.
-func resolve(pkg Package, file string, files map[string]*target, order *[]string) (*target, error) {
+// a namespace package) and reads it once per run (see view). A path that
+// leaves the package directory through a symlink is refused: writing there
+// would change a file the definition never named.
+func resolve(pkg Package, file string, fs *files) (*target, error) {
 	dirs := pkg.Dirs
 	if len(dirs) == 0 {
 		dirs = []string{pkg.Dir}
@@ -436,7 +592,7 @@ func resolve(pkg Package, file string, files map[string]*target, order *[]string
 		}
 		p := filepath.Join(root, filepath.FromSlash(file))
 		real, err := filepath.EvalSymlinks(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, iofs.ErrNotExist) {
 			if _, lerr := os.Lstat(p); lerr == nil {
 				return nil, fmt.Errorf("%s is a dangling symlink", p)
 			}
@@ -448,40 +604,34 @@ func resolve(pkg Package, file string, files map[string]*target, order *[]string
 		if real != realRoot && !strings.HasPrefix(real, realRoot+string(filepath.Separator)) {
 			return nil, fmt.Errorf("%s resolves to %s, outside the package directory %s; not following it", p, real, realRoot)
 		}
-		if t, ok := files[real]; ok {
+		if t, ok := fs.m[real]; ok {
 			return t, nil
 		}
-		data, id, err := readRegular(real, maxSourceBytes)
-		if err != nil {
-			return nil, err
+		d, ok := fs.v.disk[real]
+		if !ok {
+			data, id, err := readRegular(real, maxSourceBytes)
+			if err != nil {
+				return nil, err
+			}
+			d = &diskFile{path: real, data: data, id: id, cur: string(data)}
+			d.text = newText(d.cur)
+			fs.v.disk[real] = d
 		}
-		t := &target{path: real, original: data, content: string(data), exists: true, mode: fs.FileMode(id.Mode & 0o777),
-			direct: real == p && realRoot == root, id: id, verified: true}
-		files[real] = t
-		*order = append(*order, real)
+		t := d.target(real == p && realRoot == root)
+		fs.m[real] = t
+		fs.order = append(fs.order, real)
 		return t, nil
 	}
 	if lastErr != nil {
 		return nil, lastErr
 	}
 	p := filepath.Join(dirs[0], filepath.FromSlash(file))
-	if t, ok := files[p]; ok {
+	if t, ok := fs.m[p]; ok {
 		return t, nil
 	}
 	t := &target{path: p, direct: len(dirs) == 1, id: Identity{Absent: true}, verified: true}
-	files[p] = t
+	fs.m[p] = t
 	return t, nil
-}
-
-func restore(written []*target) error {
-	var errs []error
-	for i := len(written) - 1; i >= 0; i-- {
-		t := written[i]
-		if err := writeFile(t.path, t.original, t.id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 func fillAfter(r *Result, files map[string]*target) {
@@ -537,7 +687,7 @@ func removePycs(pyFile string, all, dry bool, src *target) (removed, stuck []str
 			continue
 		}
 		err := removeFile(m)
-		if err == nil || errors.Is(err, fs.ErrNotExist) {
+		if err == nil || errors.Is(err, iofs.ErrNotExist) {
 			removed = append(removed, m)
 			continue
 		}

@@ -2,12 +2,17 @@ package patches
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/digest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -118,23 +123,243 @@ func TestFailedWriteRestores(t *testing.T) {
 		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
 		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
-	calls := 0
-	writeFile = func(path string, data []byte, was Identity) error {
-		calls++
-		if calls == 2 {
-			return errors.New("replace " + path + ": read-only file system")
+	renames, restores := 0, 0
+	failRename(t, func(s *atomicfile.Staged) error {
+		renames++
+		if renames == 2 {
+			return errors.New("replace " + s.Path() + ": read-only file system")
 		}
-		return atomicWrite(path, data, was)
-	}
-	t.Cleanup(func() { writeFile = atomicWrite })
+		return s.Commit()
+	})
+	countRestores(t, &restores)
 	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
 	assert.Equal(t, "failed", r.Action)
 	assert.Equal(t, Pending, r.State, "nothing changed: the patch is still pending")
 	assert.Contains(t, r.Why, "read-only file system")
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")), "the first file was restored")
 	assert.Equal(t, "    register()\n", read(t, filepath.Join(site, "demo/b.py")))
-	assert.Equal(t, 3, calls, "two writes and one restore")
+	assert.Equal(t, 2, renames, "two renames")
+	assert.Equal(t, 1, restores, "one restore")
+	assert.Empty(t, temporaries(t, site), "the second file's staged content is removed")
 }
+
+// A file that cannot be staged fails its group before anything is renamed:
+// nothing to restore, nothing left behind.
+func TestFailedStageRenamesNothing(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{
+		"a.py": "    a, _ = x\n",
+		"b.py": "    register()\n",
+	})
+	d := def(t, "rollback",
+		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+	)
+	stage := stageFile
+	stageFile = func(path, content string, was Identity) (*atomicfile.Staged, error) {
+		if filepath.Base(path) == "b.py" {
+			return nil, errors.New("replace " + path + ": no space left on device")
+		}
+		return stage(path, content, was)
+	}
+	t.Cleanup(func() { stageFile = stage })
+	renamed, restores := 0, 0
+	failRename(t, func(s *atomicfile.Staged) error { renamed++; return s.Commit() })
+	countRestores(t, &restores)
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	assert.Equal(t, "failed", r.Action)
+	assert.Equal(t, Pending, r.State)
+	assert.Contains(t, r.Why, "no space left on device")
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
+	assert.Equal(t, "    register()\n", read(t, filepath.Join(site, "demo/b.py")))
+	assert.Zero(t, renamed)
+	assert.Zero(t, restores)
+	assert.Empty(t, temporaries(t, site))
+}
+
+// failRename replaces the rename of staged files for one test.
+func failRename(t *testing.T, f func(*atomicfile.Staged) error) {
+	rename := renameFile
+	renameFile = f
+	t.Cleanup(func() { renameFile = rename })
+}
+
+// countRestores counts the writes that put a file's original back.
+func countRestores(t *testing.T, n *int) {
+	writeFile = func(path string, data []byte, was Identity) error {
+		*n++
+		return atomicWrite(path, data, was)
+	}
+	t.Cleanup(func() { writeFile = atomicWrite })
+}
+
+// countStages counts the files staged (written) by a run; staging runs in
+// several goroutines at once.
+func countStages(t *testing.T) *atomic.Int32 {
+	var n atomic.Int32
+	stage := stageFile
+	stageFile = func(path, content string, was Identity) (*atomicfile.Staged, error) {
+		n.Add(1)
+		return stage(path, content, was)
+	}
+	t.Cleanup(func() { stageFile = stage })
+	return &n
+}
+
+func temporaries(t *testing.T, site string) []string {
+	t.Helper()
+	var left []string
+	require.NoError(t, filepath.WalkDir(site, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && strings.Contains(e.Name(), ".tmp-") {
+			left = append(left, p)
+		}
+		return err
+	}))
+	return left
+}
+
+// onePatchFile is three patches on one module, each edit somewhere else.
+func threeOnOneFile(t *testing.T) (map[string]string, []*Definition) {
+	files := map[string]string{
+		"conn.py":  "class Conn:\n    pass\n\ndef send(x):\n    a, _ = x\n\ndef recv():\n    register()\n",
+		"other.py": "EVENT = None\n",
+	}
+	return files, []*Definition{
+		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "p3",
+			Edit{File: "conn.py", Anchor: "    register()\n", Replacement: "    pass  # registered later\n"},
+			Edit{File: "other.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
+	}
+}
+
+// Patches on one file are planned in memory one after the other and the
+// file is written once, with the bytes (and results) that applying them
+// one by one gives.
+func TestPatchesOnOneFileWriteItOnce(t *testing.T) {
+	files, defs := threeOnOneFile(t)
+	refSite, refLoc := pkgTree(t, files)
+	var want []Result
+	for _, d := range defs {
+		want = append(want, Apply(&Set{Defs: []*Definition{d}}, refLoc, Options{})...)
+	}
+
+	site, loc := pkgTree(t, files)
+	stages := countStages(t)
+	got := Apply(&Set{Defs: defs}, loc, Options{})
+	assert.Equal(t, int32(2), stages.Load(), "conn.py and other.py each written once")
+	for _, name := range []string{"conn.py", "other.py"} {
+		assert.Equal(t, read(t, filepath.Join(refSite, "demo", name)), read(t, filepath.Join(site, "demo", name)), name)
+	}
+	require.Len(t, got, 3)
+	for i := range got {
+		assert.Equal(t, "applied", got[i].Action, got[i].Why)
+		assert.Equal(t, Pending, got[i].Before)
+		assert.Equal(t, Applied, got[i].State)
+		require.Len(t, got[i].Edits, len(want[i].Edits))
+		for j := range got[i].Edits {
+			assert.Equal(t, want[i].Edits[j].SHA256Before, got[i].Edits[j].SHA256Before, "%s edit %d", got[i].ID, j)
+			assert.Equal(t, want[i].Edits[j].SHA256After, got[i].Edits[j].SHA256After, "%s edit %d", got[i].ID, j)
+		}
+	}
+	assert.NotEqual(t, got[0].Edits[0].SHA256Before, got[1].Edits[0].SHA256Before, "p2 found p1's content")
+	assert.Equal(t, got[0].Edits[0].SHA256After, got[1].Edits[0].SHA256Before)
+	assert.Empty(t, temporaries(t, site))
+
+	// A dry run decides each against the files as they are.
+	site, loc = pkgTree(t, files)
+	dry := Apply(&Set{Defs: defs}, loc, Options{DryRun: true})
+	for _, r := range dry {
+		assert.Equal(t, "would-apply", r.Action)
+		assert.Equal(t, digestOf(files["conn.py"]), r.Edits[0].SHA256Before, r.ID)
+	}
+	assert.Equal(t, files["conn.py"], read(t, filepath.Join(site, "demo/conn.py")))
+}
+
+// A group whose commit fails changes none of its files and fails all its
+// patches; a group on other files is unaffected.
+func TestFailedGroupFailsAllItsPatches(t *testing.T) {
+	files := map[string]string{
+		"conn.py":  "class Conn:\n    pass\n\ndef send(x):\n    a, _ = x\n",
+		"other.py": "EVENT = None\n",
+	}
+	site, loc := pkgTree(t, files)
+	defs := []*Definition{
+		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "p3", Edit{File: "other.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
+	}
+	failRename(t, func(s *atomicfile.Staged) error {
+		if filepath.Base(s.Path()) == "conn.py" {
+			return errors.New("replace " + s.Path() + ": read-only file system")
+		}
+		return s.Commit()
+	})
+	stages := countStages(t)
+	res := Apply(&Set{Defs: defs}, loc, Options{})
+	assert.Equal(t, int32(2), stages.Load(), "conn.py staged once, other.py once")
+	assert.Equal(t, files["conn.py"], read(t, filepath.Join(site, "demo/conn.py")), "unchanged")
+	for _, r := range res[:2] {
+		assert.Equal(t, "failed", r.Action, r.ID)
+		assert.Equal(t, Pending, r.State, r.ID)
+		assert.Contains(t, r.Why, "read-only file system", r.ID)
+		assert.Equal(t, r.Edits[0].SHA256Before, r.Edits[0].SHA256After, "%s: nothing written", r.ID)
+	}
+	assert.Equal(t, "applied", res[2].Action, "another group is unaffected")
+	assert.Equal(t, "EVENT = object()\n", read(t, filepath.Join(site, "demo/other.py")))
+	assert.Empty(t, temporaries(t, site))
+}
+
+// A patch that writes nothing but read a file as an earlier patch planned
+// it is decided again on the file as it is when that write fails.
+func TestDependentOfFailedGroupIsDecidedAgain(t *testing.T) {
+	files := map[string]string{"conn.py": "class Conn:\n    pass\n\ndef send(x):\n    a = x[0]\n"}
+	site, loc := pkgTree(t, files)
+	defs := []*Definition{
+		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
+	}
+	failRename(t, func(s *atomicfile.Staged) error { return errors.New("replace " + s.Path() + ": read-only file system") })
+	res := Apply(&Set{Defs: defs}, loc, Options{})
+	assert.Equal(t, "failed", res[0].Action)
+	assert.Equal(t, "none", res[1].Action)
+	assert.Equal(t, Applied, res[1].State)
+	assert.Equal(t, digestOf(files["conn.py"]), res[1].Edits[0].SHA256Before, "decided on the file as it is")
+	assert.Equal(t, files["conn.py"], read(t, filepath.Join(site, "demo/conn.py")))
+}
+
+// Another writer changing the second file of a group while it is being
+// committed: the first file is restored, the group read and planned
+// afresh, and both patched on top of the other writer's change.
+func TestConcurrentWriterInGroup(t *testing.T) {
+	files, defs := threeOnOneFile(t)
+	site, loc := pkgTree(t, files)
+	other := filepath.Join(site, "demo/other.py")
+	calls, restores := 0, 0
+	beforeRenameHook = func(path string) {
+		calls++
+		if path == other && calls <= 2 {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			f.WriteString("# the other writer's line\n")
+			f.Close()
+		}
+	}
+	t.Cleanup(func() { beforeRenameHook = nil })
+	countRestores(t, &restores)
+	stages := countStages(t)
+	res := Apply(&Set{Defs: defs}, loc, Options{})
+	for _, r := range res {
+		assert.Equal(t, Applied, r.State, "%s: %s", r.ID, r.Why)
+		assert.Equal(t, "applied", r.Action, r.ID)
+	}
+	assert.Equal(t, 1, restores, "conn.py, renamed first, was restored")
+	assert.Equal(t, int32(4), stages.Load(), "each file staged twice")
+	assert.Equal(t, "EVENT = object()\n# the other writer's line\n", read(t, other))
+	assert.Contains(t, read(t, filepath.Join(site, "demo/conn.py")), "    metrics = None\n")
+	assert.Empty(t, temporaries(t, site))
+}
+
+func digestOf(s string) string { return digest.Bytes([]byte(s)) }
 
 func TestSymlinkOutOfPackageIsRefused(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"inside.py": "x\n"})
@@ -257,4 +482,31 @@ func TestOwnerAndModeKept(t *testing.T) {
 	st := fi.Sys().(*syscall.Stat_t)
 	assert.Equal(t, uint32(1234), st.Uid)
 	assert.Equal(t, uint32(5678), st.Gid)
+}
+
+// What a grouped run hands the record: a file's identity only where the
+// file on disk is the content a patch's result is about.
+func TestGroupedRunObserved(t *testing.T) {
+	files := map[string]string{"conn.py": "class Conn:\n    pass\n\ndef send(x):\n    a = x[0]\n"}
+	site, loc := pkgTree(t, files)
+	defs := []*Definition{
+		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
+	}
+	res, seen := apply(&Set{Defs: defs}, loc, Options{})
+	require.Equal(t, "applied", res[0].Action)
+	require.Equal(t, Applied, res[1].State)
+	assert.False(t, seen.incomplete, "p1 wrote what is on disk, p2 read it")
+	now, ok := lstatIdentity(filepath.Join(site, "demo/conn.py"))
+	require.True(t, ok)
+	require.NotEmpty(t, seen.files)
+	assert.Equal(t, filepath.Join(site, "demo/conn.py"), seen.files[0].Path)
+	assert.Equal(t, now, seen.files[0].ID, "the identity of the file written and read back")
+
+	// p1's content was replaced by p2's in the same run: p1's result is
+	// about a content no longer on disk, so the run is not recorded.
+	files, defs = threeOnOneFile(t)
+	_, loc = pkgTree(t, files)
+	_, seen = apply(&Set{Defs: defs}, loc, Options{})
+	assert.True(t, seen.incomplete)
 }

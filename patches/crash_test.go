@@ -9,19 +9,33 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/atomicfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // The test binary doubles as a patching process for the crash and
-// concurrency tests: INFERA_PATCHES_CHILD names a package directory.
+// concurrency tests: INFERA_PATCHES_CHILD names a package directory;
+// INFERA_PATCHES_DIE_AFTER_RENAMES=N makes it die right after its Nth
+// rename, as a start killed between two files of a group.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("INFERA_PATCHES_CHILD"); dir != "" {
+		if n, err := strconv.Atoi(os.Getenv("INFERA_PATCHES_DIE_AFTER_RENAMES")); err == nil {
+			renamed := 0
+			renameFile = func(s *atomicfile.Staged) error {
+				err := s.Commit()
+				if renamed++; renamed == n {
+					os.Exit(3) // no cleanup: the other staged files stay behind
+				}
+				return err
+			}
+		}
 		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}}}}
 		res := Apply(crashSet(), loc, Options{LockTimeout: 30 * time.Second})
 		json.NewEncoder(os.Stdout).Encode(res)
@@ -60,8 +74,9 @@ var crashOriginals = map[string]string{
 
 // crashTree writes the original files and returns, per file, every
 // content a run may leave it in: the original and the result of each
-// prefix of the patch list (patches apply in order, each a transaction);
-// the last one is the fully patched file.
+// prefix of the patch list (a superset: patches that share a file commit
+// as one transaction, so some prefixes never show); the last one is the
+// fully patched file.
 func crashTree(t *testing.T) (string, map[string][]string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "demo")
@@ -178,4 +193,40 @@ func TestTwoStartsAtOnce(t *testing.T) {
 			assert.Equal(t, []string{"applied", "none"}, actions, "%s: one start applies, the other finds it applied", ra[k].ID)
 		}
 	}
+}
+
+// A start that dies after renaming the first file of a group (p1 and p3
+// share a.py; p3 also edits sub/d.py) leaves a.py new and sub/d.py old,
+// each complete, and its staged temporaries behind; the next start finds
+// p3 half-applied, which is pending, removes the temporaries and finishes.
+func TestDeathBetweenTwoFilesOfAGroup(t *testing.T) {
+	dir, valid := crashTree(t)
+	cmd := child(dir)
+	cmd.Env = append(cmd.Env, "INFERA_PATCHES_DIE_AFTER_RENAMES=1")
+	err := cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 3, exit.ExitCode(), "died after the first rename")
+	assert.Equal(t, final(valid, "a.py"), read(t, filepath.Join(dir, "a.py")), "the group's first file is in place, complete")
+	assert.Equal(t, valid["sub/d.py"][0], read(t, filepath.Join(dir, "sub/d.py")), "its second file is the original")
+	assert.Equal(t, valid["b.py"][0], read(t, filepath.Join(dir, "b.py")), "the next group was not renamed")
+	left, _ := filepath.Glob(filepath.Join(dir, "sub", ".d.py.tmp-*"))
+	assert.Len(t, left, 1, "the staged second file is left behind")
+
+	out, err := child(dir).Output()
+	require.NoError(t, err, "%s", out)
+	var res []Result
+	require.NoError(t, json.Unmarshal(out, &res))
+	before := map[string]State{}
+	for _, r := range res {
+		assert.Equal(t, Applied, r.State, "%s: %s", r.ID, r.Why)
+		before[r.ID] = r.Before
+	}
+	assert.Equal(t, map[string]State{"p1": Applied, "p2": Pending, "p3": Pending}, before)
+	for name := range crashOriginals {
+		assert.Equal(t, final(valid, name), read(t, filepath.Join(dir, name)), name)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+	top, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+	assert.Empty(t, append(leftovers, top...), "temporary files removed")
 }

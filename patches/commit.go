@@ -1,0 +1,265 @@
+package patches
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/infera/infera-exec/atomicfile"
+)
+
+// group is one transaction of a run: patches tied by the files they
+// change, or read as an earlier patch of the run planned them (see
+// plan.link). Its files are all written or, after a failure, all restored.
+type group struct {
+	pats    []int       // its patches, indexes into the run's definitions, in order
+	files   []*diskFile // the files they change, in order of first change
+	renamed []*diskFile // renamed into place by this run, in order
+
+	err, restoreErr error
+	twice           bool // another writer got in the way of both attempts
+}
+
+// groupsOf forms the groups of a run that writes: the connected components
+// of the patches over the files that link them, in order of their first
+// patch. Patches linked to no file need no commit.
+func groupsOf(plans []*plan, v *view) []*group {
+	parent := make([]int, len(plans))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		if parent[i] != i {
+			parent[i] = find(parent[i])
+		}
+		return parent[i]
+	}
+	owner := map[*diskFile]int{} // the first patch linked to the file
+	for i, p := range plans {
+		if p == nil {
+			continue
+		}
+		for _, d := range p.links {
+			o, ok := owner[d]
+			if !ok {
+				owner[d] = i
+				continue
+			}
+			a, b := find(o), find(i)
+			parent[max(a, b)] = min(a, b)
+		}
+	}
+	byRoot := map[int]*group{}
+	var out []*group
+	for i, p := range plans {
+		if p == nil || len(p.links) == 0 {
+			continue
+		}
+		g := byRoot[find(i)]
+		if g == nil {
+			g = &group{}
+			byRoot[find(i)] = g
+			out = append(out, g)
+		}
+		g.pats = append(g.pats, i)
+	}
+	for _, d := range v.changed {
+		g := byRoot[find(owner[d])]
+		g.files = append(g.files, d)
+	}
+	return out
+}
+
+// commitGroups writes every group of a run, as Apply describes, and
+// settles the groups that failed: a group another writer got in the way
+// of is planned and committed afresh once; the patches of a group that
+// still failed that wrote nothing themselves are decided again against
+// the files as they are now on disk.
+func commitGroups(groups []*group, set *Set, plans []*plan, results []Result) {
+	commit(groups, plans)
+	for _, g := range groups {
+		if errors.Is(g.err, errChanged) {
+			g = replan(g, set, plans, results)
+		}
+		if g.err != nil {
+			redecide(g, set, plans, results)
+		}
+	}
+}
+
+// replan reads the group's files afresh and plans and commits its patches
+// again, as one group.
+func replan(g *group, set *Set, plans []*plan, results []Result) *group {
+	v := newView(true)
+	for _, i := range g.pats {
+		r := &results[i]
+		*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
+			Required: r.Required, Action: "none", Version: r.Version}
+		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
+	}
+	again := &group{pats: g.pats, files: v.changed}
+	commit([]*group{again}, plans)
+	if errors.Is(again.err, errChanged) {
+		again.twice = true
+		for _, i := range again.pats {
+			plans[i].twice = true
+		}
+	}
+	return again
+}
+
+// redecide: the patches of a failed group that wrote nothing were decided
+// on content that is not on disk; they are decided again on what is. One
+// that now needs writing shares the group's failure.
+func redecide(g *group, set *Set, plans []*plan, results []Result) {
+	v := newView(false)
+	for _, i := range g.pats {
+		if plans[i].kind == writes {
+			continue
+		}
+		r := &results[i]
+		*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
+			Required: r.Required, Action: "none", Version: r.Version}
+		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
+		plans[i].err, plans[i].twice = g.err, g.twice
+	}
+}
+
+// commit stages every changed file of every group at once (the kernel
+// can batch their journal commits), renames each group's files into
+// place, fsyncs each directory once, and reads back what it wrote: an
+// identity is known only for the bytes this run planned. It records each
+// group's outcome in its writers' plans.
+func commit(groups []*group, plans []*plan) {
+	// Temporary files left by a start killed mid-write go first (we hold
+	// the lock), before this run stages its own beside them.
+	stale := map[string]bool{}
+	var todo []*diskFile
+	for _, g := range groups {
+		for _, i := range g.pats {
+			if p := plans[i]; p.kind == writes {
+				for _, path := range p.fs.order {
+					if !stale[path] {
+						stale[path] = true
+						atomicfile.RemoveStale(path)
+					}
+				}
+			}
+		}
+		for _, d := range g.files {
+			if d.cur == string(d.data) {
+				d.final, d.finalOK = d.id, true // changed and changed back: not written
+				continue
+			}
+			todo = append(todo, d)
+		}
+	}
+	inParallel(len(todo), func(k int) {
+		d := todo[k]
+		d.staged, d.stageErr = stageFile(d.path, d.cur, d.id)
+	})
+	for _, g := range groups {
+		g.rename()
+	}
+
+	var dirs []string
+	users := map[string][]*group{}
+	for _, g := range groups {
+		for _, d := range g.renamed {
+			dir := filepath.Dir(d.path)
+			if g.err != nil || slices.Contains(users[dir], g) {
+				continue
+			}
+			if users[dir] == nil {
+				dirs = append(dirs, dir)
+			}
+			users[dir] = append(users[dir], g)
+		}
+	}
+	errs := make([]error, len(dirs))
+	inParallel(len(dirs), func(k int) { errs[k] = atomicfile.SyncDir(dirs[k]) })
+	for k, dir := range dirs {
+		for _, g := range users[dir] {
+			if errs[k] != nil && g.err == nil {
+				g.err, g.restoreErr = errs[k], restore(g.renamed)
+			}
+		}
+	}
+
+	for _, g := range groups {
+		if g.err == nil {
+			for _, d := range g.renamed {
+				if data, id, err := readRegular(d.path, maxSourceBytes); err == nil && string(data) == d.cur {
+					d.final, d.finalOK = id, true
+				}
+			}
+		}
+		for _, i := range g.pats {
+			if p := plans[i]; p.kind == writes {
+				p.err, p.restoreErr = g.err, g.restoreErr
+			}
+		}
+	}
+}
+
+// rename puts the group's staged files in place, each only while it is
+// still the file read; on the first failure (or when one could not be
+// staged) the rest are discarded and the ones renamed are restored.
+func (g *group) rename() {
+	var staged []*diskFile
+	for _, d := range g.files {
+		if d.staged == nil && d.stageErr == nil {
+			continue // not written
+		}
+		staged = append(staged, d)
+		if d.stageErr != nil && g.err == nil {
+			g.err = d.stageErr
+		}
+	}
+	if g.err == nil {
+		for _, d := range staged {
+			if err := renameFile(d.staged); err != nil {
+				g.err = err
+				break
+			}
+			d.renamedID, _ = lstatIdentity(d.path)
+			g.renamed = append(g.renamed, d)
+		}
+	}
+	if g.err != nil {
+		for _, d := range staged {
+			if d.staged != nil {
+				d.staged.Discard() // no-op for the ones renamed
+			}
+		}
+		g.restoreErr = restore(g.renamed)
+	}
+}
+
+// restore puts back the content read of the files this run renamed into
+// place, last first, each only while it is still the file this run wrote.
+func restore(renamed []*diskFile) error {
+	var errs []error
+	for i := len(renamed) - 1; i >= 0; i-- {
+		d := renamed[i]
+		if err := writeFile(d.path, d.data, d.renamedID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// inParallel runs f(0..n-1) at once: fsyncs wait on the disk, not the CPU.
+func inParallel(n int, f func(int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { f(k) })
+	}
+	wg.Wait()
+}
