@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Early is the engine probe started ahead of the patch step (StartEarly):
@@ -43,9 +44,17 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	l := locator(in, set.dists(names))
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Early{settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
+	start := time.Now()
+	if loc, ok := l.fromCache(names, start); ok {
+		// A restart: the answer is at hand, and a goroutine would only
+		// cost a thread's wake-ups.
+		e.loc = loc
+		close(e.done)
+		return e
+	}
 	go func() {
 		defer close(e.done)
-		e.loc, e.err = l.Locate(ctx, names)
+		e.loc, e.err = l.probe(ctx, names, start)
 	}()
 	return e
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/fileid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -101,4 +102,32 @@ func TestEarlyProbeNotStarted(t *testing.T) {
 	in.Skip, in.Python = false, ""
 	assert.Nil(t, StartEarly(context.Background(), in))
 	assert.Equal(t, 0, starts(t, log))
+}
+
+// A restart: the cached answer still holds, so StartEarly takes it at
+// once (no interpreter, nothing left running) and Run uses it.
+func TestEarlyProbeFromCache(t *testing.T) {
+	py, log := countingPython(t, "0")
+	site := t.TempDir()
+	write(t, filepath.Join(site, "vllm/__init__.py"), "")
+	in := earlyInput(t, py, site)
+	in.DryRun, in.StateDir = false, t.TempDir()
+	time.Sleep(fileid.RacyWindow) // inputs written within the clock's granularity are not cached
+	first, err := Run(context.Background(), in)
+	require.NoError(t, err)
+	require.False(t, first.Location.Cached)
+	require.Equal(t, 1, starts(t, log))
+
+	in.Early = StartEarly(context.Background(), in)
+	require.NotNil(t, in.Early)
+	select {
+	case <-in.Early.done:
+	default:
+		t.Fatal("a cached answer left the early probe running")
+	}
+	out, err := Run(context.Background(), in)
+	require.NoError(t, err)
+	assert.True(t, out.Location.Cached)
+	assert.Equal(t, filepath.Join(site, "vllm"), out.Location.Packages["vllm"].Dir)
+	assert.Equal(t, 1, starts(t, log), "the interpreter ran again")
 }

@@ -120,15 +120,35 @@ func (c cachedIdentity) current() (Identity, bool) {
 // interpreter once.
 func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
-	cacheFile := ""
-	if l.CacheDir != "" {
-		cacheFile = filepath.Join(l.CacheDir, "probe-"+l.key(names)+".json")
-		if loc, ok := l.cached(cacheFile, names); ok {
-			loc.Cached = true
-			loc.Took = time.Since(start).Round(time.Microsecond).String()
-			return loc, nil
-		}
+	if loc, ok := l.fromCache(names, start); ok {
+		return loc, nil
 	}
+	return l.probe(ctx, names, start)
+}
+
+// fromCache is the cached answer, when it still holds.
+func (l *Locator) fromCache(names []string, start time.Time) (*Location, bool) {
+	if l.CacheDir == "" {
+		return nil, false
+	}
+	loc, ok := l.cached(l.cacheFile(names), names)
+	if ok {
+		loc.Cached = true
+		loc.Took = time.Since(start).Round(time.Microsecond).String()
+	}
+	return loc, ok
+}
+
+func (l *Locator) cacheFile(names []string) string {
+	if l.CacheDir == "" {
+		return ""
+	}
+	return filepath.Join(l.CacheDir, "probe-"+l.key(names)+".json")
+}
+
+// probe runs the interpreter and caches its answer.
+func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*Location, error) {
+	cacheFile := l.cacheFile(names)
 	loc, err := l.run(ctx, names)
 	if err != nil {
 		return nil, err
