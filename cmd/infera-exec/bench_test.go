@@ -83,7 +83,7 @@ func BenchmarkStartToExec(b *testing.B) {
 }
 
 // benchRuns is how often BenchmarkStart runs each start.
-const benchRuns = 30
+const benchRuns = 40
 
 // benchProgram builds a small static Go program from source, in dir.
 func benchProgram(b *testing.B, dir, name, src string) string {
@@ -156,12 +156,16 @@ type benchStats struct {
 //
 //	bare-exec:    the worker (/bin/true) alone
 //	floor:        a minimal static Go program that execs the worker
+//	python-start: one interpreter start (python3 -c pass), for scale
+//	first-start:  every patch pending, no probe cache, no record
 //	restart:      infera-exec with every stage on (preflight, host
 //	              provider check, patches, report written), the patches
 //	              already applied and recorded, the probe cached
-//	first-start:  every patch pending, no probe cache, no record
-//	python-start: one interpreter start (python3 -c pass), for scale
 //
+// The runs are interleaved, one of each kind per round, so that a slow
+// moment of a shared machine falls on every kind alike and the ratios
+// hold (first starts in rounds of their own, after); first starts and
+// restarts have installs and state of their own.
 // It prints median, min and max wall time, peak RSS, and the overhead
 // (time beyond bare-exec) as a ratio to the floor's.
 func BenchmarkStart(b *testing.B) {
@@ -170,20 +174,17 @@ func BenchmarkStart(b *testing.B) {
 	}
 	bin := shim(b)
 	dir := b.TempDir()
-	if keep := os.Getenv("INFERA_BENCH_KEEP"); keep != "" {
-		// For profiling a restart by hand: the install, state and report
-		// stay in this directory, and env.sh there sets the environment.
+	keep := os.Getenv("INFERA_BENCH_KEEP")
+	if keep != "" {
+		// For profiling by hand: the installs, state and reports stay in
+		// this directory; env.sh there sets a restart's environment and
+		// pending.sh makes the next start a first start.
 		dir = keep
 		os.RemoveAll(dir)
 		os.MkdirAll(dir, 0o755)
 	}
 	floor := benchProgram(b, dir, "floor", floorSrc)
 	rss := benchProgram(b, dir, "rss", rssSrc)
-	site := filepath.Join(dir, "site")
-	targets, err := fixture.EngineInstall("../../patches/testdata/trees/vllm-pending/site-packages", site)
-	if err != nil {
-		b.Fatal(err)
-	}
 	if err := fixture.ROCm(filepath.Join(dir, "rocm"), 7, "7.1.70100"); err != nil {
 		b.Fatal(err)
 	}
@@ -191,37 +192,48 @@ func BenchmarkStart(b *testing.B) {
 	for _, d := range []string{"payload/bin", "payload/" + pyTree} {
 		os.MkdirAll(filepath.Join(dir, d), 0o755)
 	}
-	state := filepath.Join(dir, "state")
-	report := filepath.Join(dir, "report.json")
-	env := append(os.Environ(),
-		"PAYLOAD_ROOT="+filepath.Join(dir, "payload"),
-		"ROCM_PATH="+filepath.Join(dir, "rocm"),
-		"INFERA_PYTHON=/usr/bin/python3",
-		"PYTHONPATH="+site,
-		"INFERA_EXEC_STATE_DIR="+state,
-		"INFERA_EXEC_REPORT="+report,
-		"INFERA_SKIP_ENGINE_PATCHES=",
-		"INFERA_PREFLIGHT=",
-	)
-	if keep := os.Getenv("INFERA_BENCH_KEEP"); keep != "" {
+	// install is one engine install with its own state and report.
+	type install struct {
+		site, state, report string
+		targets             map[string][]byte
+		env                 []string
+	}
+	newInstall := func(name string) *install {
+		in := &install{site: filepath.Join(dir, name, "site"), state: filepath.Join(dir, name, "state"), report: filepath.Join(dir, name, "report.json")}
+		var err error
+		if in.targets, err = fixture.EngineInstall("../../patches/testdata/trees/vllm-pending/site-packages", in.site); err != nil {
+			b.Fatal(err)
+		}
+		in.env = append(os.Environ(),
+			"PAYLOAD_ROOT="+filepath.Join(dir, "payload"),
+			"ROCM_PATH="+filepath.Join(dir, "rocm"),
+			"INFERA_PYTHON=/usr/bin/python3",
+			"PYTHONPATH="+in.site,
+			"INFERA_EXEC_STATE_DIR="+in.state,
+			"INFERA_EXEC_REPORT="+in.report,
+			"INFERA_SKIP_ENGINE_PATCHES=",
+			"INFERA_PREFLIGHT=",
+		)
+		return in
+	}
+	first, again := newInstall("first"), newInstall("restart")
+	pending := func() {
+		if err := fixture.RestoreFiles(first.site, first.targets); err != nil {
+			b.Fatal(err)
+		}
+		os.RemoveAll(first.state)
+	}
+	if keep != "" {
 		var sh strings.Builder
-		for _, kv := range env[len(env)-8:] {
+		for _, kv := range again.env[len(again.env)-8:] {
 			k, v, _ := strings.Cut(kv, "=")
 			fmt.Fprintf(&sh, "export %s='%s'\n", k, v)
 		}
 		os.WriteFile(filepath.Join(dir, "env.sh"), []byte(sh.String()), 0o644)
-		// pending.sh makes the next start a first start again: the
-		// patched files as they were before, no state.
-		fixture.RestoreFiles(filepath.Join(dir, "pending"), targets)
-		os.WriteFile(filepath.Join(dir, "pending.sh"), []byte(fmt.Sprintf("cp -R %s/pending/. %s/ && rm -rf %s\n", dir, site, state)), 0o755)
+		fixture.RestoreFiles(filepath.Join(dir, "pending"), again.targets)
+		os.WriteFile(filepath.Join(dir, "pending.sh"), []byte(fmt.Sprintf("cp -R %s/pending/. %s/ && rm -rf %s\n", dir, again.site, again.state)), 0o755)
 	}
-	pending := func() {
-		if err := fixture.RestoreFiles(site, targets); err != nil {
-			b.Fatal(err)
-		}
-		os.RemoveAll(state)
-	}
-	runOnce := func(name string, args ...string) time.Duration {
+	runOnce := func(env []string, name string, args ...string) time.Duration {
 		cmd := exec.Command(name, args...)
 		cmd.Env = env
 		t := time.Now()
@@ -232,17 +244,30 @@ func BenchmarkStart(b *testing.B) {
 		}
 		return d
 	}
-	peak := func(before func(), name string, args ...string) int64 {
+	type kind struct {
+		name   string
+		env    []string
+		before func()
+		argv   []string
+	}
+	kinds := []kind{
+		{"bare-exec", again.env, nil, []string{"/bin/true"}},
+		{"floor", again.env, nil, []string{floor, "/bin/true"}},
+		{"python-start", again.env, nil, []string{"/usr/bin/python3", "-c", "pass"}},
+		{"first-start", first.env, pending, []string{bin, "/bin/true"}},
+		{"restart", again.env, nil, []string{bin, "/bin/true"}},
+	}
+	peak := func(k kind) int64 {
 		var kb int64
 		for i := 0; i < 3; i++ {
-			if before != nil {
-				before()
+			if k.before != nil {
+				k.before()
 			}
-			cmd := exec.Command(rss, append([]string{name}, args...)...)
-			cmd.Env = env
+			cmd := exec.Command(rss, k.argv...)
+			cmd.Env = k.env
 			out, err := cmd.Output()
 			if err != nil {
-				b.Fatalf("rss %s: %v", name, err)
+				b.Fatalf("rss %s: %v", k.name, err)
 			}
 			var v int64
 			fmt.Sscan(string(out), &v)
@@ -250,38 +275,50 @@ func BenchmarkStart(b *testing.B) {
 		}
 		return kb
 	}
-	measure := func(label string, before func(), name string, args ...string) benchStats {
-		times := make([]time.Duration, 0, benchRuns)
-		for i := 0; i < benchRuns; i++ {
-			if before != nil {
-				before()
-			}
-			times = append(times, runOnce(name, args...))
-		}
-		sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
-		return benchStats{name: label, median: times[len(times)/2], min: times[0], max: times[len(times)-1], rssKB: peak(before, name, args...)}
-	}
 
 	var rows []benchStats
 	for b.Loop() {
-		rows = rows[:0]
-		rows = append(rows, measure("bare-exec", nil, "/bin/true"))
-		rows = append(rows, measure("floor", nil, floor, "/bin/true"))
-		rows = append(rows, measure("python-start", nil, "/usr/bin/python3", "-c", "pass"))
-		rows = append(rows, measure("first-start", pending, bin, "/bin/true"))
-		// Two starts confirm the last first start's writes and record
-		// them; every restart after that reads no engine file.
-		runOnce(bin, "/bin/true")
+		// The restart's install is patched, and its record confirmed by
+		// the start after (a run that wrote the files records nothing:
+		// its identities are too fresh to vouch for).
+		runOnce(again.env, bin, "/bin/true")
 		time.Sleep(100 * time.Millisecond)
-		runOnce(bin, "/bin/true")
-		rows = append(rows, measure("restart", nil, bin, "/bin/true"))
+		runOnce(again.env, bin, "/bin/true")
+		times := make([][]time.Duration, len(kinds))
+		round := func(only func(kind) bool) {
+			for r := 0; r < benchRuns; r++ {
+				for i, k := range kinds {
+					if !only(k) {
+						continue
+					}
+					if k.before != nil {
+						k.before()
+					}
+					times[i] = append(times[i], runOnce(k.env, k.argv[0], k.argv[1:]...))
+				}
+			}
+		}
+		// First starts write and fsync files: their writeback would fall
+		// on the restarts measured next to them, so they have rounds of
+		// their own.
+		round(func(k kind) bool { return k.before == nil })
+		round(func(k kind) bool { return k.before != nil })
+		rows = rows[:0]
+		for i, k := range kinds {
+			ts := times[i]
+			sort.Slice(ts, func(a, b int) bool { return ts[a] < ts[b] })
+			rows = append(rows, benchStats{name: k.name, median: ts[len(ts)/2], min: ts[0], max: ts[len(ts)-1], rssKB: peak(k)})
+		}
 	}
-	data, err := os.ReadFile(report)
+	data, err := os.ReadFile(again.report)
 	if err != nil || !strings.Contains(string(data), `"recorded": true`) || !strings.Contains(string(data), `"cached": true`) {
 		b.Fatalf("the restarts did not use the record and the probe cache: %v", err)
 	}
 	if strings.Contains(string(data), `"pending"`) || !strings.Contains(string(data), `"state": "applied"`) {
 		b.Fatalf("the restarts did not find the patches applied")
+	}
+	if data, err := os.ReadFile(first.report); err != nil || !strings.Contains(string(data), `"action": "applied"`) {
+		b.Fatalf("the first starts did not apply the patches: %v", err)
 	}
 	bare, fl := rows[0].median, rows[1].median
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
@@ -295,6 +332,7 @@ func BenchmarkStart(b *testing.B) {
 		fmt.Printf("%-13s %9s %9s %9s %12s %14s %7.1fMB\n", r.name, ms(r.median), ms(r.min), ms(r.max), ms(over), ratio, float64(r.rssKB)/1024)
 		b.ReportMetric(float64(r.median.Microseconds())/1000, r.name+"-ms")
 	}
+	fmt.Printf("first start over one interpreter start: %s ms\n", ms(rows[3].median-rows[2].median))
 	var rep struct {
 		Timings []struct {
 			Step   string `json:"step"`
@@ -308,7 +346,7 @@ func BenchmarkStart(b *testing.B) {
 	}
 	fmt.Println()
 	fi, _ := os.Stat(bin)
-	fmt.Printf("binary: %.1f MB; %d runs each; install: %d .py files, %d MB\n", float64(fi.Size())/(1<<20), benchRuns, fixture.EngineFiles, fixture.EngineBytes>>20)
+	fmt.Printf("binary: %.1f MB; %d runs each, interleaved; install: %d .py files, %d MB\n", float64(fi.Size())/(1<<20), benchRuns, fixture.EngineFiles, fixture.EngineBytes>>20)
 }
 
 func must(b []byte, err error) []byte {
