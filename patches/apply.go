@@ -341,7 +341,13 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	for i := range vr.Edits {
 		if r.Edits[i].State == Pending {
 			t := files[r.Edits[i].Path]
-			t.content = applyEdit(&vr.Edits[i], t.content)
+			// The first edit of a file reads the content the evaluation
+			// indexed: its line starts are not found again.
+			tx := t.text
+			if tx == nil || tx.s != t.content {
+				tx = newText(t.content)
+			}
+			t.content = applyEdit(&vr.Edits[i], tx)
 		}
 	}
 	for i := range vr.Edits {

@@ -98,6 +98,6 @@ func Combine(states []State) State {
 }
 
 // applyEdit returns content with e's anchor replaced; e must be pending in it.
-func applyEdit(e *Edit, content string) string {
-	return newText(content).replaceAll(e.Anchor, e.Replacement)
+func applyEdit(e *Edit, content *text) string {
+	return content.replaceAll(e.Anchor, e.Replacement)
 }

@@ -65,7 +65,7 @@ func TestApplyMakesApplied(t *testing.T) {
 		if !assert.Equal(t, Pending, Evaluate(e, content).State, "%q", e.Anchor) {
 			continue
 		}
-		out := applyEdit(e, content)
+		out := applyEdit(e, newText(content))
 		assert.Equal(t, Applied, Evaluate(e, out).State, "%q -> %q", e.Anchor, e.Replacement)
 		assert.Equal(t, Applied, Evaluate(e, out).State)
 	}

@@ -138,7 +138,7 @@ func TestUpstreamMarkerInsideReplacementIsOurs(t *testing.T) {
 		Upstream:    "    def metrics(", Count: 1}
 	base := "class C:\n    def stats(cls):\n        return S()\n"
 	assert.Equal(t, Pending, Evaluate(&e, base).State)
-	assert.Equal(t, Applied, Evaluate(&e, applyEdit(&e, base)).State, "our own method does not read as upstream's")
+	assert.Equal(t, Applied, Evaluate(&e, applyEdit(&e, newText(base))).State, "our own method does not read as upstream's")
 	upstream := "class C:\n    def stats(cls):\n        return S()\n\n    def metrics(cls, config):\n        return M(config)\n"
 	assert.Equal(t, Upstream, Evaluate(&e, upstream).State)
 }
