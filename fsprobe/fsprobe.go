@@ -175,6 +175,7 @@ type Prober struct {
 	once     sync.Once
 	table    *mountinfo.Table
 	tableErr error
+	canBlock bool // the table has a mount that is not local
 
 	mu     sync.Mutex
 	dead   map[string]*DeadlineError // by mount point
@@ -208,9 +209,16 @@ func (p *Prober) Where(path string) (mountinfo.Mount, bool) {
 		} else {
 			p.table, p.tableErr = mountinfo.Read(mountinfo.SelfPath)
 		}
+		p.canBlock = p.tableErr == nil && p.table.CanBlock()
 	})
 	if p.tableErr != nil {
 		return mountinfo.Mount{Kind: mountinfo.Unknown}, true
+	}
+	if !p.canBlock {
+		// Every mount is local: wherever links lead, the path answers.
+		m, kind := p.table.KindOf(path)
+		m.Kind = kind
+		return m, kind != mountinfo.Local
 	}
 	_, m, kind := p.table.Where(path)
 	m.Kind = kind

@@ -164,3 +164,32 @@ func TestServeEncodesErrno(t *testing.T) {
 	assert.Contains(t, b.String(), `"errno":2`)
 	assert.Equal(t, int(syscall.ENOENT), 2)
 }
+
+// Links matter only when some mount can block: the same link leads onto
+// NFS in a table that has it (helper), and nowhere that can hang in a
+// table of local mounts alone (in process, no link followed).
+func TestLinksFollowedOnlyWhenAMountCanBlock(t *testing.T) {
+	p, nfs := newProber(t, 10*time.Second)
+	link := filepath.Join(t.TempDir(), "models")
+	require.NoError(t, os.Symlink(nfs, link))
+	_, acc, err := Call(p, whoOp, filepath.Join(link, "llama"), "x")
+	require.NoError(t, err)
+	assert.True(t, acc.Helper, "a link onto NFS was not followed")
+
+	local := &Prober{Timeout: 10 * time.Second, Table: func() (*mountinfo.Table, error) {
+		return &mountinfo.Table{Mounts: []mountinfo.Mount{{Point: "/", FSType: "ext4", Source: "/dev/vda", Kind: mountinfo.Local}}}, nil
+	}}
+	r, acc, err := Call(local, whoOp, filepath.Join(link, "llama"), "x")
+	require.NoError(t, err)
+	assert.False(t, acc.Helper)
+	assert.Equal(t, os.Getpid(), r.PID)
+	assert.Equal(t, "ext4", acc.Mount.FSType)
+
+	// Local mounts that do not hold the path: nothing says it answers.
+	noRoot := &Prober{Timeout: 10 * time.Second, Table: func() (*mountinfo.Table, error) {
+		return &mountinfo.Table{Mounts: []mountinfo.Mount{{Point: "/proc", FSType: "proc", Source: "proc", Kind: mountinfo.Local}}}, nil
+	}}
+	_, acc, err = Call(noRoot, whoOp, "/usr", "x")
+	require.NoError(t, err)
+	assert.True(t, acc.Helper)
+}

@@ -220,6 +220,18 @@ func (t *Table) KindOf(path string) (Mount, Kind) {
 	return m, m.Kind
 }
 
+// CanBlock reports whether some mount of the table is not local: only
+// then can a link on a local filesystem lead a path onto one that stops
+// answering, and only then is following links worth its lstats.
+func (t *Table) CanBlock() bool {
+	for _, m := range t.Mounts {
+		if m.Kind != Local {
+			return true
+		}
+	}
+	return false
+}
+
 // component lstats path (and reads the link), once per table; ok is false
 // when path cannot be lstat'ed, which is not remembered.
 func (t *Table) component(path string) (component, bool) {
