@@ -63,7 +63,9 @@ func DetectROCm(roots []string) (ROCm, error) {
 // candidates lists libamdhip64.so (the link the toolchain uses) and then the
 // versioned names, newest first.
 func candidates(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+	// Names alone, unsorted: a ROCm lib directory holds hundreds of
+	// entries, and only libamdhip64's matter (sorted below).
+	names, err := readNames(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
@@ -72,15 +74,16 @@ func candidates(dir string) ([]string, error) {
 	}
 	var plain bool
 	var versioned []string
-	for _, e := range entries {
-		switch name := e.Name(); {
+	for _, name := range names {
+		switch {
 		case name == hipLib:
 			plain = true
 		case isVersionedHip(name):
 			versioned = append(versioned, name)
 		}
 	}
-	sort.Slice(versioned, func(i, j int) bool { return versionLess(versioned[j], versioned[i]) })
+	sort.Strings(versioned) // ties in version keep name order
+	sort.SliceStable(versioned, func(i, j int) bool { return versionLess(versioned[j], versioned[i]) })
 	var out []string
 	if plain {
 		out = append(out, filepath.Join(dir, hipLib))
@@ -89,6 +92,15 @@ func candidates(dir string) ([]string, error) {
 		out = append(out, filepath.Join(dir, v))
 	}
 	return out, nil
+}
+
+func readNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
 }
 
 func (r *ROCm) decide(cands []string) error {
