@@ -1,11 +1,11 @@
 package preflight
 
 import (
-	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
 
+	"github.com/infera/infera-exec/internal/ipaddr"
 	"github.com/infera/infera-exec/workerargs"
 )
 
@@ -76,7 +76,7 @@ func classifyAddr(v string) (kind addrKind, varName, note string) {
 	if m := k8sVarRef().FindStringSubmatch(v); m != nil {
 		return addrUnexpanded, m[1], unexpandedNote(m[1])
 	}
-	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
+	if a, err := ipaddr.Parse(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
 		a = a.Unmap()
 		switch {
 		case a.IsUnspecified():

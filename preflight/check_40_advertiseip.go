@@ -2,9 +2,10 @@ package preflight
 
 import (
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"strings"
+
+	"github.com/infera/infera-exec/internal/ipaddr"
 )
 
 // The advertise-ip check chooses INFERA_ADVERTISE_IP, the node address
@@ -36,29 +37,16 @@ func init() {
 	})
 }
 
-var advPrivateRanges = []netip.Prefix{
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-}
-
 // advPrivateV4 returns the private IPv4 addresses among addrs, in order.
 func advPrivateV4(addrs []string) []string {
 	var out []string
 	for _, s := range addrs {
-		a, err := netip.ParseAddr(s)
+		a, err := ipaddr.Parse(s)
 		if err != nil {
 			continue
 		}
-		a = a.Unmap()
-		if !a.Is4() {
-			continue
-		}
-		for _, p := range advPrivateRanges {
-			if p.Contains(a) {
-				out = append(out, a.String())
-				break
-			}
+		if a = a.Unmap(); a.IsPrivate4() {
+			out = append(out, a.String())
 		}
 	}
 	return out
@@ -179,14 +167,14 @@ func advAnyPhysical(sysfs string, ifs []Interface) bool {
 
 // advOwner names the interface that has address v, "" if none does.
 func advOwner(ifs []Interface, v string) string {
-	want, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(v), "["), "]"))
+	want, err := ipaddr.Parse(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(v), "["), "]"))
 	if err != nil {
 		return ""
 	}
 	want = want.Unmap().WithZone("")
 	for _, it := range ifs {
 		for _, s := range it.Addrs {
-			if a, err := netip.ParseAddr(s); err == nil && a.Unmap().WithZone("") == want {
+			if a, err := ipaddr.Parse(s); err == nil && a.Unmap().WithZone("") == want {
 				return it.Name
 			}
 		}
@@ -210,7 +198,7 @@ func advLocalV4(ifs []Interface) []string {
 			continue
 		}
 		for _, s := range it.Addrs {
-			if a, err := netip.ParseAddr(s); err == nil && a.Unmap().Is4() {
+			if a, err := ipaddr.Parse(s); err == nil && a.Unmap().Is4() {
 				out = append(out, it.Name+" "+a.Unmap().String())
 			}
 		}

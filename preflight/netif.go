@@ -2,13 +2,14 @@ package preflight
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/infera/infera-exec/internal/ipaddr"
 )
 
 // RealInterfaces lists the machine's network interfaces (of the network
@@ -125,9 +126,9 @@ func ifAddr(family byte, attrs []syscall.NetlinkRouteAttr) (string, bool) {
 	}
 	switch {
 	case family == syscall.AF_INET && len(raw) >= 4:
-		return netip.AddrFrom4([4]byte(raw[:4])).String(), true
+		return ipaddr.From4([4]byte(raw[:4])).String(), true
 	case family == syscall.AF_INET6 && len(raw) >= 16:
-		return netip.AddrFrom16([16]byte(raw[:16])).Unmap().String(), true
+		return ipaddr.From16([16]byte(raw[:16])).Unmap().String(), true
 	}
 	return "", false
 }
