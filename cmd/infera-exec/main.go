@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/cli"
@@ -78,6 +79,28 @@ func main() {
 	os.Exit(run(os.Args, os.Environ(), os.Stdout, os.Stderr))
 }
 
+// startMemoryLimit bounds the heap while the collector is off.
+const startMemoryLimit = 256 << 20
+
+// restoreGC puts the collector back as the process started; the pass
+// calls it before it stays on as the worker's init.
+var restoreGC = func() {}
+
+// collectLater turns the collector off for the start, with a memory
+// limit as the backstop (or the environment's GOMEMLIMIT, if lower). A
+// start allocates a few megabytes and is over in milliseconds; a first
+// start reads and rewrites engine files, and a collection in the middle
+// of that only costs time (about 2.5 ms of a first start here).
+func collectLater() (restore func()) {
+	pct := debug.SetGCPercent(-1)
+	lim := debug.SetMemoryLimit(-1)
+	debug.SetMemoryLimit(min(lim, startMemoryLimit))
+	return func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(lim)
+	}
+}
+
 func run(args, env []string, stdout, stderr io.Writer) int {
 	o, err := cli.Parse(args[1:])
 	if err != nil {
@@ -115,6 +138,10 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	case o.Check != "":
 		return runCheck(cfg, o.Check, o.JSON, stdout, stderr)
 	}
+	// Only the start runs with the collector off (see collectLater):
+	// --install, --check and --doctor may read files of any size.
+	restoreGC = collectLater()
+	defer restoreGC()
 	return newPass(o, e, cfg, warns, err, stdout, stderr).run()
 }
 

@@ -307,6 +307,7 @@ func (p *pass) init() int {
 		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, initproc.Role()), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "init"}
 	p.writeReport()
+	restoreGC() // from here on a long-lived process
 	return initproc.Become(initproc.Spec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"}, p.log)
 }
 
