@@ -198,7 +198,7 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 
 type target struct {
 	path     string // real path, inside the package
-	original []byte
+	original string
 	content  string
 	exists   bool
 	mode     iofs.FileMode
@@ -221,17 +221,17 @@ func (t *target) indexed() *text {
 
 func (t *target) before() string {
 	if t.sumBefore == "" {
-		t.sumBefore = digest.Bytes(t.original)
+		t.sumBefore = digest.String(t.original)
 	}
 	return t.sumBefore
 }
 
 func (t *target) after() string {
-	if t.content == string(t.original) {
+	if t.content == t.original {
 		return t.before()
 	}
 	if t.sumAfter == "" {
-		t.sumAfter = digest.Bytes([]byte(t.content))
+		t.sumAfter = digest.String(t.content)
 	}
 	return t.sumAfter
 }
@@ -259,7 +259,7 @@ func newView(compose bool) *view {
 // diskFile is one engine file in a run: as read, as planned, as written.
 type diskFile struct {
 	path string
-	data []byte   // as read
+	data string   // as read
 	id   Identity // of data
 	cur  string   // after the patches planned so far
 	text *text    // index of cur
@@ -280,7 +280,7 @@ func (d *diskFile) target(direct bool) *target {
 		direct: direct, disk: d, text: d.text}
 	if d.changed {
 		// Its identity is known once the group is written (finish).
-		t.original, t.planned = []byte(d.cur), true
+		t.original, t.planned = d.cur, true
 	} else {
 		t.original, t.id, t.verified = d.data, d.id, true
 	}
@@ -373,7 +373,7 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	if v.compose {
 		for _, path := range fs.order {
 			t := files[path]
-			if t.content == string(t.original) {
+			if t.content == t.original {
 				continue
 			}
 			dk := t.disk
@@ -392,7 +392,7 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 func (p *plan) link() {
 	for _, path := range p.fs.order {
 		t := p.fs.m[path]
-		if t.planned || p.kind == writes && p.fs.v.compose && t.disk.changed && t.content != string(t.original) {
+		if t.planned || p.kind == writes && p.fs.v.compose && t.disk.changed && t.content != t.original {
 			p.links = append(p.links, t.disk)
 		}
 	}
@@ -446,7 +446,7 @@ func (p *plan) finish(r *Result, dry bool) {
 		if d == nil || !d.changed {
 			continue
 		}
-		if wrote && t.content != d.cur || !wrote && string(t.original) != d.cur {
+		if wrote && t.content != d.cur || !wrote && t.original != d.cur {
 			t.id, t.verified = Identity{}, false
 		}
 	}
@@ -619,7 +619,8 @@ func resolve(pkg Package, file string, fs *files) (*target, error) {
 			if err != nil {
 				return nil, err
 			}
-			d = &diskFile{path: real, data: data, id: id, cur: string(data)}
+			d = &diskFile{path: real, data: string(data), id: id}
+			d.cur = d.data
 			d.text = newText(d.cur)
 			fs.v.disk[real] = d
 		}

@@ -149,7 +149,7 @@ func commit(groups []*group, plans []*plan) {
 			}
 		}
 		for _, d := range g.files {
-			if d.cur == string(d.data) {
+			if d.cur == d.data {
 				d.final, d.finalOK = d.id, true // changed and changed back: not written
 				continue
 			}
@@ -244,7 +244,7 @@ func restore(renamed []*diskFile) error {
 	var errs []error
 	for i := len(renamed) - 1; i >= 0; i-- {
 		d := renamed[i]
-		if err := writeFile(d.path, d.data, d.renamedID); err != nil {
+		if err := writeFile(d.path, []byte(d.data), d.renamedID); err != nil {
 			errs = append(errs, err)
 		}
 	}

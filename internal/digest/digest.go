@@ -16,6 +16,20 @@ func Bytes(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// String is the SHA-256 of s, hashed through a small buffer: engine
+// sources are hundreds of kilobytes, and a []byte(s) copy of each would
+// cost more (in fresh pages) than the hash.
+func String(s string) string {
+	h := sha256.New()
+	var buf [16 << 10]byte
+	for len(s) > 0 {
+		n := copy(buf[:], s)
+		h.Write(buf[:n])
+		s = s[n:]
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // File is the SHA-256 of the file at path, read as a stream.
 func File(path string) (string, error) {
 	// Without blocking, and only a regular file: a FIFO has no content to
