@@ -1,5 +1,8 @@
 // Package testsupport holds the test rigs, none of which the shim links:
 // sandbox (a container-like environment from Linux namespaces, and its
-// command, which `make demo` uses) and fixture (ELF objects, fake ROCm
-// installs, RDMA probes and trees for tests and the demo).
+// command, which `make demo` uses), fixture (ELF objects, fake ROCm
+// installs, RDMA probes, trees and the real-sized engine install for
+// tests, benchmarks and the demo), randfill and jsoncheck (random values,
+// and the checks that hold generated JSON code to encoding/json) and
+// testsummary (the closing summary of `make test`).
 package testsupport

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/infera/infera-exec/internal/testsupport/jsoncheck"
 	"github.com/infera/infera-exec/internal/testsupport/randfill"
 )
 
@@ -21,15 +22,9 @@ func TestEncodingMatchesEncodingJSON(t *testing.T) {
 	for i := range 5000 {
 		var v All
 		f.Fill(&v)
-		want, wantErr := json.Marshal(&v)
-		got, err := appendJSONAll(nil, &v)
-		if wantErr != nil {
+		if jsoncheck.Encoding(t, i, &v, appendJSONAll) {
 			failures++
-			require.Error(t, err, "value %d: encoding/json failed (%v)", i, wantErr)
-			continue
 		}
-		require.NoError(t, err, "value %d", i)
-		require.Equal(t, string(want), string(got), "value %d", i)
 	}
 	assert.NotZero(t, failures)
 	assert.Less(t, failures, 4000, "most values encode")
@@ -40,14 +35,7 @@ func TestDecodingMatchesEncodingJSON(t *testing.T) {
 	for i := range 5000 {
 		var v Decodable
 		f.Fill(&v)
-		data, err := appendJSONDecodable(nil, &v)
-		require.NoError(t, err)
-		want, _ := json.Marshal(&v)
-		require.Equal(t, string(want), string(data))
-		var fromJSON, fromGen Decodable
-		require.NoError(t, json.Unmarshal(data, &fromJSON))
-		require.NoError(t, decodeJSONDecodable(data, &fromGen), "value %d: %s", i, data)
-		require.True(t, reflect.DeepEqual(fromJSON, fromGen), "value %d: %s\njson.Unmarshal %#v\ngenerated      %#v", i, data, fromJSON, fromGen)
+		jsoncheck.RoundTrip(t, i, &v, appendJSONDecodable, decodeJSONDecodable)
 	}
 }
 
