@@ -17,11 +17,13 @@ import (
 // that change where Python imports from: Locator.settings); otherwise the
 // answer is dropped and Run locates afresh.
 type Early struct {
-	settings string
-	cancel   context.CancelFunc
-	done     chan struct{}
-	loc      *Location
-	err      error
+	payloadRoot string
+	set         *Set // the definitions it loaded, for Run
+	settings    string
+	cancel      context.CancelFunc
+	done        chan struct{}
+	loc         *Location
+	err         error
 }
 
 // StartEarly begins locating the engine packages with the environment
@@ -43,7 +45,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	in.Env = in.Env.Clone() // the pass goes on editing its own
 	l := locator(in, set.dists(names))
 	ctx, cancel := context.WithCancel(ctx)
-	e := &Early{settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
+	e := &Early{payloadRoot: in.PayloadRoot, set: set, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
 	if loc, ok := l.fromCache(names, start); ok {
 		// A restart: the answer is at hand, and a goroutine would only
@@ -67,6 +69,15 @@ func (e *Early) Stop() {
 	}
 	e.cancel()
 	<-e.done
+}
+
+// loadSet is LoadSet, from what StartEarly loaded when it read the same
+// payload: the definitions are read once per start.
+func (e *Early) loadSet(payloadRoot string) (*Set, error) {
+	if e != nil && e.payloadRoot == payloadRoot {
+		return e.set, nil
+	}
+	return LoadSet(payloadRoot)
 }
 
 // answer is the early answer when it was asked with settings; ok false

@@ -87,7 +87,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info("engine patches skipped: INFERA_SKIP_ENGINE_PATCHES is set")
 		return o, nil
 	}
-	set, err := LoadSet(in.PayloadRoot)
+	set, err := in.Early.loadSet(in.PayloadRoot)
 	if err != nil {
 		return o, &ConfigError{err}
 	}
