@@ -82,10 +82,6 @@ func main() {
 // startMemoryLimit bounds the heap while the collector is off.
 const startMemoryLimit = 256 << 20
 
-// restoreGC puts the collector back as the process started; the pass
-// calls it before it stays on as the worker's init.
-var restoreGC = func() {}
-
 // collectLater turns the collector off for the start, with a memory
 // limit as the backstop (or the environment's GOMEMLIMIT, if lower). A
 // start allocates a few megabytes and is over in milliseconds; a first
@@ -140,9 +136,11 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 	// Only the start runs with the collector off (see collectLater):
 	// --install, --check and --doctor may read files of any size.
-	restoreGC = collectLater()
-	defer restoreGC()
-	return newPass(o, e, cfg, warns, err, stdout, stderr).run()
+	restore := collectLater()
+	defer restore()
+	p := newPass(o, e, cfg, warns, err, stdout, stderr)
+	p.restoreGC = restore
+	return p.run()
 }
 
 // runDoctor runs only the preflight checks, on the command that follows

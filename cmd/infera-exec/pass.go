@@ -54,6 +54,9 @@ type pass struct {
 	state       string          // see stateDir
 	statePicked bool
 	early       *patches.Early // the engine probe, started once the worker's environment is composed
+	// restoreGC puts the collector back as the process started (see
+	// collectLater), before infera-exec stays on as the worker's init.
+	restoreGC func()
 }
 
 func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
@@ -307,7 +310,9 @@ func (p *pass) init() int {
 		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, initproc.Role()), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "init"}
 	p.writeReport()
-	restoreGC() // from here on a long-lived process
+	if p.restoreGC != nil {
+		p.restoreGC() // from here on a long-lived process
+	}
 	return initproc.Become(initproc.Spec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"}, p.log)
 }
 
