@@ -38,7 +38,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	if err != nil {
 		return nil
 	}
-	names := probeNames(set, in.PayloadRoot)
+	names := probeNames(set, payloadScripts(set, in.PayloadRoot))
 	if len(names) == 0 {
 		return nil
 	}
@@ -97,8 +97,7 @@ func (e *Early) answer(settings string) (*Location, error, bool) {
 
 // probeNames are the packages the definitions and the payload's patch
 // scripts are about, sorted.
-func probeNames(set *Set, payloadRoot string) []string {
-	scripts := Superseded(Scripts(filepath.Join(payloadRoot, "patches")), set)
+func probeNames(set *Set, scripts []Script) []string {
 	names := set.Packages()
 	for _, s := range scripts {
 		if !slices.Contains(names, s.Package) {
@@ -107,4 +106,10 @@ func probeNames(set *Set, payloadRoot string) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// payloadScripts are the payload's legacy patch scripts that no
+// definition supersedes.
+func payloadScripts(set *Set, payloadRoot string) []Script {
+	return Superseded(Scripts(filepath.Join(payloadRoot, "patches")), set)
 }

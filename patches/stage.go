@@ -106,8 +106,8 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 		require[id] = true
 	}
-	scripts := Superseded(Scripts(filepath.Join(in.PayloadRoot, "patches")), set)
-	names := probeNames(set, in.PayloadRoot)
+	scripts := payloadScripts(set, in.PayloadRoot)
+	names := probeNames(set, scripts)
 	if len(names) == 0 {
 		o.State, o.Summary = "none", "no patch definitions"
 		return o, nil
