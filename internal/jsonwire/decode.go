@@ -344,17 +344,26 @@ func (r *Reader) number() (lit []byte, integer bool) {
 	return d[start:i], integer
 }
 
-// Int reads an integer that fits bits (0: int's size).
-func (r *Reader) Int(bits int) int64 {
+// integer reads a number that must be written as an integer.
+func (r *Reader) integer() (string, bool) {
 	lit, integer := r.number()
 	if r.err != nil {
-		return 0
+		return "", false
 	}
 	if !integer {
 		r.fail("number %s is not an integer", lit)
+		return "", false
+	}
+	return string(lit), true
+}
+
+// Int reads an integer that fits bits (0: int's size).
+func (r *Reader) Int(bits int) int64 {
+	lit, ok := r.integer()
+	if !ok {
 		return 0
 	}
-	v, err := strconv.ParseInt(string(lit), 10, bits)
+	v, err := strconv.ParseInt(lit, 10, bits)
 	if err != nil {
 		r.fail("number %s does not fit", lit)
 		return 0
@@ -364,15 +373,11 @@ func (r *Reader) Int(bits int) int64 {
 
 // Uint reads a non-negative integer that fits bits (0: uint's size).
 func (r *Reader) Uint(bits int) uint64 {
-	lit, integer := r.number()
-	if r.err != nil {
+	lit, ok := r.integer()
+	if !ok {
 		return 0
 	}
-	if !integer {
-		r.fail("number %s is not an integer", lit)
-		return 0
-	}
-	v, err := strconv.ParseUint(string(lit), 10, bits)
+	v, err := strconv.ParseUint(lit, 10, bits)
 	if err != nil {
 		r.fail("number %s does not fit an unsigned integer", lit)
 		return 0
