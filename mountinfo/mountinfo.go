@@ -5,7 +5,6 @@
 package mountinfo
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -104,6 +103,11 @@ func Classify(fstype string) Kind {
 	return Unknown
 }
 
+// maxTable caps a mount table read: far above the largest host table
+// (tens of thousands of mounts), and it keeps a misbehaving test reader
+// from running the process out of memory.
+const maxTable = 64 << 20
+
 // Read reads the mount table at path (SelfPath, or a fixture in tests).
 func Read(path string) (*Table, error) {
 	f, err := os.Open(path)
@@ -124,41 +128,96 @@ func Read(path string) (*Table, error) {
 //
 // mount ID, parent ID, major:minor, root, mount point, options, optional
 // fields ending with "-", then the type, the source and super options.
+// Fields are separated by spaces (the kernel escapes a space, tab,
+// newline or backslash inside one as \ooo). The table is read whole and
+// each Mount's strings are slices of it: a host table has thousands of
+// lines, and one allocation per line and field would be most of a
+// start's heap.
 func Parse(r io.Reader) (*Table, error) {
-	t := &Table{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 1024*1024) // lines are short; a long one grows it
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
+	buf := make([]byte, 0, 16<<10)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > maxTable {
+			return nil, fmt.Errorf("mount table larger than %d bytes", maxTable)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return parse(string(buf))
+}
+
+func parse(s string) (*Table, error) {
+	t := &Table{Mounts: make([]Mount, 0, strings.Count(s, "\n")+1)}
+	for n := 1; s != ""; n++ {
+		var line string
+		line, s, _ = strings.Cut(s, "\n")
+		m, blank, ok := parseLine(line)
+		if blank {
 			continue
 		}
-		f := strings.Fields(line)
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 5 || sep < 0 || sep+2 >= len(f) {
+		if !ok {
 			return nil, fmt.Errorf("line %d: not a mountinfo line: %q", n, line)
 		}
-		fstype := unescape(f[sep+1])
-		t.Mounts = append(t.Mounts, Mount{
-			Point:  unescape(f[4]),
-			FSType: fstype,
-			Source: unescape(f[sep+2]),
-			Kind:   Classify(fstype),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
+		t.Mounts = append(t.Mounts, m)
 	}
 	return t, nil
 }
+
+// parseLine reads one line; blank is true for an empty or all-space line.
+func parseLine(line string) (m Mount, blank, ok bool) {
+	rest := line
+	var f string
+	var point string
+	for i := 0; i < 6; i++ { // ID, parent, major:minor, root, mount point, options
+		if f, rest = field(rest); f == "" {
+			return Mount{}, i == 0, false
+		}
+		if i == 4 {
+			point = f
+		}
+	}
+	for { // optional fields up to the separator
+		if f, rest = field(rest); f == "" {
+			return Mount{}, false, false
+		}
+		if f == "-" {
+			break
+		}
+	}
+	fstype, rest := field(rest)
+	source, _ := field(rest)
+	if source == "" {
+		return Mount{}, false, false
+	}
+	fstype = unescape(fstype)
+	return Mount{Point: unescape(point), FSType: fstype, Source: unescape(source), Kind: Classify(fstype)}, false, true
+}
+
+// field is the first space-separated field of s and what follows it; ""
+// when s holds no more fields.
+func field(s string) (f, rest string) {
+	i := 0
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	j := i
+	for j < len(s) && !isSpace(s[j]) {
+		j++
+	}
+	return s[i:j], s[j:]
+}
+
+// isSpace is a field separator: the kernel writes single spaces; tabs and
+// a carriage return are accepted as a hand-written fixture may hold them.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' }
 
 // unescape undoes the kernel's octal escapes of space, tab, newline and
 // backslash (\040, \011, \012, \134).

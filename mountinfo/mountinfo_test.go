@@ -3,6 +3,8 @@ package mountinfo
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,13 +134,51 @@ func TestWhere(t *testing.T) {
 	assert.Equal(t, Remote, kind)
 }
 
+// refParse is the mountinfo grammar written plainly (a field slice per
+// line): Parse must agree with it on every input.
+func refParse(s string) ([]Mount, bool) {
+	var out []Mount
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.FieldsFunc(line, func(r rune) bool { return r < 0x80 && isSpace(byte(r)) })
+		if len(f) == 0 {
+			continue
+		}
+		sep := slices.Index(f[min(6, len(f)):], "-")
+		if len(f) < 7 || sep < 0 || 6+sep+2 >= len(f) {
+			return nil, false
+		}
+		sep += 6
+		fstype := unescape(f[sep+1])
+		out = append(out, Mount{Point: unescape(f[4]), FSType: fstype, Source: unescape(f[sep+2]), Kind: Classify(fstype)})
+	}
+	return out, true
+}
+
+// A mount point may hold any byte but the four the kernel escapes; a
+// no-break space (U+00A0) is part of the name, not a separator.
+func TestParseKeepsUnicodeSpaces(t *testing.T) {
+	tab, err := Parse(strings.NewReader("1 2 0:1 / /mnt/a\u00a0b rw - ext4 /dev/vda rw\n\n"))
+	require.NoError(t, err)
+	require.Len(t, tab.Mounts, 1)
+	assert.Equal(t, "/mnt/a\u00a0b", tab.Mounts[0].Point)
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add(podTable)
 	f.Add(`1 2 0:1 / /a\040b rw - fuse.x y\134z rw`)
+	f.Add("1 2 0:1 / /x rw shared:1 -\n")
+	f.Add("\t\n1 2 0:1 / /x rw a b - - - -\r\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		tab, err := Parse(strings.NewReader(s))
+		want, ok := refParse(s)
+		if ok != (err == nil) {
+			t.Fatalf("Parse error %v, reference ok %v", err, ok)
+		}
 		if err != nil {
 			return
+		}
+		if len(want) != len(tab.Mounts) || (len(want) > 0 && !reflect.DeepEqual(want, tab.Mounts)) {
+			t.Fatalf("Parse gave %+v, reference %+v", tab.Mounts, want)
 		}
 		for _, m := range tab.Mounts {
 			if got, ok := tab.Lookup(m.Point); ok && !under(filepath.Clean(m.Point), got.Point) && filepath.IsAbs(m.Point) {
