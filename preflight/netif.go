@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"bytes"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -22,60 +23,57 @@ import (
 // (IFF_UP and IFF_RUNNING): an address on a NIC without link is not one a
 // peer can reach.
 //
-// Two netlink dumps, links then addresses, read with package syscall: the
-// net package would dump every address once per interface, and its
-// resolver machinery would be linked into every start for this alone.
+// Two netlink dumps, links then addresses, on one socket and one receive
+// buffer, read in place: the net package would dump every address once
+// per interface and link its resolver into every start, and package
+// syscall's helpers copy every message and attribute.
 func RealInterfaces() ([]Interface, error) {
-	links, err := netlinkDump(syscall.RTM_GETLINK)
+	nl, err := openNetlink()
 	if err != nil {
 		return nil, err
 	}
+	defer nl.close()
 	var out []Interface
 	var index []uint32
-	for _, m := range links {
-		if m.Header.Type != syscall.RTM_NEWLINK || len(m.Data) < syscall.SizeofIfInfomsg {
-			continue
+	err = nl.dump(syscall.RTM_GETLINK, func(typ uint16, data []byte) {
+		if typ != syscall.RTM_NEWLINK || len(data) < syscall.SizeofIfInfomsg {
+			return
 		}
 		// struct ifinfomsg: family, pad, type (u16), index (i32), flags (u32), change.
-		idx := binary.NativeEndian.Uint32(m.Data[4:8])
-		flags := binary.NativeEndian.Uint32(m.Data[8:12])
-		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
-		if err != nil {
-			return nil, os.NewSyscallError("parse netlink link attributes", err)
-		}
+		flags := binary.NativeEndian.Uint32(data[8:12])
 		it := Interface{
 			Up:       flags&syscall.IFF_UP != 0 && flags&syscall.IFF_RUNNING != 0,
 			Loopback: flags&syscall.IFF_LOOPBACK != 0,
 		}
-		for _, a := range attrs {
-			if a.Attr.Type == syscall.IFLA_IFNAME && len(a.Value) > 0 {
-				it.Name = strings.TrimRight(string(a.Value), "\x00")
+		eachAttr(data[syscall.SizeofIfInfomsg:], func(typ uint16, v []byte) {
+			if typ == syscall.IFLA_IFNAME {
+				if i := bytes.IndexByte(v, 0); i >= 0 {
+					v = v[:i]
+				}
+				it.Name = string(v)
 			}
-		}
+		})
 		out = append(out, it)
-		index = append(index, idx)
-	}
-	addrs, err := netlinkDump(syscall.RTM_GETADDR)
+		index = append(index, binary.NativeEndian.Uint32(data[4:8]))
+	})
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range addrs {
-		if m.Header.Type != syscall.RTM_NEWADDR || len(m.Data) < syscall.SizeofIfAddrmsg {
-			continue
+	err = nl.dump(syscall.RTM_GETADDR, func(typ uint16, data []byte) {
+		if typ != syscall.RTM_NEWADDR || len(data) < syscall.SizeofIfAddrmsg {
+			return
 		}
 		// struct ifaddrmsg: family, prefixlen, flags, scope (u8 each), index (u32).
-		family, idx := m.Data[0], binary.NativeEndian.Uint32(m.Data[4:8])
-		i := slices.Index(index, idx)
+		i := slices.Index(index, binary.NativeEndian.Uint32(data[4:8]))
 		if i < 0 {
-			continue
+			return
 		}
-		attrs, err := syscall.ParseNetlinkRouteAttr(&m)
-		if err != nil {
-			return nil, os.NewSyscallError("parse netlink address attributes", err)
-		}
-		if a, ok := ifAddr(family, attrs); ok {
+		if a, ok := ifAddr(data[0], data[syscall.SizeofIfAddrmsg:]); ok {
 			out[i].Addrs = append(out[i].Addrs, a)
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	order := make([]int, len(out))
 	for i := range order {
@@ -89,40 +87,125 @@ func RealInterfaces() ([]Interface, error) {
 	return sorted, nil
 }
 
-// netlinkDump is one NETLINK_ROUTE dump of proto (RTM_GETLINK,
-// RTM_GETADDR) for every address family, its messages up to NLMSG_DONE.
-func netlinkDump(proto int) ([]syscall.NetlinkMessage, error) {
-	tab, err := syscall.NetlinkRIB(proto, syscall.AF_UNSPEC)
-	if err != nil {
-		return nil, os.NewSyscallError("netlink dump", err)
-	}
-	msgs, err := syscall.ParseNetlinkMessage(tab)
-	if err != nil {
-		return nil, os.NewSyscallError("parse netlink message", err)
-	}
-	for i, m := range msgs {
-		if m.Header.Type == syscall.NLMSG_DONE {
-			return msgs[:i], nil
-		}
-	}
-	return msgs, nil
+// netlinkSock is a NETLINK_ROUTE socket bound to a port the kernel chose,
+// with the buffer its dumps are received into.
+type netlinkSock struct {
+	fd   int
+	port uint32
+	buf  []byte
 }
 
-// ifAddr is the address of an RTM_NEWADDR message: the local address
-// (IFA_LOCAL) when it has one, which on a point-to-point link differs
-// from the peer's IFA_ADDRESS, else IFA_ADDRESS. IPv4-mapped IPv6
-// addresses are written as IPv4.
-func ifAddr(family byte, attrs []syscall.NetlinkRouteAttr) (string, bool) {
-	var raw []byte
-	for _, a := range attrs {
-		switch a.Attr.Type {
-		case syscall.IFA_LOCAL:
-			raw = a.Value
-		case syscall.IFA_ADDRESS:
-			if raw == nil {
-				raw = a.Value
-			}
+func openNetlink() (*netlinkSock, error) {
+	fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_RAW|syscall.SOCK_CLOEXEC, syscall.NETLINK_ROUTE)
+	if err != nil {
+		return nil, os.NewSyscallError("netlink socket", err)
+	}
+	nl := &netlinkSock{fd: fd}
+	if err := syscall.Bind(fd, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
+		nl.close()
+		return nil, os.NewSyscallError("netlink bind", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		nl.close()
+		return nil, os.NewSyscallError("netlink getsockname", err)
+	}
+	if s, ok := sa.(*syscall.SockaddrNetlink); ok {
+		nl.port = s.Pid
+	}
+	// A page: the kernel sizes its dump messages to what the reader
+	// offers (and never beyond a page unless asked for more).
+	nl.buf = make([]byte, os.Getpagesize())
+	return nl, nil
+}
+
+func (nl *netlinkSock) close() { syscall.Close(nl.fd) }
+
+// dump asks for every object of kind req (RTM_GETLINK, RTM_GETADDR), for
+// every address family, and passes each message's type and payload to
+// each (valid only during the call) until the kernel says it is done.
+func (nl *netlinkSock) dump(req uint16, each func(typ uint16, data []byte)) error {
+	// struct nlmsghdr (len, type, flags, seq, pid) + struct rtgenmsg (family).
+	msg := make([]byte, syscall.SizeofNlMsghdr+syscall.SizeofRtGenmsg)
+	binary.NativeEndian.PutUint32(msg[0:4], uint32(len(msg)))
+	binary.NativeEndian.PutUint16(msg[4:6], req)
+	binary.NativeEndian.PutUint16(msg[6:8], syscall.NLM_F_DUMP|syscall.NLM_F_REQUEST)
+	binary.NativeEndian.PutUint32(msg[8:12], 1)
+	msg[16] = syscall.AF_UNSPEC
+	if err := syscall.Sendto(nl.fd, msg, 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
+		return os.NewSyscallError("netlink send", err)
+	}
+	for {
+		n, from, err := syscall.Recvfrom(nl.fd, nl.buf, 0)
+		if err == syscall.EINTR {
+			continue
 		}
+		if err != nil {
+			return os.NewSyscallError("netlink receive", err)
+		}
+		if s, ok := from.(*syscall.SockaddrNetlink); !ok || s.Pid != 0 {
+			continue // not from the kernel
+		}
+		b := nl.buf[:n]
+		for len(b) >= syscall.SizeofNlMsghdr {
+			l := binary.NativeEndian.Uint32(b[0:4])
+			typ := binary.NativeEndian.Uint16(b[4:6])
+			if l < syscall.SizeofNlMsghdr || uint64(l) > uint64(len(b)) {
+				return os.NewSyscallError("parse netlink message", syscall.EINVAL)
+			}
+			if binary.NativeEndian.Uint32(b[8:12]) != 1 || binary.NativeEndian.Uint32(b[12:16]) != nl.port {
+				return os.NewSyscallError("parse netlink message", syscall.EINVAL)
+			}
+			switch typ {
+			case syscall.NLMSG_DONE:
+				return nil
+			case syscall.NLMSG_ERROR:
+				errno := syscall.EINVAL
+				if l >= syscall.SizeofNlMsghdr+4 {
+					if e := int32(binary.NativeEndian.Uint32(b[16:20])); e < 0 {
+						errno = syscall.Errno(-e)
+					}
+				}
+				return os.NewSyscallError("netlink dump", errno)
+			}
+			each(typ, b[syscall.SizeofNlMsghdr:l])
+			b = b[min(uint64(nlAlign(l)), uint64(len(b))):]
+		}
+	}
+}
+
+// eachAttr passes each route attribute (struct rtattr: len, type, value)
+// in b to f; a truncated attribute ends the list.
+func eachAttr(b []byte, f func(typ uint16, v []byte)) {
+	for len(b) >= syscall.SizeofRtAttr {
+		l := binary.NativeEndian.Uint16(b[0:2])
+		if l < syscall.SizeofRtAttr || int(l) > len(b) {
+			return
+		}
+		f(binary.NativeEndian.Uint16(b[2:4]), b[syscall.SizeofRtAttr:l])
+		b = b[min(nlAlign(uint32(l)), uint32(len(b))):]
+	}
+}
+
+func nlAlign(l uint32) uint32 { return (l + syscall.NLMSG_ALIGNTO - 1) &^ (syscall.NLMSG_ALIGNTO - 1) }
+
+// ifAddr is the address of an RTM_NEWADDR message's attributes: the local
+// address (IFA_LOCAL) when it has one, which on a point-to-point link
+// differs from the peer's IFA_ADDRESS, else IFA_ADDRESS. IPv4-mapped
+// IPv6 addresses are written as IPv4.
+func ifAddr(family byte, attrs []byte) (string, bool) {
+	var local, addr []byte
+	eachAttr(attrs, func(typ uint16, v []byte) {
+		switch typ {
+		case syscall.IFA_LOCAL:
+			local = v
+		case syscall.IFA_ADDRESS:
+			addr = v
+		}
+	})
+	raw := local
+	if raw == nil {
+		raw = addr
 	}
 	switch {
 	case family == syscall.AF_INET && len(raw) >= 4:

@@ -113,6 +113,8 @@ func TestHelperNetns(t *testing.T) {
 		byName[it.Name] = it
 	}
 	t.Logf("interfaces: %+v", ifs)
+	// In this namespace too, with a bridge, veths and link-local IPv6.
+	TestRealInterfacesMatchesNet(t)
 	require.Contains(t, byName, "d0")
 	assert.Contains(t, byName["d0"].Addrs, "10.9.8.7")
 	assert.True(t, byName["d0"].Up)
