@@ -134,7 +134,7 @@ func Read(path string) (*Table, error) {
 // lines, and one allocation per line and field would be most of a
 // start's heap.
 func Parse(r io.Reader) (*Table, error) {
-	buf := make([]byte, 0, 16<<10)
+	buf := make([]byte, 0, 4<<10)
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
