@@ -10,7 +10,6 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
-	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/fileid"
@@ -108,10 +107,10 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 			trusted = trusted && ok && !id.Racy(started)
 			c.Consulted[p] = id
 		}
-		// Only into a directory that is infera-exec's own (statedir.Dir);
-		// not fsynced: a verdict lost to a power cut is checked again.
-		if b, err := appendJSONLoadCache(nil, &c); trusted && err == nil && statedir.Dir(in.CacheDir) == nil {
-			atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: the next start checks again
+		// Only into a directory that is infera-exec's own; not fsynced: a
+		// verdict lost to a power cut is checked again.
+		if b, err := appendJSONLoadCache(nil, &c); trusted && err == nil {
+			statedir.WriteCache(in.CacheDir, filepath.Base(cacheFile), b)
 		}
 	}
 	return v

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/distinfo"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/digest"
@@ -163,9 +162,7 @@ func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	if cacheFile != "" && ok && !racy(inputs, time.Now()) {
 		if b, err := appendJSONCacheEntry(nil, &cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
-			if statedir.Dir(l.CacheDir) == nil { // only a directory that is infera-exec's own
-				atomicfile.WriteBytes(cacheFile, b, atomicfile.Options{Mode: 0o644, NoSync: true}) // best effort: next start runs the probe again
-			}
+			statedir.WriteCache(l.CacheDir, filepath.Base(cacheFile), b) // best effort: next start runs the probe again
 		}
 	}
 	return loc, nil

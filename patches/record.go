@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/statedir"
 )
 
 // The record is what makes a restart cheap. Right after a run has read
@@ -171,7 +171,7 @@ func writeRecord(file string, rec record) {
 		return
 	}
 	// No fsync: a record lost or torn by a crash is simply not used.
-	atomicfile.WriteBytes(file, b, atomicfile.Options{Mode: 0o644, NoSync: true})
+	statedir.WriteCache(filepath.Dir(file), filepath.Base(file), b)
 }
 
 // fromRecord returns the recorded results when the record is trusted, has
