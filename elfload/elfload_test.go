@@ -868,3 +868,28 @@ func TestVerifyUnlabelledTarget(t *testing.T) {
 		{Name: "soname", OK: false, Detail: elfLibmana + `'s SONAME is "libmana.so.1", want "libionic.so.1"`},
 	}, elfFailed(checks))
 }
+
+// Soname reads the SONAME alone, of a PIE too (which Read refuses), and
+// says when a file is not a shared object.
+func TestSoname(t *testing.T) {
+	elfFixture(t, elfLibibverbs, elfPkgVerbs)
+	s, err := elfload.Soname(elfLibibverbs)
+	require.NoError(t, err)
+	assert.Equal(t, "libibverbs.so.1", s)
+
+	elfFixture(t, "/bin/true", "coreutils")
+	s, err = elfload.Soname("/bin/true")
+	require.NoError(t, err, "a PIE has a dynamic table")
+	assert.Equal(t, "", s)
+
+	elfFixture(t, elfCrt1, "libc6-dev")
+	_, err = elfload.Soname(elfCrt1)
+	assert.EqualError(t, err, elfCrt1+": is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
+	assert.ErrorIs(t, err, elfload.ErrNotSharedObject)
+
+	text := filepath.Join(t.TempDir(), "text.so")
+	require.NoError(t, os.WriteFile(text, []byte("not ELF"), 0o644))
+	_, err = elfload.Soname(text)
+	assert.EqualError(t, err, text+`: not an ELF file (it starts with "not ELF")`)
+	assert.NotErrorIs(t, err, elfload.ErrNotSharedObject)
+}

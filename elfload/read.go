@@ -62,6 +62,15 @@ type loadError struct {
 func (e *loadError) Error() string { return e.path + ": " + e.msg }
 func (e *loadError) Unwrap() error { return e.err }
 
+// Reason is what is wrong, without the path, for a caller that names the
+// file itself.
+func (e *loadError) Reason() string { return e.msg }
+
+// ErrNotSharedObject is wrapped by Read and Soname when the file is ELF
+// but not a shared object (an executable, a PIE, an object file, a core
+// dump, or one without a dynamic table).
+var ErrNotSharedObject = errors.New("not a shared object")
+
 // Limits against corrupt tables: far above anything a real library has.
 const (
 	maxVersionEntries = 1 << 16 // verneed + vernaux or verdef records
@@ -265,7 +274,7 @@ func (img *image) dynamic() (*dynTable, error) {
 		}
 	}
 	if dp == nil {
-		return nil, img.fail("no dynamic section (PT_DYNAMIC): not a loadable shared object")
+		return nil, img.notShared("no dynamic section (PT_DYNAMIC): not a loadable shared object")
 	}
 	entsz := uint64(16)
 	if img.hdr.Class == elfhdr.ELFCLASS32 {
@@ -296,7 +305,7 @@ func (img *image) dynamic() (*dynTable, error) {
 		d.entries = append(d.entries, e)
 	}
 	if len(d.entries) == 0 {
-		return nil, img.fail("empty dynamic section: not a loadable shared object")
+		return nil, img.notShared("empty dynamic section: not a loadable shared object")
 	}
 	if !terminated {
 		return nil, img.fail("corrupt ELF file: the dynamic section has no DT_NULL end")
@@ -347,23 +356,15 @@ func Read(path string) (obj *Object, err error) {
 	defer img.close()
 	h := img.hdr
 	o := &Object{Path: path, Class: h.Class, Data: h.Data, Machine: h.Machine, Type: h.Type, Size: int64(img.size)}
-	switch h.Type {
-	case elfhdr.ET_DYN:
-	case elfhdr.ET_EXEC:
-		return nil, img.fail("is an executable (ET_EXEC), not a shared object")
-	case elfhdr.ET_REL:
-		return nil, img.fail("is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
-	case elfhdr.ET_CORE:
-		return nil, img.fail("is a core dump (ET_CORE), not a shared object")
-	default:
-		return nil, img.fail("has ELF type %v, not a shared object (ET_DYN)", h.Type)
+	if err := img.sharedObject(); err != nil {
+		return nil, err
 	}
 	d, err := img.dynamic()
 	if err != nil {
 		return nil, err
 	}
 	if f1, _ := d.first(elfhdr.DT_FLAGS_1); f1&df1PIE != 0 {
-		return nil, img.fail("is a position-independent executable (ET_DYN with DF_1_PIE), not a shared object")
+		return nil, img.notShared("is a position-independent executable (ET_DYN with DF_1_PIE), not a shared object")
 	}
 	for _, e := range d.entries {
 		switch e.tag {
@@ -406,6 +407,54 @@ func Read(path string) (obj *Object, err error) {
 		return nil, err
 	}
 	return o, nil
+}
+
+// sharedObject fails unless the file is a shared object (ET_DYN).
+func (img *image) sharedObject() error {
+	switch t := img.hdr.Type; t {
+	case elfhdr.ET_DYN:
+		return nil
+	case elfhdr.ET_EXEC:
+		return img.notShared("is an executable (ET_EXEC), not a shared object")
+	case elfhdr.ET_REL:
+		return img.notShared("is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
+	case elfhdr.ET_CORE:
+		return img.notShared("is a core dump (ET_CORE), not a shared object")
+	default:
+		return img.notShared(fmt.Sprintf("has ELF type %v, not a shared object (ET_DYN)", t))
+	}
+}
+
+func (img *image) notShared(msg string) error {
+	return &loadError{path: img.path, msg: msg, err: ErrNotSharedObject}
+}
+
+// Soname reads the first DT_SONAME of the shared object at path from its
+// dynamic table, as Read does, without reading the rest (needed
+// libraries, version tables) or refusing a PIE: "" when it has none.
+// Errors are Read's.
+func Soname(path string) (soname string, err error) {
+	defer func() {
+		if r := recover(); r != nil { // a reading bug on hostile input: an error, never a crash
+			soname, err = "", &loadError{path: path, msg: fmt.Sprintf("corrupt ELF file (reading it failed: %v)", r)}
+		}
+	}()
+	img, err := openImage(path)
+	if err != nil {
+		return "", err
+	}
+	defer img.close()
+	if err := img.sharedObject(); err != nil {
+		return "", err
+	}
+	d, err := img.dynamic()
+	if err != nil {
+		return "", err
+	}
+	if off, ok := d.first(elfhdr.DT_SONAME); ok {
+		return img.str(d, off, "DT_SONAME")
+	}
+	return "", nil
 }
 
 // versionNeeds walks the Verneed records at DT_VERNEED (.gnu.version_r).
