@@ -6,7 +6,10 @@
 // (compress/flate, compress/zlib, internal/zstd, debug/dwarf) cost their
 // package initialisation on every container start. It accepts what
 // debug/elf.NewFile accepts and reads the same values (a differential test
-// and fuzz target hold it to that), within caps far above real files;
+// and fuzz target hold it to that), within caps far above real files,
+// except that e_version must be 1 as the loader wants it (debug/elf
+// compares its low byte only) and a compressed section-name string table
+// (which no linker writes) is refused rather than decompressed;
 // every read is bounds-checked against the size, nothing is allocated in
 // proportion to a count the file chooses beyond those caps, and no input
 // makes it panic. Errors say which field holds which wrong value.
