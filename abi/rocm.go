@@ -4,7 +4,6 @@
 package abi
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
 )
 
@@ -154,23 +154,25 @@ func (r *ROCm) decide(cands []string) error {
 	return fmt.Errorf("ROCm HIP runtime %s: no SONAME (%v) and no versioned name in its symlink chain %v", final, err, chain)
 }
 
+// readSoname is the SONAME of the shared object at path. Its errors leave
+// the path to the caller, which names the file.
 func readSoname(path string) (string, error) {
-	f, err := elf.Open(path)
+	soname, err := elfload.Soname(path)
 	if err != nil {
-		return "", fmt.Errorf("not a readable ELF file: %w", err)
+		reason := err.Error()
+		var r interface{ Reason() string }
+		if errors.As(err, &r) {
+			reason = r.Reason()
+		}
+		if errors.Is(err, elfload.ErrNotSharedObject) {
+			return "", errors.New(reason)
+		}
+		return "", fmt.Errorf("not a readable ELF file: %s", reason)
 	}
-	defer f.Close()
-	if f.Type != elf.ET_DYN {
-		return "", fmt.Errorf("ELF type %s, not a shared object", f.Type)
-	}
-	names, err := f.DynString(elf.DT_SONAME)
-	if err != nil {
-		return "", fmt.Errorf("read dynamic section: %w", err)
-	}
-	if len(names) == 0 {
+	if soname == "" {
 		return "", errors.New("no DT_SONAME")
 	}
-	return names[0], nil
+	return soname, nil
 }
 
 func isVersionedHip(name string) bool {

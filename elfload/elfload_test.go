@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 const (
@@ -217,7 +218,7 @@ func TestReadRealLibmana(t *testing.T) {
 	host, ref := elfRealPair(t)
 
 	assert.Equal(t, &elfload.Object{
-		Path: elfLibmana, Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64, Type: elf.ET_DYN,
+		Path: elfLibmana, Class: elfhdr.ELFCLASS64, Data: elfhdr.ELFDATA2LSB, Machine: elfhdr.EM_X86_64, Type: elfhdr.ET_DYN,
 		Soname: "libmana.so.1",
 		Needed: []string{"libibverbs.so.1", "libc.so.6"},
 		VersionNeeds: map[string][]string{
@@ -321,12 +322,12 @@ func TestVerifyNilObjects(t *testing.T) {
 	assert.Len(t, elfFailed(checks), 3)
 
 	// A hand-made object: no version hashes known, names are compared.
-	hand := &elfload.Object{Path: "/host/elfload.so", Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: elf.EM_X86_64,
-		Type: elf.ET_DYN, Soname: "elfload.so.1", Needed: []string{"libibverbs.so.1"},
+	hand := &elfload.Object{Path: "/host/elfload.so", Class: elfhdr.ELFCLASS64, Data: elfhdr.ELFDATA2LSB, Machine: elfhdr.EM_X86_64,
+		Type: elfhdr.ET_DYN, Soname: "elfload.so.1", Needed: []string{"libibverbs.so.1"},
 		VersionNeeds: map[string][]string{"libibverbs.so.1": {"IBVERBS_PRIVATE_34", "IBVERBS_1.14"}}}
 	checks, ok = elfVerify(hand, host, "elfload.so.1", []string{elfMultiarch})
 	assert.True(t, ok, "%v", checks)
-	hand.Type = elf.ET_EXEC
+	hand.Type = elfhdr.ET_EXEC
 	checks, ok = elfVerify(hand, host, "elfload.so.1", []string{elfMultiarch})
 	assert.False(t, ok)
 	assert.Equal(t, []elfload.Check{{Name: "elf", OK: false,
@@ -457,8 +458,8 @@ func TestVerifyOtherArchitectures(t *testing.T) {
 		elfFixture(t, elfA64Libgcc, "libgcc-s1-arm64-cross")
 		a64, err := elfload.Read(elfA64Libgcc)
 		require.NoError(t, err)
-		assert.Equal(t, elf.EM_AARCH64, a64.Machine)
-		assert.Equal(t, elf.ELFCLASS64, a64.Class)
+		assert.Equal(t, elfhdr.EM_AARCH64, a64.Machine)
+		assert.Equal(t, elfhdr.ELFCLASS64, a64.Class)
 		assert.Equal(t, "libgcc_s.so.1", a64.Soname)
 		assert.Equal(t, []string{"libc.so.6"}, a64.Needed)
 		assert.Equal(t, map[string][]string{"libc.so.6": {"GLIBC_2.35", "GLIBC_2.34", "GLIBC_2.17"}}, a64.VersionNeeds)
@@ -489,8 +490,8 @@ func TestVerifyOtherArchitectures(t *testing.T) {
 		elfFixture(t, elfLib32Libgcc, "lib32gcc-s1")
 		x32, err := elfload.Read(elfLib32Libgcc)
 		require.NoError(t, err)
-		assert.Equal(t, elf.ELFCLASS32, x32.Class)
-		assert.Equal(t, elf.EM_386, x32.Machine)
+		assert.Equal(t, elfhdr.ELFCLASS32, x32.Class)
+		assert.Equal(t, elfhdr.EM_386, x32.Machine)
 		assert.Equal(t, "libgcc_s.so.1", x32.Soname)
 		assert.Equal(t, map[string][]string{"libc.so.6": {"GLIBC_2.35", "GLIBC_2.1.3", "GLIBC_2.34", "GLIBC_2.0"}}, x32.VersionNeeds)
 
@@ -866,4 +867,29 @@ func TestVerifyUnlabelledTarget(t *testing.T) {
 	assert.Equal(t, []elfload.Check{
 		{Name: "soname", OK: false, Detail: elfLibmana + `'s SONAME is "libmana.so.1", want "libionic.so.1"`},
 	}, elfFailed(checks))
+}
+
+// Soname reads the SONAME alone, of a PIE too (which Read refuses), and
+// says when a file is not a shared object.
+func TestSoname(t *testing.T) {
+	elfFixture(t, elfLibibverbs, elfPkgVerbs)
+	s, err := elfload.Soname(elfLibibverbs)
+	require.NoError(t, err)
+	assert.Equal(t, "libibverbs.so.1", s)
+
+	elfFixture(t, "/bin/true", "coreutils")
+	s, err = elfload.Soname("/bin/true")
+	require.NoError(t, err, "a PIE has a dynamic table")
+	assert.Equal(t, "", s)
+
+	elfFixture(t, elfCrt1, "libc6-dev")
+	_, err = elfload.Soname(elfCrt1)
+	assert.EqualError(t, err, elfCrt1+": is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
+	assert.ErrorIs(t, err, elfload.ErrNotSharedObject)
+
+	text := filepath.Join(t.TempDir(), "text.so")
+	require.NoError(t, os.WriteFile(text, []byte("not ELF"), 0o644))
+	_, err = elfload.Soname(text)
+	assert.EqualError(t, err, text+`: not an ELF file (it starts with "not ELF")`)
+	assert.NotErrorIs(t, err, elfload.ErrNotSharedObject)
 }

@@ -4,13 +4,14 @@
 // checks it against the libraries found in that root's loader directories.
 //
 // Everything is read the way the loader reads it (program headers, the
-// dynamic table, the version tables it points at) with debug/elf for the
-// headers and bounds-checked reads for the rest; no input makes it panic.
+// dynamic table, the version tables it points at) with internal/elfhdr for
+// the headers and bounds-checked reads for the rest; no input makes it
+// panic. It does not use debug/elf, whose imports would cost the shim
+// their package initialisation on every start.
 package elfload
 
 import (
 	"bytes"
-	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,15 +19,17 @@ import (
 	"os"
 	"strings"
 	"syscall"
+
+	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 // Object is what the loader needs to know of one ELF shared object.
 type Object struct {
 	Path         string
-	Class        elf.Class
-	Data         elf.Data
-	Machine      elf.Machine
-	Type         elf.Type
+	Class        elfhdr.Class
+	Data         elfhdr.Data
+	Machine      elfhdr.Machine
+	Type         elfhdr.Type
 	Soname       string
 	Needed       []string            // DT_NEEDED
 	VersionNeeds map[string][]string // library file name (from .gnu.version_r) -> version names it needs, e.g. "libibverbs.so.1" -> ["IBVERBS_PRIVATE_34"]
@@ -59,6 +62,15 @@ type loadError struct {
 func (e *loadError) Error() string { return e.path + ": " + e.msg }
 func (e *loadError) Unwrap() error { return e.err }
 
+// Reason is what is wrong, without the path, for a caller that names the
+// file itself.
+func (e *loadError) Reason() string { return e.msg }
+
+// ErrNotSharedObject is wrapped by Read and Soname when the file is ELF
+// but not a shared object (an executable, a PIE, an object file, a core
+// dump, or one without a dynamic table).
+var ErrNotSharedObject = errors.New("not a shared object")
+
 // Limits against corrupt tables: far above anything a real library has.
 const (
 	maxVersionEntries = 1 << 16 // verneed + vernaux or verdef records
@@ -67,20 +79,17 @@ const (
 	verFlagBase       = 0x1     // VER_FLG_BASE: the definition naming the file itself
 	verFlagWeak       = 0x2     // VER_FLG_WEAK: a reference the loader only warns about
 	df1PIE            = 0x08000000
-	tagRELRSZ         = elf.DynTag(35)
-	tagRELR           = elf.DynTag(36)
-	tagRELRENT        = elf.DynTag(37)
 	relX86Relative    = 8    // R_X86_64_RELATIVE
 	relA64Relative    = 1027 // R_AARCH64_RELATIVE
 )
 
-// image is an open ELF file: debug/elf's view of the headers plus
-// bounds-checked reads of the rest.
+// image is an open ELF file: its headers plus bounds-checked reads of the
+// rest.
 type image struct {
 	path string
 	file *os.File
 	size uint64
-	ef   *elf.File
+	hdr  *elfhdr.File
 	bo   binary.ByteOrder
 }
 
@@ -106,8 +115,8 @@ func (img *image) read(off, n uint64) ([]byte, bool) {
 // fileOffset maps n bytes at virtual address addr to a file offset through
 // the PT_LOAD segments, as the loader maps them (file-backed part only).
 func (img *image) fileOffset(addr, n uint64) (uint64, bool) {
-	for _, p := range img.ef.Progs {
-		if p.Type != elf.PT_LOAD || addr < p.Vaddr {
+	for _, p := range img.hdr.Progs {
+		if p.Type != elfhdr.PT_LOAD || addr < p.Vaddr {
 			continue
 		}
 		rel := addr - p.Vaddr
@@ -183,42 +192,26 @@ func openImage(path string) (img *image, err error) {
 	}
 	img.size = uint64(fi.Size())
 
-	head := make([]byte, 64)
-	n, _ := f.ReadAt(head, 0)
-	head = head[:n]
-	if n < 4 || !bytes.Equal(head[:4], []byte(elf.ELFMAG)) {
-		start := head
-		if len(start) > 16 {
-			start = start[:16]
-		}
-		return fail(fmt.Sprintf("not an ELF file (it starts with %q)", start), nil)
-	}
-	if msg := checkHeader(head, img.size); msg != "" {
-		return fail(msg, nil)
-	}
-	ef, err := elf.NewFile(f)
+	hdr, err := elfhdr.Read(f, int64(img.size))
 	if err != nil {
-		return fail(fmt.Sprintf("corrupt ELF file: %v", err), err)
+		return fail(err.Error(), err)
 	}
-	img.ef = ef
-	img.bo = ef.ByteOrder
-	if img.bo == nil {
-		return fail("corrupt ELF file: unknown byte order", nil)
-	}
-	for i, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD && p.Type != elf.PT_DYNAMIC {
+	img.hdr = hdr
+	img.bo = hdr.ByteOrder
+	for i, p := range hdr.Progs {
+		if p.Type != elfhdr.PT_LOAD && p.Type != elfhdr.PT_DYNAMIC {
 			continue
 		}
 		if end := p.Off + p.Filesz; end < p.Off || end > img.size {
 			return fail(fmt.Sprintf("truncated ELF file: it has %d bytes but segment %d (%v) ends at byte %d", img.size, i, p.Type, p.Off+p.Filesz), nil)
 		}
 	}
-	for _, s := range ef.Sections {
-		if s.Type == elf.SHT_NOBITS || s.Type == elf.SHT_NULL {
+	for _, s := range hdr.Sections {
+		if s.Type == elfhdr.SHT_NOBITS || s.Type == elfhdr.SHT_NULL {
 			continue
 		}
-		if end := s.Offset + s.FileSize; end < s.Offset || end > img.size {
-			return fail(fmt.Sprintf("truncated ELF file: it has %d bytes but section %s ends at byte %d", img.size, s.Name, s.Offset+s.FileSize), nil)
+		if end := s.Offset + s.Size; end < s.Offset || end > img.size {
+			return fail(fmt.Sprintf("truncated ELF file: it has %d bytes but section %s ends at byte %d", img.size, s.Name, s.Offset+s.Size), nil)
 		}
 	}
 	return img, nil
@@ -252,57 +245,6 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// checkHeader reads the ELF header itself, to tell a truncated file
-// from a corrupt one in plain words before debug/elf reads the tables.
-func checkHeader(h []byte, size uint64) string {
-	if len(h) < 6 {
-		return fmt.Sprintf("truncated ELF file: %d bytes, shorter than an ELF header", len(h))
-	}
-	var bo binary.ByteOrder
-	switch elf.Data(h[elf.EI_DATA]) {
-	case elf.ELFDATA2LSB:
-		bo = binary.LittleEndian
-	case elf.ELFDATA2MSB:
-		bo = binary.BigEndian
-	default:
-		return fmt.Sprintf("corrupt ELF header: unknown byte order %d", h[elf.EI_DATA])
-	}
-	var phoff, shoff uint64
-	var phentsize, phnum, shentsize, shnum uint16
-	switch elf.Class(h[elf.EI_CLASS]) {
-	case elf.ELFCLASS32:
-		if len(h) < 52 {
-			return fmt.Sprintf("truncated ELF file: %d bytes, shorter than the 52-byte ELF header", len(h))
-		}
-		phoff, shoff = uint64(bo.Uint32(h[28:])), uint64(bo.Uint32(h[32:]))
-		phentsize, phnum = bo.Uint16(h[42:]), bo.Uint16(h[44:])
-		shentsize, shnum = bo.Uint16(h[46:]), bo.Uint16(h[48:])
-	case elf.ELFCLASS64:
-		if len(h) < 64 {
-			return fmt.Sprintf("truncated ELF file: %d bytes, shorter than the 64-byte ELF header", len(h))
-		}
-		phoff, shoff = bo.Uint64(h[32:]), bo.Uint64(h[40:])
-		phentsize, phnum = bo.Uint16(h[54:]), bo.Uint16(h[56:])
-		shentsize, shnum = bo.Uint16(h[58:]), bo.Uint16(h[60:])
-	default:
-		return fmt.Sprintf("corrupt ELF header: unknown class %d", h[elf.EI_CLASS])
-	}
-	for _, t := range []struct {
-		what       string
-		off        uint64
-		num, entsz uint16
-	}{{"program", phoff, phnum, phentsize}, {"section", shoff, shnum, shentsize}} {
-		if t.off == 0 || t.num == 0 {
-			continue
-		}
-		end := t.off + uint64(t.num)*uint64(t.entsz)
-		if end < t.off || end > size {
-			return fmt.Sprintf("truncated ELF file: it has %d bytes but its %s headers end at byte %d", size, t.what, end)
-		}
-	}
-	return ""
-}
-
 // dynTable is the dynamic table as the loader reads it: PT_DYNAMIC.
 type dynTable struct {
 	entries []dynEntry
@@ -310,11 +252,11 @@ type dynTable struct {
 }
 
 type dynEntry struct {
-	tag elf.DynTag
+	tag elfhdr.DynTag
 	val uint64
 }
 
-func (d *dynTable) first(tag elf.DynTag) (uint64, bool) {
+func (d *dynTable) first(tag elfhdr.DynTag) (uint64, bool) {
 	for _, e := range d.entries {
 		if e.tag == tag {
 			return e.val, true
@@ -324,18 +266,18 @@ func (d *dynTable) first(tag elf.DynTag) (uint64, bool) {
 }
 
 func (img *image) dynamic() (*dynTable, error) {
-	var dp *elf.Prog
-	for _, p := range img.ef.Progs {
-		if p.Type == elf.PT_DYNAMIC {
-			dp = p
+	var dp *elfhdr.Prog
+	for i := range img.hdr.Progs {
+		if img.hdr.Progs[i].Type == elfhdr.PT_DYNAMIC {
+			dp = &img.hdr.Progs[i]
 			break
 		}
 	}
 	if dp == nil {
-		return nil, img.fail("no dynamic section (PT_DYNAMIC): not a loadable shared object")
+		return nil, img.notShared("no dynamic section (PT_DYNAMIC): not a loadable shared object")
 	}
 	entsz := uint64(16)
-	if img.ef.Class == elf.ELFCLASS32 {
+	if img.hdr.Class == elfhdr.ELFCLASS32 {
 		entsz = 8
 	}
 	n := dp.Filesz / entsz
@@ -352,24 +294,24 @@ func (img *image) dynamic() (*dynTable, error) {
 		b := raw[i*entsz:]
 		var e dynEntry
 		if entsz == 16 {
-			e = dynEntry{elf.DynTag(int64(img.bo.Uint64(b))), img.bo.Uint64(b[8:])}
+			e = dynEntry{elfhdr.DynTag(int64(img.bo.Uint64(b))), img.bo.Uint64(b[8:])}
 		} else {
-			e = dynEntry{elf.DynTag(int32(img.bo.Uint32(b))), uint64(img.bo.Uint32(b[4:]))}
+			e = dynEntry{elfhdr.DynTag(int32(img.bo.Uint32(b))), uint64(img.bo.Uint32(b[4:]))}
 		}
-		if e.tag == elf.DT_NULL {
+		if e.tag == elfhdr.DT_NULL {
 			terminated = true
 			break
 		}
 		d.entries = append(d.entries, e)
 	}
 	if len(d.entries) == 0 {
-		return nil, img.fail("empty dynamic section: not a loadable shared object")
+		return nil, img.notShared("empty dynamic section: not a loadable shared object")
 	}
 	if !terminated {
 		return nil, img.fail("corrupt ELF file: the dynamic section has no DT_NULL end")
 	}
-	if addr, ok := d.first(elf.DT_STRTAB); ok {
-		sz, _ := d.first(elf.DT_STRSZ)
+	if addr, ok := d.first(elfhdr.DT_STRTAB); ok {
+		sz, _ := d.first(elfhdr.DT_STRSZ)
 		if sz > img.size {
 			return nil, img.fail("corrupt ELF file: DT_STRSZ (%d) is larger than the file", sz)
 		}
@@ -403,7 +345,7 @@ func (img *image) str(d *dynTable, off uint64, what string) (string, error) {
 // not a shared object (ET_DYN), no dynamic section.
 func Read(path string) (obj *Object, err error) {
 	defer func() {
-		if r := recover(); r != nil { // debug/elf on hostile input: an error, never a crash
+		if r := recover(); r != nil { // a reading bug on hostile input: an error, never a crash
 			obj, err = nil, &loadError{path: path, msg: fmt.Sprintf("corrupt ELF file (reading it failed: %v)", r)}
 		}
 	}()
@@ -412,35 +354,27 @@ func Read(path string) (obj *Object, err error) {
 		return nil, err
 	}
 	defer img.close()
-	ef := img.ef
-	o := &Object{Path: path, Class: ef.Class, Data: ef.Data, Machine: ef.Machine, Type: ef.Type, Size: int64(img.size)}
-	switch ef.Type {
-	case elf.ET_DYN:
-	case elf.ET_EXEC:
-		return nil, img.fail("is an executable (ET_EXEC), not a shared object")
-	case elf.ET_REL:
-		return nil, img.fail("is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
-	case elf.ET_CORE:
-		return nil, img.fail("is a core dump (ET_CORE), not a shared object")
-	default:
-		return nil, img.fail("has ELF type %v, not a shared object (ET_DYN)", ef.Type)
+	h := img.hdr
+	o := &Object{Path: path, Class: h.Class, Data: h.Data, Machine: h.Machine, Type: h.Type, Size: int64(img.size)}
+	if err := img.sharedObject(); err != nil {
+		return nil, err
 	}
 	d, err := img.dynamic()
 	if err != nil {
 		return nil, err
 	}
-	if f1, _ := d.first(elf.DT_FLAGS_1); f1&df1PIE != 0 {
-		return nil, img.fail("is a position-independent executable (ET_DYN with DF_1_PIE), not a shared object")
+	if f1, _ := d.first(elfhdr.DT_FLAGS_1); f1&df1PIE != 0 {
+		return nil, img.notShared("is a position-independent executable (ET_DYN with DF_1_PIE), not a shared object")
 	}
 	for _, e := range d.entries {
 		switch e.tag {
-		case elf.DT_NEEDED:
+		case elfhdr.DT_NEEDED:
 			s, err := img.str(d, e.val, "DT_NEEDED")
 			if err != nil {
 				return nil, err
 			}
 			o.Needed = append(o.Needed, s)
-		case elf.DT_SONAME:
+		case elfhdr.DT_SONAME:
 			if o.Soname != "" {
 				continue // the loader uses the first
 			}
@@ -449,7 +383,7 @@ func Read(path string) (obj *Object, err error) {
 				return nil, err
 			}
 			o.Soname = s
-		case elf.DT_RPATH, elf.DT_RUNPATH:
+		case elfhdr.DT_RPATH, elfhdr.DT_RUNPATH:
 			s, err := img.str(d, e.val, e.tag.String())
 			if err != nil {
 				return nil, err
@@ -458,7 +392,7 @@ func Read(path string) (obj *Object, err error) {
 				if dir == "" {
 					continue
 				}
-				if e.tag == elf.DT_RPATH {
+				if e.tag == elfhdr.DT_RPATH {
 					o.RPath = append(o.RPath, dir)
 				} else {
 					o.RunPath = append(o.RunPath, dir)
@@ -475,16 +409,64 @@ func Read(path string) (obj *Object, err error) {
 	return o, nil
 }
 
+// sharedObject fails unless the file is a shared object (ET_DYN).
+func (img *image) sharedObject() error {
+	switch t := img.hdr.Type; t {
+	case elfhdr.ET_DYN:
+		return nil
+	case elfhdr.ET_EXEC:
+		return img.notShared("is an executable (ET_EXEC), not a shared object")
+	case elfhdr.ET_REL:
+		return img.notShared("is a relocatable object file (ET_REL, an unlinked .o), not a shared object")
+	case elfhdr.ET_CORE:
+		return img.notShared("is a core dump (ET_CORE), not a shared object")
+	default:
+		return img.notShared(fmt.Sprintf("has ELF type %v, not a shared object (ET_DYN)", t))
+	}
+}
+
+func (img *image) notShared(msg string) error {
+	return &loadError{path: img.path, msg: msg, err: ErrNotSharedObject}
+}
+
+// Soname reads the first DT_SONAME of the shared object at path from its
+// dynamic table, as Read does, without reading the rest (needed
+// libraries, version tables) or refusing a PIE: "" when it has none.
+// Errors are Read's.
+func Soname(path string) (soname string, err error) {
+	defer func() {
+		if r := recover(); r != nil { // a reading bug on hostile input: an error, never a crash
+			soname, err = "", &loadError{path: path, msg: fmt.Sprintf("corrupt ELF file (reading it failed: %v)", r)}
+		}
+	}()
+	img, err := openImage(path)
+	if err != nil {
+		return "", err
+	}
+	defer img.close()
+	if err := img.sharedObject(); err != nil {
+		return "", err
+	}
+	d, err := img.dynamic()
+	if err != nil {
+		return "", err
+	}
+	if off, ok := d.first(elfhdr.DT_SONAME); ok {
+		return img.str(d, off, "DT_SONAME")
+	}
+	return "", nil
+}
+
 // versionNeeds walks the Verneed records at DT_VERNEED (.gnu.version_r).
 // Elf32 and Elf64 records have the same layout: Verneed {u16 version,
 // u16 cnt, u32 file, u32 aux, u32 next}, Vernaux {u32 hash, u16 flags,
 // u16 other, u32 name, u32 next}.
 func (img *image) versionNeeds(d *dynTable, o *Object) error {
-	addr, ok := d.first(elf.DT_VERNEED)
+	addr, ok := d.first(elfhdr.DT_VERNEED)
 	if !ok {
 		return nil
 	}
-	num, hasNum := d.first(elf.DT_VERNEEDNUM)
+	num, hasNum := d.first(elfhdr.DT_VERNEEDNUM)
 	if hasNum && num == 0 {
 		return nil
 	}
@@ -543,11 +525,11 @@ func (img *image) versionNeeds(d *dynTable, o *Object) error {
 // Verdef {u16 version, u16 flags, u16 ndx, u16 cnt, u32 hash, u32 aux,
 // u32 next}, its first Verdaux {u32 name, u32 next} names the version.
 func (img *image) versionDefs(d *dynTable, o *Object) error {
-	addr, ok := d.first(elf.DT_VERDEF)
+	addr, ok := d.first(elfhdr.DT_VERDEF)
 	if !ok {
 		return nil
 	}
-	num, hasNum := d.first(elf.DT_VERDEFNUM)
+	num, hasNum := d.first(elfhdr.DT_VERDEFNUM)
 	if hasNum && num == 0 {
 		return nil
 	}

@@ -2,8 +2,9 @@ package elfload
 
 import (
 	"bytes"
-	"debug/elf"
 	"strings"
+
+	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 // ProviderABIRange reads, where possible, the kernel uverbs ABI range a provider supports, from its
@@ -32,14 +33,14 @@ func ProviderABIRange(o *Object, providerName string) (min, max uint32, ok bool)
 		return 0, 0, false
 	}
 	defer img.close()
-	if img.ef.Class != elf.ELFCLASS64 {
+	if img.hdr.Class != elfhdr.ELFCLASS64 {
 		return 0, 0, false
 	}
 	var relative uint32
-	switch img.ef.Machine {
-	case elf.EM_X86_64:
+	switch img.hdr.Machine {
+	case elfhdr.EM_X86_64:
 		relative = relX86Relative
-	case elf.EM_AARCH64:
+	case elfhdr.EM_AARCH64:
 		relative = relA64Relative
 	default:
 		return 0, 0, false
@@ -63,9 +64,9 @@ func ProviderABIRange(o *Object, providerName string) (min, max uint32, ok bool)
 		}
 		return len(places) <= maxCandidates
 	}
-	if rela, ok := d.first(elf.DT_RELA); ok {
-		sz, _ := d.first(elf.DT_RELASZ)
-		ent, hasEnt := d.first(elf.DT_RELAENT)
+	if rela, ok := d.first(elfhdr.DT_RELA); ok {
+		sz, _ := d.first(elfhdr.DT_RELASZ)
+		ent, hasEnt := d.first(elfhdr.DT_RELAENT)
 		if hasEnt && ent != 24 {
 			return 0, 0, false
 		}
@@ -83,9 +84,9 @@ func ProviderABIRange(o *Object, providerName string) (min, max uint32, ok bool)
 			}
 		}
 	}
-	if relr, ok := d.first(tagRELR); ok {
-		sz, _ := d.first(tagRELRSZ)
-		if ent, hasEnt := d.first(tagRELRENT); hasEnt && ent != 8 {
+	if relr, ok := d.first(elfhdr.DT_RELR); ok {
+		sz, _ := d.first(elfhdr.DT_RELRSZ)
+		if ent, hasEnt := d.first(elfhdr.DT_RELRENT); hasEnt && ent != 8 {
 			return 0, 0, false
 		}
 		if sz > img.size {
@@ -176,14 +177,14 @@ func (img *image) stringAddrs(name string) map[uint64]bool {
 			i += j + 1
 		}
 	}
-	for _, s := range img.ef.Sections {
-		if s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_ALLOC != 0 && s.Flags&(elf.SHF_WRITE|elf.SHF_EXECINSTR) == 0 {
-			scan(s.Addr, s.Offset, s.FileSize)
+	for _, s := range img.hdr.Sections {
+		if s.Type == elfhdr.SHT_PROGBITS && s.Flags&elfhdr.SHF_ALLOC != 0 && s.Flags&(elfhdr.SHF_WRITE|elfhdr.SHF_EXECINSTR) == 0 {
+			scan(s.Addr, s.Offset, s.Size)
 		}
 	}
-	if len(img.ef.Sections) == 0 {
-		for _, p := range img.ef.Progs {
-			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W == 0 {
+	if len(img.hdr.Sections) == 0 {
+		for _, p := range img.hdr.Progs {
+			if p.Type == elfhdr.PT_LOAD && p.Flags&elfhdr.PF_W == 0 {
 				scan(p.Vaddr, p.Off, p.Filesz)
 			}
 		}

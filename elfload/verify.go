@@ -1,13 +1,14 @@
 package elfload
 
 import (
-	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 // Check is one verification with its outcome, for the report and --explain.
@@ -17,31 +18,31 @@ type Check struct {
 	Detail string `json:"detail"` // what was seen, e.g. "ELFCLASS64 little-endian x86-64, like /usr/lib/x86_64-linux-gnu/libibverbs.so.1"
 }
 
-func machineName(m elf.Machine) string {
+func machineName(m elfhdr.Machine) string {
 	switch m {
-	case elf.EM_X86_64:
+	case elfhdr.EM_X86_64:
 		return "x86-64"
-	case elf.EM_AARCH64:
+	case elfhdr.EM_AARCH64:
 		return "AArch64"
-	case elf.EM_386:
+	case elfhdr.EM_386:
 		return "i386"
-	case elf.EM_ARM:
+	case elfhdr.EM_ARM:
 		return "ARM"
-	case elf.EM_PPC64:
+	case elfhdr.EM_PPC64:
 		return "PowerPC64"
-	case elf.EM_RISCV:
+	case elfhdr.EM_RISCV:
 		return "RISC-V"
-	case elf.EM_S390:
+	case elfhdr.EM_S390:
 		return "s390"
 	}
 	return m.String()
 }
 
-func dataName(d elf.Data) string {
+func dataName(d elfhdr.Data) string {
 	switch d {
-	case elf.ELFDATA2LSB:
+	case elfhdr.ELFDATA2LSB:
 		return "little-endian"
-	case elf.ELFDATA2MSB:
+	case elfhdr.ELFDATA2MSB:
 		return "big-endian"
 	}
 	return d.String()
@@ -190,7 +191,7 @@ func verify(obj *Object, t Target) (checks []Check, ok bool, found map[string]fo
 		add("elf", false, "no object to verify")
 		return checks, false, nil
 	}
-	add("elf", obj.Type == elf.ET_DYN, "%s: %s %v, %d bytes", obj.Path, describe(obj), typeName(obj.Type), obj.Size)
+	add("elf", obj.Type == elfhdr.ET_DYN, "%s: %s %v, %d bytes", obj.Path, describe(obj), typeName(obj.Type), obj.Size)
 	label := t.Label
 	if label == "" {
 		label = obj.Path
@@ -310,13 +311,13 @@ func verify(obj *Object, t Target) (checks []Check, ok bool, found map[string]fo
 	return checks, ok, found
 }
 
-func typeName(t elf.Type) string {
+func typeName(t elfhdr.Type) string {
 	switch t {
-	case elf.ET_DYN:
+	case elfhdr.ET_DYN:
 		return "shared object"
-	case elf.ET_EXEC:
+	case elfhdr.ET_EXEC:
 		return "executable (ET_EXEC), not a shared object"
-	case elf.ET_REL:
+	case elfhdr.ET_REL:
 		return "relocatable object (ET_REL), not a shared object"
 	}
 	return fmt.Sprintf("%v, not a shared object", t)
