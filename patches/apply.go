@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
@@ -250,10 +251,29 @@ type view struct {
 	compose bool
 	disk    map[string]*diskFile // by real path
 	changed []*diskFile          // planned to change, in order of first change
+	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
+}
+
+// realPath is what filepath.EvalSymlinks said of a path.
+type realPath struct {
+	path string
+	err  error
 }
 
 func newView(compose bool) *view {
-	return &view{compose: compose, disk: map[string]*diskFile{}}
+	return &view{compose: compose, disk: map[string]*diskFile{}, real: map[string]realPath{}}
+}
+
+// evalSymlinks is filepath.EvalSymlinks, once per path and run: every
+// variant and guard of every patch resolves the same few files, and each
+// resolution is an lstat of every component of a deep path.
+func (v *view) evalSymlinks(p string) (string, error) {
+	r, ok := v.real[p]
+	if !ok {
+		r.path, r.err = filepath.EvalSymlinks(p)
+		v.real[p] = r
+	}
+	return r.path, r.err
 }
 
 // diskFile is one engine file in a run: as read, as planned, as written.
@@ -591,13 +611,13 @@ func resolve(pkg Package, file string, fs *files) (*target, error) {
 	}
 	var lastErr error
 	for _, root := range dirs {
-		realRoot, err := filepath.EvalSymlinks(root)
+		realRoot, err := fs.v.evalSymlinks(root)
 		if err != nil {
 			lastErr = err
 			continue
 		}
 		p := filepath.Join(root, filepath.FromSlash(file))
-		real, err := filepath.EvalSymlinks(p)
+		real, err := fs.v.evalSymlinks(p)
 		if errors.Is(err, iofs.ErrNotExist) {
 			if _, lerr := os.Lstat(p); lerr == nil {
 				return nil, fmt.Errorf("%s is a dangling symlink", p)
@@ -619,7 +639,10 @@ func resolve(pkg Package, file string, fs *files) (*target, error) {
 			if err != nil {
 				return nil, err
 			}
-			d = &diskFile{path: real, data: string(data), id: id}
+			// The string shares data's bytes: data is this read's own and
+			// never written, and a copy would touch as many fresh pages
+			// again (engine modules are hundreds of kilobytes).
+			d = &diskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id}
 			d.cur = d.data
 			d.text = newText(d.cur)
 			fs.v.disk[real] = d
