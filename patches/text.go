@@ -32,7 +32,9 @@ func (t *text) lineStarts() []int32 {
 	if t.starts != nil {
 		return t.starts
 	}
-	t.starts = make([]int32, 0, len(t.s)/32+1)
+	// Counted first (a vectorised scan) so that the slice is allocated
+	// once, at its size: source lines are often shorter than any guess.
+	t.starts = make([]int32, 0, strings.Count(t.s, "\n")+1)
 	for start := 0; start < len(t.s); {
 		t.starts = append(t.starts, int32(start))
 		end := strings.IndexByte(t.s[start:], '\n')
