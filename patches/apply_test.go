@@ -510,3 +510,32 @@ func TestGroupedRunObserved(t *testing.T) {
 	_, seen = apply(&Set{Defs: defs}, loc, Options{})
 	assert.True(t, seen.incomplete)
 }
+
+// The read-back compares the file with what was planned through a small
+// buffer, chunk by chunk: equal bytes give the file's identity, anything
+// else (other bytes, another length, not a regular file) no match.
+func TestReadsAs(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.py")
+	content := strings.Repeat("line of source\n", 100)
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	for _, size := range []int{1, 3, 64 << 10} {
+		buf := make([]byte, size)
+		id, ok := readsAs(p, content, buf)
+		require.True(t, ok, "buffer of %d", size)
+		want, _ := lstatIdentity(p)
+		assert.Equal(t, want, id)
+		_, ok = readsAs(p, content[:len(content)-1]+"X", buf)
+		assert.False(t, ok, "other bytes matched (buffer of %d)", size)
+		_, ok = readsAs(p, content+"more", buf)
+		assert.False(t, ok, "a longer plan matched")
+		_, ok = readsAs(p, content[:10], buf)
+		assert.False(t, ok, "a shorter plan matched")
+	}
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	_, ok := readsAs(fifo, "", make([]byte, 8))
+	assert.False(t, ok, "a FIFO matched")
+	_, ok = readsAs(filepath.Join(dir, "missing"), "", make([]byte, 8))
+	assert.False(t, ok)
+}

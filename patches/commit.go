@@ -188,10 +188,11 @@ func commit(groups []*group, plans []*plan) {
 		}
 	}
 
+	buf := make([]byte, 64<<10)
 	for _, g := range groups {
 		if g.err == nil {
 			for _, d := range g.renamed {
-				if data, id, err := readRegular(d.path, maxSourceBytes); err == nil && string(data) == d.cur {
+				if id, ok := readsAs(d.path, d.cur, buf); ok {
 					d.final, d.finalOK = id, true
 				}
 			}

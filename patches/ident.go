@@ -57,3 +57,43 @@ func readRegular(path string, limit int64) ([]byte, Identity, error) {
 	}
 	return data, id, nil
 }
+
+// readsAs reports whether the regular file at path holds exactly want,
+// and its identity when it does: the read-back after a write. It compares
+// through buf (any size) instead of reading the file whole, so that
+// checking hundreds of kilobytes of engine source touches no fresh memory
+// beyond buf; a file that changes while it is compared does not match.
+func readsAs(path, want string, buf []byte) (Identity, bool) {
+	f, err := boundedread.Open(path, 0)
+	if err != nil {
+		return Identity{}, false
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	var before, after unix.Stat_t
+	if unix.Fstat(fd, &before) != nil || before.Size != int64(len(want)) {
+		return Identity{}, false
+	}
+	off := 0
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n > len(want)-off || string(buf[:n]) != want[off:off+n] {
+			return Identity{}, false
+		}
+		if n == 0 {
+			break
+		}
+		off += n
+	}
+	if off != len(want) || unix.Fstat(fd, &after) != nil {
+		return Identity{}, false
+	}
+	id := identityOf(&after)
+	if id != identityOf(&before) {
+		return Identity{}, false
+	}
+	return id, true
+}
