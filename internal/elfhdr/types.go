@@ -29,7 +29,9 @@ const (
 	ELFCLASS64   Class = 2
 )
 
-var classNames = []intName{{0, "ELFCLASSNONE"}, {1, "ELFCLASS32"}, {2, "ELFCLASS64"}}
+var classNames = []intName{
+	{uint32(ELFCLASSNONE), "ELFCLASSNONE"}, {uint32(ELFCLASS32), "ELFCLASS32"}, {uint32(ELFCLASS64), "ELFCLASS64"},
+}
 
 func (c Class) String() string { return nameOrOffset(uint32(c), classNames) }
 
@@ -42,7 +44,7 @@ const (
 	ELFDATA2MSB Data = 2 // big-endian
 )
 
-var dataNames = []intName{{0, "ELFDATANONE"}, {1, "ELFDATA2LSB"}, {2, "ELFDATA2MSB"}}
+var dataNames = []intName{{uint32(ELFDATANONE), "ELFDATANONE"}, {uint32(ELFDATA2LSB), "ELFDATA2LSB"}, {uint32(ELFDATA2MSB), "ELFDATA2MSB"}}
 
 func (d Data) String() string { return nameOrOffset(uint32(d), dataNames) }
 
@@ -62,8 +64,8 @@ const (
 )
 
 var typeNames = []intName{
-	{0, "ET_NONE"}, {1, "ET_REL"}, {2, "ET_EXEC"}, {3, "ET_DYN"}, {4, "ET_CORE"},
-	{0xfe00, "ET_LOOS"}, {0xfeff, "ET_HIOS"}, {0xff00, "ET_LOPROC"}, {0xffff, "ET_HIPROC"},
+	{uint32(ET_NONE), "ET_NONE"}, {uint32(ET_REL), "ET_REL"}, {uint32(ET_EXEC), "ET_EXEC"}, {uint32(ET_DYN), "ET_DYN"}, {uint32(ET_CORE), "ET_CORE"},
+	{uint32(ET_LOOS), "ET_LOOS"}, {uint32(ET_HIOS), "ET_HIOS"}, {uint32(ET_LOPROC), "ET_LOPROC"}, {uint32(ET_HIPROC), "ET_HIPROC"},
 }
 
 // String is the name, or debug/elf's "ET_CORE+3" for a value between names.
@@ -106,13 +108,13 @@ const (
 )
 
 var machineNames = []intName{
-	{0, "EM_NONE"}, {2, "EM_SPARC"}, {3, "EM_386"}, {4, "EM_68K"}, {8, "EM_MIPS"},
-	{10, "EM_MIPS_RS3_LE"}, {15, "EM_PARISC"}, {18, "EM_SPARC32PLUS"}, {20, "EM_PPC"},
-	{21, "EM_PPC64"}, {22, "EM_S390"}, {40, "EM_ARM"}, {42, "EM_SH"}, {43, "EM_SPARCV9"},
-	{45, "EM_ARC"}, {50, "EM_IA_64"}, {62, "EM_X86_64"}, {92, "EM_OPENRISC"}, {94, "EM_XTENSA"},
-	{113, "EM_ALTERA_NIOS2"}, {164, "EM_QDSP6"}, {183, "EM_AARCH64"}, {189, "EM_MICROBLAZE"},
-	{195, "EM_ARC_COMPACT2"}, {243, "EM_RISCV"}, {247, "EM_BPF"},
-	{258, "EM_LOONGARCH"}, {0x9026, "EM_ALPHA"},
+	{uint32(EM_NONE), "EM_NONE"}, {uint32(EM_SPARC), "EM_SPARC"}, {uint32(EM_386), "EM_386"}, {uint32(EM_68K), "EM_68K"}, {uint32(EM_MIPS), "EM_MIPS"},
+	{uint32(EM_MIPS_RS3_LE), "EM_MIPS_RS3_LE"}, {uint32(EM_PARISC), "EM_PARISC"}, {uint32(EM_SPARC32PLUS), "EM_SPARC32PLUS"}, {uint32(EM_PPC), "EM_PPC"},
+	{uint32(EM_PPC64), "EM_PPC64"}, {uint32(EM_S390), "EM_S390"}, {uint32(EM_ARM), "EM_ARM"}, {uint32(EM_SH), "EM_SH"}, {uint32(EM_SPARCV9), "EM_SPARCV9"},
+	{uint32(EM_ARC), "EM_ARC"}, {uint32(EM_IA_64), "EM_IA_64"}, {uint32(EM_X86_64), "EM_X86_64"}, {uint32(EM_OPENRISC), "EM_OPENRISC"}, {uint32(EM_XTENSA), "EM_XTENSA"},
+	{uint32(EM_ALTERA_NIOS2), "EM_ALTERA_NIOS2"}, {uint32(EM_QDSP6), "EM_QDSP6"}, {uint32(EM_AARCH64), "EM_AARCH64"}, {uint32(EM_MICROBLAZE), "EM_MICROBLAZE"},
+	{uint32(EM_ARC_COMPACT2), "EM_ARC_COMPACT2"}, {uint32(EM_RISCV), "EM_RISCV"}, {uint32(EM_BPF), "EM_BPF"},
+	{uint32(EM_LOONGARCH), "EM_LOONGARCH"}, {uint32(EM_ALPHA), "EM_ALPHA"},
 }
 
 // String is the name of a Linux machine, as debug/elf prints it; any
@@ -146,12 +148,12 @@ const (
 // progNames is the whole table debug/elf prints from, so that every value
 // prints as it does there (the "+N" form between names included).
 var progNames = []intName{
-	{0, "PT_NULL"}, {1, "PT_LOAD"}, {2, "PT_DYNAMIC"}, {3, "PT_INTERP"}, {4, "PT_NOTE"},
-	{5, "PT_SHLIB"}, {6, "PT_PHDR"}, {7, "PT_TLS"}, {0x60000000, "PT_LOOS"},
-	{0x6474e550, "PT_GNU_EH_FRAME"}, {0x6474e551, "PT_GNU_STACK"}, {0x6474e552, "PT_GNU_RELRO"},
-	{0x6474e553, "PT_GNU_PROPERTY"}, {0x65041580, "PT_PAX_FLAGS"}, {0x65a3dbe6, "PT_OPENBSD_RANDOMIZE"},
+	{uint32(PT_NULL), "PT_NULL"}, {uint32(PT_LOAD), "PT_LOAD"}, {uint32(PT_DYNAMIC), "PT_DYNAMIC"}, {uint32(PT_INTERP), "PT_INTERP"}, {uint32(PT_NOTE), "PT_NOTE"},
+	{uint32(PT_SHLIB), "PT_SHLIB"}, {uint32(PT_PHDR), "PT_PHDR"}, {uint32(PT_TLS), "PT_TLS"}, {uint32(PT_LOOS), "PT_LOOS"},
+	{uint32(PT_GNU_EH_FRAME), "PT_GNU_EH_FRAME"}, {uint32(PT_GNU_STACK), "PT_GNU_STACK"}, {uint32(PT_GNU_RELRO), "PT_GNU_RELRO"},
+	{uint32(PT_GNU_PROPERTY), "PT_GNU_PROPERTY"}, {0x65041580, "PT_PAX_FLAGS"}, {0x65a3dbe6, "PT_OPENBSD_RANDOMIZE"},
 	{0x65a3dbe7, "PT_OPENBSD_WXNEEDED"}, {0x65a41be6, "PT_OPENBSD_BOOTDATA"}, {0x6ffffffb, "PT_SUNWSTACK"},
-	{0x6fffffff, "PT_HIOS"}, {0x70000000, "PT_LOPROC"}, {0x7fffffff, "PT_HIPROC"},
+	{uint32(PT_HIOS), "PT_HIOS"}, {uint32(PT_LOPROC), "PT_LOPROC"}, {uint32(PT_HIPROC), "PT_HIPROC"},
 }
 
 func (p ProgType) String() string { return nameOrOffset(uint32(p), progNames) }
@@ -215,11 +217,11 @@ const (
 )
 
 var dynNames = []intName{
-	{0, "DT_NULL"}, {1, "DT_NEEDED"}, {5, "DT_STRTAB"}, {7, "DT_RELA"}, {8, "DT_RELASZ"},
-	{9, "DT_RELAENT"}, {10, "DT_STRSZ"}, {14, "DT_SONAME"}, {15, "DT_RPATH"}, {29, "DT_RUNPATH"},
-	{30, "DT_FLAGS"},
-	{0x6ffffffb, "DT_FLAGS_1"}, {0x6ffffffc, "DT_VERDEF"}, {0x6ffffffd, "DT_VERDEFNUM"},
-	{0x6ffffffe, "DT_VERNEED"}, {0x6fffffff, "DT_VERNEEDNUM"},
+	{uint32(DT_NULL), "DT_NULL"}, {uint32(DT_NEEDED), "DT_NEEDED"}, {uint32(DT_STRTAB), "DT_STRTAB"}, {uint32(DT_RELA), "DT_RELA"}, {uint32(DT_RELASZ), "DT_RELASZ"},
+	{uint32(DT_RELAENT), "DT_RELAENT"}, {uint32(DT_STRSZ), "DT_STRSZ"}, {uint32(DT_SONAME), "DT_SONAME"}, {uint32(DT_RPATH), "DT_RPATH"}, {uint32(DT_RUNPATH), "DT_RUNPATH"},
+	{uint32(DT_FLAGS), "DT_FLAGS"},
+	{uint32(DT_FLAGS_1), "DT_FLAGS_1"}, {uint32(DT_VERDEF), "DT_VERDEF"}, {uint32(DT_VERDEFNUM), "DT_VERDEFNUM"},
+	{uint32(DT_VERNEED), "DT_VERNEED"}, {uint32(DT_VERNEEDNUM), "DT_VERNEEDNUM"},
 }
 
 // String is the name of a tag the project reads, as debug/elf prints it;
