@@ -44,7 +44,9 @@ const (
 	ELFDATA2MSB Data = 2 // big-endian
 )
 
-var dataNames = []intName{{uint32(ELFDATANONE), "ELFDATANONE"}, {uint32(ELFDATA2LSB), "ELFDATA2LSB"}, {uint32(ELFDATA2MSB), "ELFDATA2MSB"}}
+var dataNames = []intName{
+	{uint32(ELFDATANONE), "ELFDATANONE"}, {uint32(ELFDATA2LSB), "ELFDATA2LSB"}, {uint32(ELFDATA2MSB), "ELFDATA2MSB"},
+}
 
 func (d Data) String() string { return nameOrOffset(uint32(d), dataNames) }
 
