@@ -113,9 +113,11 @@ func openNetlink() (*netlinkSock, error) {
 	if s, ok := sa.(*syscall.SockaddrNetlink); ok {
 		nl.port = s.Pid
 	}
-	// A page: the kernel sizes its dump messages to what the reader
-	// offers (and never beyond a page unless asked for more).
-	nl.buf = make([]byte, os.Getpagesize())
+	// The kernel fills each read of a dump up to the size the reader
+	// offered before, and at most 32 KB; a buffer that large never cuts
+	// a message short (an interface with many attributes can pass a
+	// page), and only what is read is touched.
+	nl.buf = make([]byte, 32<<10)
 	return nl, nil
 }
 
