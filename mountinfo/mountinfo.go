@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/infera/infera-exec/boundedread"
 )
 
 // SelfPath is the mount table of this process, as its mount namespace and
@@ -104,18 +106,17 @@ func Classify(fstype string) Kind {
 }
 
 // maxTable caps a mount table read: far above the largest host table
-// (tens of thousands of mounts), and it keeps a misbehaving test reader
-// from running the process out of memory.
+// (tens of thousands of mounts).
 const maxTable = 64 << 20
 
-// Read reads the mount table at path (SelfPath, or a fixture in tests).
+// Read reads the mount table at path (SelfPath, or a fixture in tests),
+// a regular file within the cap (boundedread).
 func Read(path string) (*Table, error) {
-	f, err := os.Open(path)
+	data, err := boundedread.File(path, maxTable)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	t, err := Parse(f)
+	t, err := parse(string(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -134,24 +135,11 @@ func Read(path string) (*Table, error) {
 // lines, and one allocation per line and field would be most of a
 // start's heap.
 func Parse(r io.Reader) (*Table, error) {
-	buf := make([]byte, 0, 4<<10)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if len(buf) > maxTable {
-			return nil, fmt.Errorf("mount table larger than %d bytes", maxTable)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
+	data, err := boundedread.ReadAll(r, "mount table", maxTable)
+	if err != nil {
+		return nil, err
 	}
-	return parse(string(buf))
+	return parse(string(data))
 }
 
 func parse(s string) (*Table, error) {

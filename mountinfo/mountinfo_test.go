@@ -6,8 +6,10 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -99,6 +101,12 @@ func TestReadSelf(t *testing.T) {
 	assert.Equal(t, "/", m.Point)
 	_, err = Read(filepath.Join(t.TempDir(), "missing"))
 	assert.Error(t, err)
+	// Only a regular file is read: a FIFO in its place is refused at
+	// once, not waited on.
+	fifo := filepath.Join(t.TempDir(), "mountinfo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	_, err = Read(fifo)
+	assert.ErrorIs(t, err, boundedread.ErrNotRegular)
 }
 
 // Links are followed on local filesystems only: a local link into the NFS
