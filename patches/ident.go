@@ -1,8 +1,11 @@
 package patches
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/fileid"
@@ -34,25 +37,15 @@ const (
 // path, and returns the identity of what it read; a file that changed
 // while it was read is an error.
 func readRegular(path string, limit int64) ([]byte, Identity, error) {
-	f, err := boundedread.Open(path, 0)
+	var data []byte
+	id, err := stableRead(path, func(f *os.File, _ *unix.Stat_t) (err error) {
+		data, err = boundedread.ReadAll(f, path, limit)
+		return err
+	})
 	if err != nil {
 		return nil, Identity{}, err
 	}
-	defer f.Close()
-	fd := int(f.Fd())
-	var before, after unix.Stat_t
-	if err := unix.Fstat(fd, &before); err != nil {
-		return nil, Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	data, err := boundedread.ReadAll(f, path, limit)
-	if err != nil {
-		return nil, Identity{}, err
-	}
-	if err := unix.Fstat(fd, &after); err != nil {
-		return nil, Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	id := identityOf(&after)
-	if id != identityOf(&before) || int64(len(data)) != after.Size {
+	if int64(len(data)) != id.Size {
 		return nil, Identity{}, fmt.Errorf("%s changed while it was read", path)
 	}
 	return data, id, nil
@@ -64,36 +57,56 @@ func readRegular(path string, limit int64) ([]byte, Identity, error) {
 // checking hundreds of kilobytes of engine source touches no fresh memory
 // beyond buf; a file that changes while it is compared does not match.
 func readsAs(path, want string, buf []byte) (Identity, bool) {
+	errDiffers := errors.New("differs")
+	id, err := stableRead(path, func(f *os.File, st *unix.Stat_t) error {
+		if st.Size != int64(len(want)) {
+			return errDiffers
+		}
+		off := 0
+		for {
+			n, err := f.Read(buf)
+			if n > len(want)-off || string(buf[:n]) != want[off:off+n] {
+				return errDiffers
+			}
+			off += n
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if off != len(want) {
+			return errDiffers
+		}
+		return nil
+	})
+	return id, err == nil
+}
+
+// stableRead opens path as readRegular does, runs read on it, and
+// returns the file's identity, or an error when read fails or the
+// identity changed while it ran.
+func stableRead(path string, read func(f *os.File, before *unix.Stat_t) error) (Identity, error) {
 	f, err := boundedread.Open(path, 0)
 	if err != nil {
-		return Identity{}, false
+		return Identity{}, err
 	}
 	defer f.Close()
 	fd := int(f.Fd())
 	var before, after unix.Stat_t
-	if unix.Fstat(fd, &before) != nil || before.Size != int64(len(want)) {
-		return Identity{}, false
+	if err := unix.Fstat(fd, &before); err != nil {
+		return Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
-	off := 0
-	for {
-		n, err := unix.Read(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n > len(want)-off || string(buf[:n]) != want[off:off+n] {
-			return Identity{}, false
-		}
-		if n == 0 {
-			break
-		}
-		off += n
+	if err := read(f, &before); err != nil {
+		return Identity{}, err
 	}
-	if off != len(want) || unix.Fstat(fd, &after) != nil {
-		return Identity{}, false
+	if err := unix.Fstat(fd, &after); err != nil {
+		return Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	id := identityOf(&after)
 	if id != identityOf(&before) {
-		return Identity{}, false
+		return Identity{}, fmt.Errorf("%s changed while it was read", path)
 	}
-	return id, true
+	return id, nil
 }
