@@ -102,14 +102,7 @@ func (img *image) fail(format string, a ...any) error {
 // read returns n bytes at file offset off, or false when they are not all
 // in the file.
 func (img *image) read(off, n uint64) ([]byte, bool) {
-	if n > img.size || off > img.size-n {
-		return nil, false
-	}
-	b := make([]byte, n)
-	if _, err := img.file.ReadAt(b, int64(off)); err != nil {
-		return nil, false
-	}
-	return b, true
+	return elfhdr.ReadAt(img.file, img.size, off, n)
 }
 
 // fileOffset maps n bytes at virtual address addr to a file offset through

@@ -105,14 +105,18 @@ type reader struct {
 	size uint64
 }
 
-// at returns n bytes at off, or false when they are not all in the file.
-func (rd reader) at(off, n uint64) ([]byte, bool) {
-	if n > rd.size || off > rd.size-n {
+func (rd reader) at(off, n uint64) ([]byte, bool) { return ReadAt(rd.r, rd.size, off, n) }
+
+// ReadAt returns the n bytes at off of r, a file of size bytes, or false
+// when they are not all in the file: the bounds are checked before
+// anything is allocated, so a corrupt offset or length costs nothing.
+func ReadAt(r io.ReaderAt, size, off, n uint64) ([]byte, bool) {
+	if n > size || off > size-n {
 		return nil, false
 	}
 	b := make([]byte, n)
 	// A ReaderAt that fills b may still say io.EOF at the end of the file.
-	if m, _ := rd.r.ReadAt(b, int64(off)); uint64(m) != n {
+	if m, _ := r.ReadAt(b, int64(off)); uint64(m) != n {
 		return nil, false
 	}
 	return b, true
