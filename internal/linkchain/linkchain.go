@@ -38,6 +38,10 @@ func Follow(path string) ([]string, error) { return FollowIn("/", path) }
 func FollowIn(root, path string) ([]string, error) {
 	chain := []string{path}
 	cur := path
+	// The directory last resolved and what it resolved to: the hops of a
+	// library's chain (libx.so -> libx.so.7 -> libx.so.7.1) stay in one
+	// directory, which is resolved once, not once per hop.
+	var lastDir, lastReal string
 	for hop := 0; ; hop++ {
 		fi, err := os.Lstat(cur)
 		if err != nil {
@@ -59,11 +63,15 @@ func FollowIn(root, path string) ([]string, error) {
 		if filepath.IsAbs(target) {
 			target = filepath.Join(root, target)
 		} else {
-			dir, err := filepath.EvalSymlinks(filepath.Dir(cur))
-			if err != nil {
-				return chain, &Error{chain, fmt.Errorf("%s: resolve directory of %s: %w", path, cur, err)}
+			dir := filepath.Dir(cur)
+			if dir != lastDir && dir != lastReal {
+				real, err := filepath.EvalSymlinks(dir)
+				if err != nil {
+					return chain, &Error{chain, fmt.Errorf("%s: resolve directory of %s: %w", path, cur, err)}
+				}
+				lastDir, lastReal = dir, real
 			}
-			target = filepath.Join(dir, target)
+			target = filepath.Join(lastReal, target)
 		}
 		for _, seen := range chain {
 			if seen == target {
