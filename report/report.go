@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/infera/infera-exec/boundedread"
+
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/capability"
@@ -136,7 +138,8 @@ type Resources struct {
 // (ru_maxrss would carry that parent's).
 func ReadResources() *Resources {
 	r := &Resources{}
-	if data, err := os.ReadFile("/proc/self/status"); err == nil {
+	// Read as every small input is: a regular file, within a cap.
+	if data, err := boundedread.File("/proc/self/status", boundedread.SmallText); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
 			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 				r.PeakRSSKB, _ = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)

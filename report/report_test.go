@@ -355,3 +355,10 @@ func TestSecretsAreRedacted(t *testing.T) {
 	assert.NotContains(t, b.String(), "sk-live-1234")
 	assert.Equal(t, "sk-live-1234", r.Exec.Argv[4], "the report itself keeps what the worker gets")
 }
+
+// The peak RSS comes from /proc/self/status (VmHWM): a running test has one.
+func TestReadResources(t *testing.T) {
+	r := ReadResources()
+	require.NotNil(t, r)
+	assert.Positive(t, r.PeakRSSKB)
+}
