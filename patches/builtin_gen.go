@@ -3,12 +3,15 @@
 package patches
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "b9e2626f16add79016bae5b4c4391497632b30b9ac74e3555c059c8e8cb697ea"
+const builtinDigest = "079b0c742a3f5a6bc37190000aab5a80835c79dbae8d50b894634a6de2d2a549"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
 		{ID: "sglang-mooncake-chunk-wait-event", Summary: "Mooncake PD: carry a per-chunk completion event to the transfer worker and wait on it before reading pages", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/mooncake-chunk-wait-event.toml",
 			Supersedes: []string{"patch_mooncake_early_send_wait_event.py"},
+			Guards: []Guard{
+				{File: "srt/disaggregation/mooncake/conn.py", Contains: "TransferKVChunk"},
+			},
 			Variants: []Variant{
 				{Name: "trace-ctx", Versions: "",
 					Edits: []Edit{
@@ -74,10 +77,52 @@ func builtinDefs() []*Definition {
 							Upstream:    ""},
 					},
 				},
+				{Name: "pre-state", Versions: "",
+					Guards: []Guard{
+						{File: "srt/managers/scheduler.py", Contains: "self.forward_stream"},
+					},
+					Edits: []Edit{
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "    is_last: bool\n    prefill_aux_index: Optional[int]\n\n",
+							Replacement: "    is_last: bool\n    prefill_aux_index: Optional[int]\n    # infera-exec(sglang-mooncake-chunk-wait-event): device event recorded after the\n    # forward that wrote this chunk's pages; the transfer worker waits on it first.\n    wait_event: Optional[object] = None\n\n",
+							Upstream:    ""},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n        assert not is_last",
+							Replacement: "        wait_event: Optional[object] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n        assert not is_last",
+							Upstream:    ""},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "                prefill_aux_index=aux_index,\n            )\n",
+							Replacement: "                prefill_aux_index=aux_index,\n                wait_event=wait_event,\n            )\n",
+							Upstream:    ""},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "        self.curr_idx += len(kv_indices)\n",
+							Replacement: "        self.curr_idx += len(kv_indices)\n        # infera-exec(sglang-mooncake-chunk-wait-event): hand the chunk's completion\n        # event (if the scheduler recorded one) to the transfer worker.\n        wait_event = getattr(self, \"_early_send_wait_event\", None)\n        self._early_send_wait_event = None\n",
+							Upstream:    ""},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "                index_slice,\n                False,\n            )\n",
+							Replacement: "                index_slice,\n                False,\n                wait_event=wait_event,\n            )\n",
+							Upstream:    ""},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "                aux_index=self.aux_index,\n            )\n",
+							Replacement: "                aux_index=self.aux_index,\n                wait_event=wait_event,\n            )\n",
+							Upstream:    ""},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
+							Replacement: "                # infera-exec(sglang-mooncake-chunk-wait-event): the pages of this chunk\n                # may still be written by the prefill forward; wait for it to finish.\n                if kv_chunk.wait_event is not None:\n                    kv_chunk.wait_event.synchronize()\n                    kv_chunk.wait_event = None\n                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
+							Upstream:    ""},
+						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
+							Anchor:      "                if self.enable_overlap:\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
+							Replacement: "                if self.enable_overlap:\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
+							Upstream:    ""},
+					},
+				},
 			},
 		},
 		{ID: "vllm-defer-kv-connector-registration", Summary: "Register KV caches with the KV connector at the end of compile_or_warm_up_model, not in initialize_kv_cache", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/defer-kv-connector-registration.toml",
 			Supersedes: []string{"patch_defer_kv_register.py"},
+			Guards: []Guard{
+				{File: "v1/worker/gpu_model_runner.py", Contains: "register_kv_caches("},
+			},
 			Variants: []Variant{
 				{Name: "profiling", Versions: "",
 					Edits: []Edit{

@@ -185,6 +185,31 @@ func TestBuiltinDefinitionsParse(t *testing.T) {
 	}
 }
 
+// A built-in patch meets engine releases older than the code it fixes. A
+// guard naming that code is what makes it not-applicable there; without
+// one, a missing anchor reads as drift (exit 65 from --check, a warning on
+// every start) on a release that never had the bug. A guard must also
+// still hold once the patch is applied, or an applied file would read as
+// not-applicable.
+func TestBuiltinDefinitionsHaveGuards(t *testing.T) {
+	defs, err := Builtin()
+	require.NoError(t, err)
+	for _, d := range defs {
+		for _, v := range d.variants() {
+			guards := append(append([]Guard{}, d.Guards...), v.Guards...)
+			assert.NotEmpty(t, guards, "%s, variant %q: no guard names the code the fix is about", d.ID, v.Name)
+			for _, g := range guards {
+				for _, e := range v.Edits {
+					if e.File == g.File && g.Contains != "" && strings.Contains(e.Anchor, g.Contains) {
+						assert.Contains(t, e.Replacement, g.Contains,
+							"%s, variant %q: the edit of %s removes the guard's %q, so an applied file would read as not-applicable", d.ID, v.Name, e.File, g.Contains)
+					}
+				}
+			}
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(goodDef))
 	f.Add([]byte("id = \"x\"\n[[edit]]\nfile = \"../a\"\n"))
