@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -370,4 +371,17 @@ func TestStageCommitDiscard(t *testing.T) {
 	assert.EqualError(t, sc.Commit(), "changed")
 	assert.Equal(t, "old b\n", read(t, b))
 	assert.ElementsMatch(t, []string{"a.py", "b.py"}, names(t, dir))
+}
+
+// A failed read of the source keeps the source's path in the message; only
+// errors about the temporary file, which the message names, lose theirs.
+func TestWriteSourceErrorNamesTheSource(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	src := &fs.PathError{Op: "read", Path: "/payload/lib/x.so", Err: syscall.EIO}
+	err := Write(p, &failingReader{chunks: []string{"abc"}, err: src}, Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "read /payload/lib/x.so: input/output error")
+	assert.ErrorIs(t, err, syscall.EIO)
+	assert.Empty(t, names(t, dir))
 }

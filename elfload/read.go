@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/infera/infera-exec/internal/patherr"
+
 	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
@@ -154,7 +156,7 @@ func openImage(path string) (img *image, err error) {
 		if errors.Is(err, fs.ErrPermission) {
 			return fail("permission denied", err)
 		}
-		return fail(fmt.Sprintf("cannot stat: %v", unwrapPath(err)), err)
+		return fail(fmt.Sprintf("cannot stat: %v", patherr.Bare(err)), err)
 	}
 	if msg := notRegular(fi.Mode()); msg != "" {
 		return fail(msg, nil)
@@ -165,7 +167,7 @@ func openImage(path string) (img *image, err error) {
 		if errors.Is(err, fs.ErrPermission) {
 			return fail("permission denied", err)
 		}
-		return fail(fmt.Sprintf("cannot open: %v", unwrapPath(err)), err)
+		return fail(fmt.Sprintf("cannot open: %v", patherr.Bare(err)), err)
 	}
 	img = &image{path: path, file: f}
 	defer func() {
@@ -175,7 +177,7 @@ func openImage(path string) (img *image, err error) {
 		}
 	}()
 	if fi, err = f.Stat(); err != nil {
-		return fail(fmt.Sprintf("cannot stat: %v", unwrapPath(err)), err)
+		return fail(fmt.Sprintf("cannot stat: %v", patherr.Bare(err)), err)
 	}
 	if msg := notRegular(fi.Mode()); msg != "" {
 		return fail(msg, nil)
@@ -228,14 +230,6 @@ func notRegular(m fs.FileMode) string {
 	default:
 		return fmt.Sprintf("is not a regular file (mode %v)", m)
 	}
-}
-
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // dynTable is the dynamic table as the loader reads it: PT_DYNAMIC.

@@ -511,14 +511,6 @@ func allSame(root string, files []string, want string) bool {
 	return true
 }
 
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
-
 // ProviderRange is the kernel ABI range of the provider name the
 // container's libibverbs would load, read from the binary; ok is false
 // when there is no such provider or its range cannot be read.

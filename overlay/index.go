@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/infera/infera-exec/internal/patherr"
+
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
@@ -116,7 +118,7 @@ func ReadIndex(root string) (*Index, []byte, error) {
 	p := filepath.Join(root, IndexName)
 	data, err := boundedread.File(p, boundedread.Index)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("payload index %s: %w (build the payload with `make payload`, which writes it)", p, unwrapPath(err))
+		return nil, nil, fmt.Errorf("payload index %s: %w (build the payload with `make payload`, which writes it)", p, patherr.Bare(err))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("payload index %w", err)

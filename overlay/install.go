@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/infera/infera-exec/internal/patherr"
+
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
@@ -63,10 +65,10 @@ func Install(src, dest string) (*InstallResult, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dest, 0o755); err != nil {
-			return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
+			return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, patherr.Bare(err))}
 		}
 	case err != nil:
-		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
+		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, patherr.Bare(err))}
 	case !fi.IsDir():
 		return nil, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
 	}
@@ -74,7 +76,7 @@ func Install(src, dest string) (*InstallResult, error) {
 		return nil, fmt.Errorf("install destination %s is the payload itself", dest)
 	}
 	if err := os.WriteFile(filepath.Join(dest, installingName), []byte("an infera-exec --install is under way or was interrupted\n"), 0o644); err != nil {
-		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, unwrapPath(err))}
+		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, patherr.Bare(err))}
 	}
 	removeStages(dest)
 	// Temporary files of the index writes of an install that was killed.
@@ -82,7 +84,7 @@ func Install(src, dest string) (*InstallResult, error) {
 	atomicfile.RemoveStale(filepath.Join(dest, IndexName))
 	stage, err := os.MkdirTemp(dest, stagePrefix)
 	if err != nil {
-		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, unwrapPath(err))}
+		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, patherr.Bare(err))}
 	}
 	defer os.RemoveAll(stage)
 
@@ -148,7 +150,7 @@ func Install(src, dest string) (*InstallResult, error) {
 			}
 		}
 		if err := os.MkdirAll(p, e.Perm()|0o700); err != nil {
-			return nil, destErr(fmt.Errorf("install %s: %w", p, unwrapPath(err)))
+			return nil, destErr(fmt.Errorf("install %s: %w", p, patherr.Bare(err)))
 		}
 	}
 	for _, s := range todo {
@@ -159,7 +161,7 @@ func Install(src, dest string) (*InstallResult, error) {
 			}
 		}
 		if err := os.Rename(filepath.Join(stage, filepath.FromSlash(s.e.Path)), p); err != nil {
-			return nil, destErr(fmt.Errorf("install %s: %w", p, unwrapPath(err)))
+			return nil, destErr(fmt.Errorf("install %s: %w", p, patherr.Bare(err)))
 		}
 		r.Copied = append(r.Copied, s.e.Path)
 	}
@@ -194,7 +196,7 @@ func copyChecked(src, dst string, e Entry) error {
 		if errors.Is(err, boundedread.ErrNotRegular) {
 			return fmt.Errorf("payload file %s: not a regular file %w", src, errMismatch)
 		}
-		return fmt.Errorf("payload file %s: %w", src, unwrapPath(errors.Unwrap(err)))
+		return fmt.Errorf("payload file %s: %w", src, patherr.Bare(errors.Unwrap(err)))
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -354,7 +356,7 @@ func samePath(a, b string) (bool, error) {
 
 func describeLink(t string, err error) string {
 	if err != nil {
-		return "cannot be read: " + unwrapPath(err).Error()
+		return "cannot be read: " + patherr.Bare(err).Error()
 	}
 	return "-> " + t
 }

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/infera/infera-exec/internal/patherr"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/abi"
@@ -91,7 +93,7 @@ func Open(root string) (*Payload, error) {
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, &Error{root, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
+		return nil, &Error{root, fmt.Errorf("cannot list it: %w", patherr.Bare(err))}
 	}
 	for _, e := range entries {
 		if isPyTreeName(e.Name()) && isDir(filepath.Join(root, e.Name())) {
@@ -106,7 +108,7 @@ func Open(root string) (*Payload, error) {
 	nativeDir := filepath.Join(root, "native")
 	entries, err = os.ReadDir(nativeDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, &Error{nativeDir, fmt.Errorf("cannot list it: %w", unwrapPath(err))}
+		return nil, &Error{nativeDir, fmt.Errorf("cannot list it: %w", patherr.Bare(err))}
 	}
 	for _, e := range entries {
 		dir := filepath.Join(nativeDir, e.Name())
@@ -120,7 +122,7 @@ func Open(root string) (*Payload, error) {
 		capFile := filepath.Join(dir, "CAPABILITIES")
 		caps, notes, exists, err := capability.ReadFile(capFile)
 		if err != nil {
-			return nil, &Error{capFile, unwrapPath(err)}
+			return nil, &Error{capFile, patherr.Bare(err)}
 		}
 		t.Caps, t.CapNotes = caps, notes
 		if exists {
@@ -303,16 +305,6 @@ func kind(fi fs.FileInfo) string {
 		return "a regular file"
 	}
 	return fi.Mode().Type().String()
-}
-
-// unwrapPath drops the *PathError wrapper when the message already names
-// the path, so errors read "payload /x: cannot list it: permission denied".
-func unwrapPath(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // sortTrees orders py39 < py310 < py312 numerically.
