@@ -321,7 +321,7 @@ func LoadDir(dir string) ([]*Definition, error) {
 
 // loadDir is LoadDir with the digest of the files read.
 func loadDir(dir string) ([]*Definition, string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*", "*.toml"))
+	files, err := filepath.Glob(filepath.Join(dir, definitionGlob))
 	if err != nil || len(files) == 0 {
 		return nil, "", err
 	}
@@ -332,6 +332,42 @@ func loadDir(dir string) ([]*Definition, string, error) {
 		data, _, err := readRegular(filepath.Join(dir, f), maxDefinitionBytes)
 		return data, err
 	})
+}
+
+// definitionGlob is where in a patches/ directory definitions are read
+// from: one directory per import name, one TOML file per patch.
+const definitionGlob = "*/*.toml"
+
+// Stray lists the .toml files under dir (a payload's patches/) that no
+// start reads, because they are not at <import-name>/<file>.toml: a
+// definition there would silently not be in force.
+func Stray(dir string) ([]string, error) {
+	var stray []string
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || !strings.HasSuffix(e.Name(), ".toml") {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if ok, _ := filepath.Match(definitionGlob, rel); !ok {
+			stray = append(stray, rel)
+		}
+		return nil
+	})
+	return stray, err
+}
+
+// Unguarded names the variants of d (the definition itself, "", when it
+// has none) that no guard covers: on an engine release without the code
+// the fix is about, a missing anchor then reads as drift instead of
+// not-applicable.
+func (d *Definition) Unguarded() []string {
+	var out []string
+	for _, v := range d.variants() {
+		if len(d.Guards) == 0 && len(v.Guards) == 0 {
+			out = append(out, v.Name)
+		}
+	}
+	return out
 }
 
 // loadFiles parses each named definition file (slash-separated,

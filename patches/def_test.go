@@ -195,9 +195,9 @@ func TestBuiltinDefinitionsHaveGuards(t *testing.T) {
 	defs, err := Builtin()
 	require.NoError(t, err)
 	for _, d := range defs {
+		assert.Empty(t, d.Unguarded(), "%s: variants no guard names the code the fix is about", d.ID)
 		for _, v := range d.variants() {
 			guards := append(append([]Guard{}, d.Guards...), v.Guards...)
-			assert.NotEmpty(t, guards, "%s, variant %q: no guard names the code the fix is about", d.ID, v.Name)
 			for _, g := range guards {
 				for _, e := range v.Edits {
 					if e.File == g.File && g.Contains != "" && strings.Contains(e.Anchor, g.Contains) {
@@ -242,4 +242,34 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("definition accepted with id %q and %d edits", d.ID, len(edits))
 		}
 	})
+}
+
+// Definitions are read from <import-name>/*.toml only; anything else that
+// looks like one is listed, since a start would silently not read it.
+func TestStray(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"vllm/ok.toml", "fix.toml", "vllm/deep/x.toml", "vllm/notes.txt"} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), nil, 0o644))
+	}
+	stray, err := Stray(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"fix.toml", "vllm/deep/x.toml"}, stray)
+
+	stray, err = Stray(filepath.Join(dir, "missing"))
+	assert.Error(t, err)
+	assert.Empty(t, stray)
+}
+
+func TestUnguarded(t *testing.T) {
+	d, err := Parse([]byte(goodDef), "demo.toml")
+	require.NoError(t, err)
+	assert.Equal(t, []string{""}, d.Unguarded(), "a definition without variants or guards")
+
+	d.Guards = []Guard{{File: "sub/mod.py"}}
+	assert.Empty(t, d.Unguarded())
+
+	d.Guards = nil
+	d.Variants = []Variant{{Name: "a", Guards: []Guard{{File: "x.py"}}}, {Name: "b"}}
+	assert.Equal(t, []string{"b"}, d.Unguarded())
 }

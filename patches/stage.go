@@ -60,11 +60,19 @@ func (e *RequiredError) Unwrap() error { return e.Err }
 
 // LoadSet reads the built-in definitions and the payload's.
 func LoadSet(payloadRoot string) (*Set, error) {
+	return LoadSetFrom(filepath.Join(payloadRoot, "patches"))
+}
+
+// LoadSetFrom reads the built-in definitions and those in dir, laid out as
+// a payload's patches/ (<import-name>/*.toml). A payload build calls it on
+// the definitions it is about to ship: one that a start would refuse
+// (exit 78 on every start) must fail the build instead.
+func LoadSetFrom(dir string) (*Set, error) {
 	builtin, err := Builtin()
 	if err != nil {
 		return nil, fmt.Errorf("built-in patch definitions: %w", err)
 	}
-	own, ownDigest, err := loadDir(filepath.Join(payloadRoot, "patches"))
+	own, ownDigest, err := loadDir(dir)
 	if err != nil {
 		return nil, err
 	}

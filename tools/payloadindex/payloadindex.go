@@ -29,6 +29,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/tools/harvest"
 )
 
@@ -62,9 +63,10 @@ func (t *trees) Set(v string) error { *t = append(*t, v); return nil }
 
 // Result is what Build wrote.
 type Result struct {
-	Dir     string // the payload directory
-	Index   string // its index file
-	Entries int    // entries in the index
+	Dir     string   // the payload directory
+	Index   string   // its index file
+	Entries int      // entries in the index
+	Notes   []string // what the build noticed and the operator should read
 }
 
 // Native trees as a vLLM (py312) and an SGLang (py310) payload would ship
@@ -78,6 +80,13 @@ var native = map[string]string{
 // Build replaces o.Out with a payload and its index. The demo fixtures
 // (o.Demo) are made by Demo, not here.
 func Build(o Options) (*Result, error) {
+	var notes []string
+	if o.Patches != "" {
+		var err error
+		if notes, err = checkPatches(o.Patches); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.RemoveAll(o.Out); err != nil {
 		return nil, err
 	}
@@ -124,7 +133,7 @@ func Build(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Dir: o.Out, Index: filepath.Join(o.Out, overlay.IndexName), Entries: len(ix.Entries)}, nil
+	return &Result{Dir: o.Out, Index: filepath.Join(o.Out, overlay.IndexName), Entries: len(ix.Entries), Notes: notes}, nil
 }
 
 func demoTrees(out, src string) error {
@@ -238,4 +247,38 @@ func writeManifest(out string, specs []overlay.TreeSpec) error {
 	}
 	_, err := overlay.ReadManifest(out)
 	return err
+}
+
+// checkPatches loads the definitions in dir as a start will load them from
+// the payload's patches/, before anything is written: a definition a start
+// would refuse (exit 78 on every start) fails the build, and so does a
+// .toml file no start reads. It returns notes for definitions that will
+// work but read as drift on engine releases without the code they fix.
+func checkPatches(dir string) ([]string, error) {
+	set, err := patches.LoadSetFrom(dir)
+	if err != nil {
+		return nil, fmt.Errorf("-patches %s: %w; a start with this payload would refuse to run (exit 78)", dir, err)
+	}
+	stray, err := patches.Stray(dir)
+	if err != nil {
+		return nil, fmt.Errorf("-patches %s: %w", dir, err)
+	}
+	if len(stray) > 0 {
+		return nil, fmt.Errorf("-patches %s: %s: not at <import-name>/<file>.toml, where a start reads definitions (e.g. vllm/my-fix.toml), so it would never be in force",
+			dir, strings.Join(stray, ", "))
+	}
+	var notes []string
+	for _, d := range set.Defs {
+		if !strings.HasPrefix(d.Source, dir+"/") {
+			continue // a built-in definition
+		}
+		if v := d.Unguarded(); len(v) > 0 {
+			what := "it has no [[guard]]"
+			if v[0] != "" {
+				what = "variants " + strings.Join(v, ", ") + " have no guard"
+			}
+			notes = append(notes, fmt.Sprintf("patch definition %s (%s): %s, so on an engine release without the code it fixes it reads as drift (--check exits 65, every start warns); name that code in a [[guard]] (file, contains)", d.Source, d.ID, what))
+		}
+	}
+	return notes, nil
 }

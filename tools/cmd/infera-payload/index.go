@@ -20,6 +20,12 @@ ROCm 7 trees with CAPABILITIES and a real ELF library), patches/ from
 -patches, and the index every byte is checked against by
 'infera-exec --install' and 'infera-payload image'.
 
+The -patches definitions (DIR/<import-name>/<file>.toml) are loaded as a
+start loads them before anything is written: one a start would refuse
+(exit 78), or a .toml file elsewhere in DIR (no start reads it), fails the
+build. A definition without a [[guard]] is noted: it reads as drift on
+engine releases that lack the code it fixes.
+
 With -demo it also makes what 'make demo' mounts beside the payload: a
 fake ROCm 7 (rocm/), a vLLM install with pending fixes (engine/) and a
 model directory (models/demo).`,
@@ -37,6 +43,9 @@ model directory (models/demo).`,
 				return err
 			}
 			fmt.Fprintf(stdout, "payload in %s: %d entries, index %s\n", r.Dir, r.Entries, r.Index)
+			for _, n := range r.Notes {
+				fmt.Fprintf(stdout, "note: %s\n", n)
+			}
 			if o.Demo == "" {
 				return nil
 			}
