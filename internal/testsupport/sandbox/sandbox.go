@@ -47,7 +47,13 @@ type Bind struct {
 }
 
 // Host directories that are not bound in: the container gets its own.
-var own = map[string]bool{"proc": true, "dev": true, "run": true, "opt": true, "mnt": true, "lost+found": true}
+var own = map[string]bool{"proc": true, "dev": true, "run": true, "opt": true, "mnt": true, "lost+found": true, "tmp": true}
+
+// hostTmpHidden are entries of the host's /tmp a container does not see:
+// infera-exec's own fallback state directory. A host that ever ran
+// infera-exec has one (owned by whoever ran it), and a container starts
+// without it.
+var hostTmpHidden = map[string]bool{"infera-exec": true}
 
 const usage = `usage: sandbox [flags] -- COMMAND [ARG...]
   -bind SRC:DST[:ro|:rw]  bind a host path at DST (repeatable)
@@ -254,6 +260,11 @@ func inner(s *Spec) error {
 			mounts = append(mounts, host)
 		}
 	}
+	if !overridden["/tmp"] {
+		if err := containerTmp(filepath.Join(root, "tmp"), &mounts); err != nil {
+			return err
+		}
+	}
 	for _, d := range []string{"dev", "run", "opt", "proc"} {
 		if overridden["/"+d] {
 			continue
@@ -409,6 +420,61 @@ func inner(s *Spec) error {
 		return err
 	}
 	return syscall.Exec(path, s.Command, os.Environ())
+}
+
+// containerTmp makes dir the container's own /tmp: a fresh tmpfs holding
+// the host's /tmp entries, each bound in (tests keep their work
+// directories and binaries there), except hostTmpHidden. Each bind and
+// the tmpfs itself join mounts, which a read-only root remounts
+// read-only. Sockets and FIFOs are left out.
+func containerTmp(dir string, mounts *[]string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=1777"); err != nil {
+		return fmt.Errorf("mount tmpfs on /tmp: %w", err)
+	}
+	*mounts = append(*mounts, "/tmp")
+	entries, err := os.ReadDir("/tmp")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if hostTmpHidden[name] {
+			continue
+		}
+		host, target := filepath.Join("/tmp", name), filepath.Join(dir, name)
+		fi, err := os.Lstat(host)
+		if err != nil {
+			continue // gone since the listing
+		}
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			link, err := os.Readlink(host)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(link, target); err != nil {
+				return err
+			}
+			continue
+		case fi.IsDir():
+			err = os.Mkdir(target, 0o755)
+		case fi.Mode().IsRegular():
+			err = os.WriteFile(target, nil, 0o644)
+		default:
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := bindMount(host, target, true); err != nil {
+			return err
+		}
+		*mounts = append(*mounts, host)
+	}
+	return nil
 }
 
 // fakeDev makes dir a tmpfs holding the device nodes every program needs,
