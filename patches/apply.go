@@ -448,6 +448,9 @@ func (p *plan) finish(r *Result, dry bool) {
 			break
 		}
 		r.Action, r.Why, r.err = "failed", p.err.Error(), p.err
+		if fix := writeFix(p.err); fix != "" {
+			r.Why += "; " + fix
+		}
 		if p.restoreErr != nil {
 			r.State = Drift
 			r.Why += "; restoring the files already written failed: " + p.restoreErr.Error()
@@ -777,4 +780,19 @@ func lockDir(dir string, timeout time.Duration) (*os.File, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// writeFix is what an operator can do about an engine file that could not
+// be written, for the causes that are the deployment's rather than the
+// file's: "" for anything else.
+func writeFix(err error) string {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return "the engine is on a read-only filesystem: apply the fix when the image is built (infera-exec --check ROOT lists what is pending) or mount the package directory writable"
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return fmt.Sprintf("uid %d may not write the engine's package directory: run the start as the engine's owner (the image's, usually root) or apply the fix when the image is built", os.Geteuid())
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return "the filesystem holding the engine is full: the patch needs room for one more copy of the file while it is replaced"
+	}
+	return ""
 }
