@@ -243,11 +243,7 @@ func inner(s *Spec) error {
 		target := filepath.Join(root, name)
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
-			link, err := os.Readlink(host)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, target); err != nil {
+			if err := copySymlink(host, target); err != nil {
 				return err
 			}
 		case fi.IsDir():
@@ -451,11 +447,7 @@ func containerTmp(dir string, mounts *[]string) error {
 		}
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
-			link, err := os.Readlink(host)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(link, target); err != nil {
+			if err := copySymlink(host, target); err != nil {
 				return err
 			}
 			continue
@@ -475,6 +467,16 @@ func containerTmp(dir string, mounts *[]string) error {
 		*mounts = append(*mounts, host)
 	}
 	return nil
+}
+
+// copySymlink makes target a symlink with host's text, so it resolves
+// inside the container as it does on the host.
+func copySymlink(host, target string) error {
+	link, err := os.Readlink(host)
+	if err != nil {
+		return err
+	}
+	return os.Symlink(link, target)
 }
 
 // fakeDev makes dir a tmpfs holding the device nodes every program needs,
