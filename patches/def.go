@@ -356,9 +356,9 @@ func Stray(dir string) ([]string, error) {
 	return stray, err
 }
 
-// Unguarded names the variants of d (the definition itself, "", when it
-// has none) that no guard covers: on an engine release without the code
-// the fix is about, a missing anchor then reads as drift instead of
+// Unguarded names the variants of d that no guard covers ("" stands for a
+// definition without variants): on an engine release without the code the
+// fix is about, a missing anchor then reads as drift instead of
 // not-applicable.
 func (d *Definition) Unguarded() []string {
 	var out []string
