@@ -242,6 +242,9 @@ type files struct {
 	m     map[string]*target
 	order []string
 	v     *view
+	// unread is set when a file could not be resolved or read: its
+	// identity is not in m, so the record cannot vouch for the run.
+	unread bool
 }
 
 // view is a run's reading of the engine files: each is read from disk
@@ -338,8 +341,8 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	p := &plan{pkg: pkg, fs: fs}
 	defer p.link()
 	files := fs.m
-	if why, ok := guardsHold(d.Guards, pkg, fs); !ok {
-		r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
+	if why, st := guardsHold(d.Guards, pkg, fs); st != "" {
+		r.State, r.Before, r.Why = st, st, why
 		return p
 	}
 	variants := d.variants()
@@ -517,8 +520,8 @@ func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candi
 		c.state, c.why = NotApplicable, why
 		return c
 	}
-	if why, ok := guardsHold(v.Guards, pkg, files); !ok {
-		c.state, c.why = NotApplicable, why
+	if why, st := guardsHold(v.Guards, pkg, files); st != "" {
+		c.state, c.why = st, why
 		return c
 	}
 	var states []State
@@ -587,27 +590,36 @@ func pick(cands []candidate) candidate {
 }
 
 // guardsHold checks that the code a fix is about is there: every guard's
-// file exists in the package and contains its text.
-func guardsHold(guards []Guard, pkg Package, files *files) (string, bool) {
+// file exists in the package and contains its text. It returns "" when
+// they hold, NotApplicable when the code is not there, and Drift when a
+// guard's file cannot be read (too large, unreadable, a link out of the
+// package): the code may well be there, so the patch is undecided, never
+// quietly not-applicable.
+func guardsHold(guards []Guard, pkg Package, files *files) (string, State) {
 	for _, g := range guards {
 		t, err := resolve(pkg, g.File, files)
 		switch {
 		case err != nil:
-			return fmt.Sprintf("guard %s: %v", g.File, err), false
+			return fmt.Sprintf("guard %s: %v", g.File, err), Drift
 		case !t.exists:
-			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), false
+			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), NotApplicable
 		case g.Contains != "" && t.indexed().count(g.Contains) == 0:
-			return fmt.Sprintf("%s has no %q: the code this fix is about does not exist here", g.File, strings.TrimSpace(g.Contains)), false
+			return fmt.Sprintf("%s has no %q: the code this fix is about does not exist here", g.File, strings.TrimSpace(g.Contains)), NotApplicable
 		}
 	}
-	return "", true
+	return "", ""
 }
 
 // resolve finds file inside the package (the first portion that has it, for
 // a namespace package) and reads it once per run (see view). A path that
 // leaves the package directory through a symlink is refused: writing there
 // would change a file the definition never named.
-func resolve(pkg Package, file string, fs *files) (*target, error) {
+func resolve(pkg Package, file string, fs *files) (t *target, err error) {
+	defer func() {
+		if err != nil {
+			fs.unread = true
+		}
+	}()
 	dirs := pkg.Dirs
 	if len(dirs) == 0 {
 		dirs = []string{pkg.Dir}
@@ -662,7 +674,7 @@ func resolve(pkg Package, file string, fs *files) (*target, error) {
 	if t, ok := fs.m[p]; ok {
 		return t, nil
 	}
-	t := &target{path: p, direct: len(dirs) == 1, id: Identity{Absent: true}, verified: true}
+	t = &target{path: p, direct: len(dirs) == 1, id: Identity{Absent: true}, verified: true}
 	fs.m[p] = t
 	return t, nil
 }

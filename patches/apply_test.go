@@ -554,3 +554,33 @@ func TestWriteFix(t *testing.T) {
 	assert.Empty(t, writeFix(wrap(syscall.EIO)))
 	assert.Empty(t, writeFix(errors.New("changed while it was being patched")))
 }
+
+// A guard whose file cannot be read leaves the patch undecided (drift),
+// never quietly not-applicable, and the run is not recorded: once the file
+// is readable, the next start decides the patch afresh.
+func TestUnreadableGuardIsDriftNotRecorded(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	outside := filepath.Join(t.TempDir(), "g.py")
+	require.NoError(t, os.WriteFile(outside, []byte("def f(x):\n"), 0o644))
+	guard := filepath.Join(site, "demo/g.py")
+	require.NoError(t, os.Symlink(outside, guard))
+
+	d := def(t, "guarded", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	d.Guards = []Guard{{File: "g.py", Contains: "def f("}}
+	set := &Set{Defs: []*Definition{d}}
+	opt := Options{StateDir: t.TempDir()}
+
+	r := Apply(set, loc, opt)[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Contains(t, r.Why, "guard g.py: ")
+	assert.Contains(t, r.Why, "outside the package directory")
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
+	records, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
+	assert.Empty(t, records, "a run that could not read a file vouches for nothing")
+
+	require.NoError(t, os.Remove(guard))
+	require.NoError(t, os.WriteFile(guard, []byte("def f(x):\n"), 0o644))
+	r = Apply(set, loc, opt)[0]
+	assert.Equal(t, Applied, r.State, r.Why)
+	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
+}

@@ -65,6 +65,9 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 	if fs == nil {
 		return
 	}
+	if fs.unread {
+		o.incomplete = true
+	}
 	if len(fs.m) > 0 && len(pkg.Dirs) > 1 {
 		o.incomplete = true
 		return
