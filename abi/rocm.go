@@ -14,6 +14,7 @@ import (
 
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultROCmRoot is where ROCm images install ROCm.
@@ -94,11 +95,14 @@ func candidates(dir string) ([]string, error) {
 	return out, nil
 }
 
+// readNames opens dir as a directory only, without blocking: a FIFO
+// planted at <rocm>/lib would otherwise hold every start in open(2).
 func readNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), dir)
 	defer f.Close()
 	return f.Readdirnames(-1)
 }

@@ -3,7 +3,9 @@ package abi_test
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -352,4 +354,30 @@ func TestDetectROCmLibDirUnreadable(t *testing.T) {
 	assert.Contains(t, err.Error(), "read ROCm library directory "+lib)
 	assert.ErrorIs(t, err, os.ErrPermission)
 	assert.False(t, r.Found)
+}
+
+// A FIFO (or any non-directory) at <rocm>/lib is refused at once: opening
+// it must not wait for a writer that never comes.
+func TestDetectROCmLibIsAFIFO(t *testing.T) {
+	root := rocmRoot(t)
+	lib := filepath.Join(root, "lib")
+	require.NoError(t, syscall.Mkfifo(lib, 0o644))
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := abi.DetectROCm([]string{root})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "read ROCm library directory "+lib)
+		assert.ErrorIs(t, err, syscall.ENOTDIR)
+	case <-time.After(5 * time.Second):
+		// Unblock the open so the goroutine ends with the test binary.
+		if f, err := os.OpenFile(lib, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("DetectROCm blocked opening a FIFO at the ROCm lib path")
+	}
 }

@@ -69,10 +69,15 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 	if in.CacheDir != "" {
 		cacheFile = filepath.Join(in.CacheDir, "native-load-"+digest.Bytes([]byte(key))[:16]+".json")
 		if in.IndexFile != "" {
-			indexID, _ = fileid.Stat(in.IndexFile)
+			var ok bool
+			if indexID, ok = fileid.Stat(in.IndexFile); !ok {
+				cacheFile = "" // an index that cannot be stat'ed keys nothing
+			}
 		}
-		if v, ok := cachedVerdict(cacheFile, key, in.IndexFile, indexID, &indexHash); ok {
-			return v
+		if cacheFile != "" {
+			if v, ok := cachedVerdict(cacheFile, key, in.IndexFile, indexID, &indexHash); ok {
+				return v
+			}
 		}
 	}
 	started := time.Now()
@@ -98,7 +103,7 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 			indexHash, _ = digest.File(in.IndexFile)
 		}
 		c := loadCache{Version: loadCacheVersion, Key: key, Index: indexID, IndexHash: indexHash, Consulted: map[string]fileid.Identity{}, Verdict: *v}
-		trusted := true
+		trusted := in.IndexFile == "" || !indexID.Racy(started)
 		for _, p := range l.Consulted() {
 			// An identity that cannot be taken, or that shows a change
 			// from just before the check began on (the check may have read
@@ -120,10 +125,8 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 // payload index (same identity, or the same digest when it was replaced
 // by an identical copy) and every consulted path as it was.
 func cachedVerdict(file, key, indexFile string, indexID fileid.Identity, indexHash *string) (*LoadVerdict, bool) {
-	// Written by infera-exec itself in its own directory: never through a
-	// link at the name, a regular file, within the cap.
-	data, err := boundedread.FileNoFollow(file, boundedread.Manifest)
-	if err != nil {
+	data, ok := statedir.ReadCache(filepath.Dir(file), filepath.Base(file), boundedread.Manifest)
+	if !ok {
 		return nil, false
 	}
 	var c loadCache

@@ -754,6 +754,10 @@ func pycHeader(pyc string) (flags uint32, stamp uint64, ok bool) {
 		return 0, 0, false
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return 0, 0, false // a FIFO or device named *.pyc is not bytecode
+	}
 	var hdr [16]byte
 	n, err := unix.Pread(fd, hdr[:], 0)
 	if err != nil || n < 8 {

@@ -584,3 +584,28 @@ func TestUnreadableGuardIsDriftNotRecorded(t *testing.T) {
 	assert.Equal(t, Applied, r.State, r.Why)
 	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
 }
+
+// A file that does not read back as written right after the rename (here
+// another writer replaces it at once) is not reported applied, not
+// restored over the other writer, and not recorded.
+func TestReadBackMismatchIsNotApplied(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	rename := renameFile
+	renameFile = func(s *atomicfile.Staged) error {
+		if err := rename(s); err != nil {
+			return err
+		}
+		return os.WriteFile(s.Path(), []byte("theirs\n"), 0o644)
+	}
+	t.Cleanup(func() { renameFile = rename })
+
+	d := def(t, "fix", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	opt := Options{StateDir: t.TempDir()}
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, opt)[0]
+	assert.NotEqual(t, Applied, r.State)
+	assert.Equal(t, "failed", r.Action)
+	assert.Contains(t, r.Why, "does not hold what was written")
+	assert.Equal(t, "theirs\n", read(t, filepath.Join(site, "demo/a.py")))
+	records, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
+	assert.Empty(t, records)
+}

@@ -2,6 +2,7 @@ package patches
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -194,6 +195,10 @@ func commit(groups []*group, plans []*plan) {
 			for _, d := range g.renamed {
 				if id, ok := readsAs(d.path, d.cur, buf); ok {
 					d.final, d.finalOK = id, true
+				} else if g.err == nil {
+					// Not restored: what is there now is another writer's.
+					// Only what was read back counts as applied.
+					g.err = fmt.Errorf("%s: read back after the write, it does not hold what was written (another writer got in, or the filesystem did not keep it); the next start decides it again", d.path)
 				}
 			}
 		}

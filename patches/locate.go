@@ -160,7 +160,9 @@ func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*
 		loc.Fingerprint = fingerprint(l.settings(names), inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
-	if cacheFile != "" && ok && !racy(inputs, time.Now()) {
+	// Against start, not now: an input changed while the interpreter ran
+	// would otherwise key facts decided from what it held before.
+	if cacheFile != "" && ok && !racy(inputs, start) {
 		if b, err := appendJSONCacheEntry(nil, &cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
 			statedir.WriteCache(l.CacheDir, filepath.Base(cacheFile), b) // best effort: next start runs the probe again
 		}
@@ -378,11 +380,8 @@ func (l *Locator) key(names []string) string {
 // each recorded path has the identity it had (so no .pth file, finder,
 // package or dist-info came, went or changed).
 func (l *Locator) cached(file string, names []string) (*Location, bool) {
-	if !trustedStateFile(l.CacheDir, file) {
-		return nil, false
-	}
-	data, _, err := readRegular(file, maxStateBytes)
-	if err != nil {
+	data, ok := statedir.ReadCache(l.CacheDir, filepath.Base(file), maxStateBytes)
+	if !ok {
 		return nil, false
 	}
 	var c cacheEntry

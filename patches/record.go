@@ -141,24 +141,27 @@ func applyRecorded(set *Set, loc *Location, opt Options) []Result {
 		return res
 	}
 	file := filepath.Join(opt.StateDir, "patches-"+key[:16]+".json")
-	if res, ok := fromRecord(file, key, set, loc, opt); ok {
+	start := time.Now()
+	if res, ok := fromRecord(file, key, set, loc, opt, start); ok {
 		return res
 	}
+	start = time.Now()
 	res, seen := apply(set, loc, opt)
 	if !seen.incomplete {
-		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: res})
+		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: res}, start)
 	}
 	return res
 }
 
-// writeRecord keeps rec unless one of its identities is racy (taken
-// within the clock's granularity of a write: a file this very run wrote
-// is confirmed by the next start's reading, then recorded). Best effort:
-// without a record the next start runs the full check.
-func writeRecord(file string, rec record) {
-	now := time.Now()
+// writeRecord keeps rec unless one of its identities is racy against
+// start, the moment the reads it vouches for began: a file changed from
+// just before then on (by this very run's writes, too) may hold bytes its
+// identity does not show, and is confirmed by the next start's reading,
+// then recorded. Best effort: without a record the next start runs the
+// full check.
+func writeRecord(file string, rec record, start time.Time) {
 	for _, f := range rec.Files {
-		if f.ID.Racy(now) {
+		if f.ID.Racy(start) {
 			return
 		}
 	}
@@ -182,12 +185,9 @@ func writeRecord(file string, rec record) {
 // __pycache__ directory alone is not a change of the source: the edited
 // modules' bytecode is checked again (and stale bytecode removed), and
 // the record renewed; bytecode that cannot be removed runs the full check.
-func fromRecord(file, key string, set *Set, loc *Location, opt Options) ([]Result, bool) {
-	if !trustedStateFile(opt.StateDir, file) {
-		return nil, false
-	}
-	data, _, err := readRegular(file, maxStateBytes)
-	if err != nil {
+func fromRecord(file, key string, set *Set, loc *Location, opt Options, start time.Time) ([]Result, bool) {
+	data, ok := statedir.ReadCache(opt.StateDir, filepath.Base(file), maxStateBytes)
+	if !ok {
 		return nil, false
 	}
 	var rec record
@@ -240,7 +240,7 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options) ([]Resul
 				rec.Files[i].ID, _ = lstatIdentity(f.Path)
 			}
 		}
-		writeRecord(file, rec)
+		writeRecord(file, rec, start)
 	}
 	return res, true
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/boundedread"
+	"golang.org/x/sys/unix"
 )
 
 // KeepPerKind is how many cache files of one kind WriteCache leaves in a
@@ -67,4 +69,36 @@ func prune(dir, prefix, ext string, keep int) {
 	for _, f := range files[keep:] {
 		os.Remove(filepath.Join(dir, f.name))
 	}
+}
+
+// ReadCache returns the cache file dir/name when it can be believed: dir
+// and the file belong to this user (or root) and nobody else can write
+// them, and the file is a regular file, not a link, within max bytes. A
+// cache that fails any of this is not used, and the caller runs the full
+// check instead; which of them failed does not matter to it.
+func ReadCache(dir, name string, max int64) ([]byte, bool) {
+	var st unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || !believed(&st) {
+		return nil, false
+	}
+	path := filepath.Join(dir, name)
+	f, err := boundedread.Open(path, unix.O_NOFOLLOW)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	if unix.Fstat(int(f.Fd()), &st) != nil || !believed(&st) {
+		return nil, false
+	}
+	data, err := boundedread.ReadAll(f, path, max)
+	if err != nil {
+		return nil, false
+	}
+	return data, true
+}
+
+// believed: owned by this user or root, and writable by nobody else.
+func believed(st *unix.Stat_t) bool {
+	uid := uint32(os.Geteuid())
+	return (st.Uid == uid || st.Uid == 0) && st.Mode&0o022 == 0
 }

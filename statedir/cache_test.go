@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,4 +62,41 @@ func TestWriteCacheRefusesUnsafeDir(t *testing.T) {
 	WriteCache(dir, "probe-x.json", []byte("{}"))
 	_, err := os.Stat(filepath.Join(dir, "probe-x.json"))
 	assert.True(t, os.IsNotExist(err), "written into a world-writable directory: %v", err)
+}
+
+// A cache is believed only as a regular file, not a link, within the cap,
+// in a directory and as a file that nobody else can write.
+func TestReadCache(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.Chmod(dir, 0o755))
+	write := func(name, content string, mode os.FileMode) {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		require.NoError(t, os.Chmod(p, mode))
+	}
+	write("probe-a.json", "{}", 0o644)
+	data, ok := ReadCache(dir, "probe-a.json", 100)
+	require.True(t, ok)
+	assert.Equal(t, "{}", string(data))
+
+	_, ok = ReadCache(dir, "probe-a.json", 1)
+	assert.False(t, ok, "over the cap")
+	_, ok = ReadCache(dir, "missing.json", 100)
+	assert.False(t, ok)
+
+	write("probe-w.json", "{}", 0o666)
+	_, ok = ReadCache(dir, "probe-w.json", 100)
+	assert.False(t, ok, "writable by others")
+
+	require.NoError(t, os.Symlink("probe-a.json", filepath.Join(dir, "probe-l.json")))
+	_, ok = ReadCache(dir, "probe-l.json", 100)
+	assert.False(t, ok, "a link at the name")
+
+	require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "probe-f.json"), 0o644))
+	_, ok = ReadCache(dir, "probe-f.json", 100)
+	assert.False(t, ok, "a FIFO, refused without blocking")
+
+	require.NoError(t, os.Chmod(dir, 0o777))
+	_, ok = ReadCache(dir, "probe-a.json", 100)
+	assert.False(t, ok, "a directory others can write")
 }
