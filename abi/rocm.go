@@ -163,11 +163,7 @@ func (r *ROCm) decide(cands []string) error {
 func readSoname(path string) (string, error) {
 	soname, err := elfload.Soname(path)
 	if err != nil {
-		reason := err.Error()
-		var r interface{ Reason() string }
-		if errors.As(err, &r) {
-			reason = r.Reason()
-		}
+		reason := elfload.Reason(err)
 		if errors.Is(err, elfload.ErrNotSharedObject) {
 			return "", errors.New(reason)
 		}

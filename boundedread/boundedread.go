@@ -15,6 +15,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/infera/infera-exec/internal/patherr"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,14 +50,10 @@ func Reason(err error) error {
 	if !errors.As(err, &e) {
 		return err
 	}
-	var pe *fs.PathError
-	if errors.As(e.Err, &pe) {
-		return pe.Err
-	}
 	if errors.Is(e.Err, ErrTooLarge) {
 		return fmt.Errorf("%w (the cap is %d bytes)", e.Err, e.Cap)
 	}
-	return e.Err
+	return patherr.Bare(e.Err)
 }
 
 var (

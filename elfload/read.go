@@ -20,9 +20,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/patherr"
-
+	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/elfhdr"
+	"github.com/infera/infera-exec/internal/patherr"
 )
 
 // Object is what the loader needs to know of one ELF shared object.
@@ -64,9 +64,15 @@ type loadError struct {
 func (e *loadError) Error() string { return e.path + ": " + e.msg }
 func (e *loadError) Unwrap() error { return e.err }
 
-// Reason is what is wrong, without the path, for a caller that names the
-// file itself.
-func (e *loadError) Reason() string { return e.msg }
+// Reason is what is wrong with the file err is about, without its path,
+// for a caller that names the file itself; err's text for any other error.
+func Reason(err error) string {
+	var e *loadError
+	if errors.As(err, &e) {
+		return e.msg
+	}
+	return err.Error()
+}
 
 // ErrNotSharedObject is wrapped by Read and Soname when the file is ELF
 // but not a shared object (an executable, a PIE, an object file, a core
@@ -161,13 +167,14 @@ func openImage(path string) (img *image, err error) {
 	if msg := notRegular(fi.Mode()); msg != "" {
 		return fail(msg, nil)
 	}
-	// O_NONBLOCK: should it have become a FIFO since the Stat, do not hang.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Without blocking, and checked again on the descriptor: it may have
+	// become a FIFO since the Stat.
+	f, err := boundedread.Open(path, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
 			return fail("permission denied", err)
 		}
-		return fail(fmt.Sprintf("cannot open: %v", patherr.Bare(err)), err)
+		return fail(fmt.Sprintf("cannot open: %v", boundedread.Reason(err)), err)
 	}
 	img = &image{path: path, file: f}
 	defer func() {
@@ -178,9 +185,6 @@ func openImage(path string) (img *image, err error) {
 	}()
 	if fi, err = f.Stat(); err != nil {
 		return fail(fmt.Sprintf("cannot stat: %v", patherr.Bare(err)), err)
-	}
-	if msg := notRegular(fi.Mode()); msg != "" {
-		return fail(msg, nil)
 	}
 	if fi.Size() == 0 {
 		return fail("empty file (0 bytes), not an ELF shared object", nil)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/infera/infera-exec/internal/patherr"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,11 +93,7 @@ func executable(p string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s: %w", p, errNotExist)
 		}
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return fmt.Errorf("%s: %w", p, err)
+		return fmt.Errorf("%s: %w", p, patherr.Bare(err))
 	}
 	if fi.IsDir() {
 		return fmt.Errorf("%s is a directory", p)

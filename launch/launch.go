@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/infera/infera-exec/internal/patherr"
 )
 
 // Nofile is the RLIMIT_NOFILE the worker gets.
@@ -41,7 +43,7 @@ func RaiseNofile(dryRun bool) (Nofile, error) {
 func CheckDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("working directory %s (INFERA_EXEC_CHDIR): %w", dir, unwrap(err))
+		return fmt.Errorf("working directory %s (INFERA_EXEC_CHDIR): %w", dir, patherr.Bare(err))
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("working directory %s (INFERA_EXEC_CHDIR) is not a directory", dir)
@@ -63,11 +65,4 @@ func Exec(path string, argv, env []string) (int, error) {
 		return code, fmt.Errorf("exec %s: %w (not a binary for this machine, or a script without a #! line)", path, err)
 	}
 	return code, fmt.Errorf("exec %s: %w", path, err)
-}
-
-func unwrap(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
 }

@@ -12,11 +12,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/infera/infera-exec/internal/patherr"
-
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/patherr"
 )
 
 // IndexName is the payload index at the payload root: every entry with

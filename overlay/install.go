@@ -12,11 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/infera/infera-exec/internal/patherr"
-
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/patherr"
 	"golang.org/x/sys/unix"
 )
 
@@ -196,7 +195,7 @@ func copyChecked(src, dst string, e Entry) error {
 		if errors.Is(err, boundedread.ErrNotRegular) {
 			return fmt.Errorf("payload file %s: not a regular file %w", src, errMismatch)
 		}
-		return fmt.Errorf("payload file %s: %w", src, patherr.Bare(errors.Unwrap(err)))
+		return fmt.Errorf("payload file %s: %w", src, boundedread.Reason(err))
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)

@@ -22,12 +22,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/patherr"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/internal/patherr"
 )
 
 // Payload is an opened payload root.

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/infera/infera-exec/fileid"
+
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
 	"golang.org/x/sys/unix"
@@ -86,7 +88,7 @@ func stillRead(path string, was Identity) func() error {
 		if beforeRenameHook != nil {
 			beforeRenameHook(path)
 		}
-		if now, ok := lstatIdentity(path); !ok || now != was {
+		if now, ok := fileid.Lstat(path); !ok || now != was {
 			return fmt.Errorf("%s: %w; not written", path, errChanged)
 		}
 		return nil

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/fileid"
+
 	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
 
@@ -498,7 +500,7 @@ func TestGroupedRunObserved(t *testing.T) {
 	require.Equal(t, "applied", res[0].Action)
 	require.Equal(t, Applied, res[1].State)
 	assert.False(t, seen.incomplete, "p1 wrote what is on disk, p2 read it")
-	now, ok := lstatIdentity(filepath.Join(site, "demo/conn.py"))
+	now, ok := fileid.Lstat(filepath.Join(site, "demo/conn.py"))
 	require.True(t, ok)
 	require.NotEmpty(t, seen.files)
 	assert.Equal(t, filepath.Join(site, "demo/conn.py"), seen.files[0].Path)
@@ -524,7 +526,7 @@ func TestReadsAs(t *testing.T) {
 		buf := make([]byte, size)
 		id, ok := readsAs(p, content, buf)
 		require.True(t, ok, "buffer of %d", size)
-		want, _ := lstatIdentity(p)
+		want, _ := fileid.Lstat(p)
 		assert.Equal(t, want, id)
 		_, ok = readsAs(p, content[:len(content)-1]+"X", buf)
 		assert.False(t, ok, "other bytes matched (buffer of %d)", size)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/infera/infera-exec/fileid"
+
 	"github.com/infera/infera-exec/atomicfile"
 )
 
@@ -96,8 +98,7 @@ func replan(g *group, set *Set, plans []*plan, results []Result) *group {
 	v := newView(true)
 	for _, i := range g.pats {
 		r := &results[i]
-		*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
-			Required: r.Required, Action: "none", Version: r.Version}
+		r.decideAgain()
 		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
 	}
 	again := &group{pats: g.pats, files: v.changed}
@@ -121,8 +122,7 @@ func redecide(g *group, set *Set, plans []*plan, results []Result) {
 			continue
 		}
 		r := &results[i]
-		*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
-			Required: r.Required, Action: "none", Version: r.Version}
+		r.decideAgain()
 		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
 		plans[i].err, plans[i].twice = g.err, g.twice
 	}
@@ -230,7 +230,7 @@ func (g *group) rename() {
 				g.err = err
 				break
 			}
-			d.renamedID, _ = lstatIdentity(d.path)
+			d.renamedID, _ = fileid.Lstat(d.path)
 			g.renamed = append(g.renamed, d)
 		}
 	}
@@ -268,4 +268,11 @@ func inParallel(n int, f func(int)) {
 		wg.Go(func() { f(k) })
 	}
 	wg.Wait()
+}
+
+// decideAgain clears what a decision put in r, keeping what the
+// definition and the package say, for planOne to decide it afresh.
+func (r *Result) decideAgain() {
+	*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
+		Required: r.Required, Action: "none", Version: r.Version}
 }

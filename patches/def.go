@@ -287,7 +287,7 @@ func builtinFromTOML() ([]*Definition, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	files, err := fs.Glob(sub, "*/*.toml")
+	files, err := fs.Glob(sub, definitionGlob)
 	if err != nil {
 		return nil, "", err
 	}

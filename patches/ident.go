@@ -16,12 +16,6 @@ import (
 // and the probe cache.
 type Identity = fileid.Identity
 
-func identityOf(st *unix.Stat_t) Identity { return fileid.Of(st) }
-
-func statIdentity(path string) (Identity, bool) { return fileid.Stat(path) }
-
-func lstatIdentity(path string) (Identity, bool) { return fileid.Lstat(path) }
-
 // Caps on the files infera-exec reads here: an engine source file, a
 // dist-info METADATA, the probe cache and the patch record. Anything
 // larger is not what it claims to be.
@@ -104,8 +98,8 @@ func stableRead(path string, read func(f *os.File, before *unix.Stat_t) error) (
 	if err := unix.Fstat(fd, &after); err != nil {
 		return Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
-	id := identityOf(&after)
-	if id != identityOf(&before) {
+	id := fileid.Of(&after)
+	if id != fileid.Of(&before) {
 		return Identity{}, fmt.Errorf("%s changed while it was read", path)
 	}
 	return id, nil

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infera/infera-exec/fileid"
+
 	"github.com/infera/infera-exec/distinfo"
 	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/digest"
@@ -109,9 +111,9 @@ type cachedIdentity struct {
 // current is the identity the path has now.
 func (c cachedIdentity) current() (Identity, bool) {
 	if c.Link {
-		return lstatIdentity(c.Path)
+		return fileid.Lstat(c.Path)
 	}
-	return statIdentity(c.Path)
+	return fileid.Stat(c.Path)
 }
 
 // Locate resolves names. It reuses the last answer when nothing that

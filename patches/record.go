@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infera/infera-exec/fileid"
+
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/statedir"
 )
@@ -98,7 +100,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		pc := filepath.Join(filepath.Dir(e.Path), "__pycache__")
 		if !o.seen[pc] {
 			o.seen[pc] = true
-			id, ok := lstatIdentity(pc)
+			id, ok := fileid.Lstat(pc)
 			if !ok {
 				o.incomplete = true
 			}
@@ -196,7 +198,7 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options, start ti
 	}
 	var pycDirs map[string]bool
 	for i, f := range rec.Files {
-		id, ok := lstatIdentity(f.Path)
+		id, ok := fileid.Lstat(f.Path)
 		switch {
 		case !ok:
 			return nil, false
@@ -237,7 +239,7 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options, start ti
 	if pycDirs != nil {
 		for i, f := range rec.Files {
 			if pycDirs[f.Path] {
-				rec.Files[i].ID, _ = lstatIdentity(f.Path)
+				rec.Files[i].ID, _ = fileid.Lstat(f.Path)
 			}
 		}
 		writeRecord(file, rec, start)

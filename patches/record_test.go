@@ -43,14 +43,14 @@ func recorded(t *testing.T) (site string, set *Set, loc *Location, opt Options) 
 func TestRecordSkipsReadingUnchangedFiles(t *testing.T) {
 	site, set, loc, opt := recorded(t)
 	p := filepath.Join(site, "demo/a.py")
-	st, _ := lstatIdentity(p)
+	st, _ := fileid.Lstat(p)
 	r := Apply(set, loc, opt)[0]
 	assert.True(t, r.Recorded)
 	assert.Equal(t, Applied, r.State)
 	assert.Equal(t, Applied, r.Before)
 	assert.Equal(t, "none", r.Action)
 	assert.NotEmpty(t, r.Edits[0].SHA256After)
-	now, _ := lstatIdentity(p)
+	now, _ := fileid.Lstat(p)
 	assert.Equal(t, st, now)
 }
 

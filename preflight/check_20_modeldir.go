@@ -12,6 +12,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/fsprobe"
+	"github.com/infera/infera-exec/internal/patherr"
 	"golang.org/x/sys/unix"
 )
 
@@ -105,13 +106,13 @@ func inspectModel(full string) (modelView, error) {
 		v.Missing = true
 		return v, nil
 	case err != nil:
-		v.StatErr = pathErr(err).Error()
+		v.StatErr = patherr.Bare(err).Error()
 		return v, nil
 	}
 	if fi.IsDir() {
 		entries, err := os.ReadDir(full)
 		if err != nil {
-			v.ListErr = pathErr(err).Error()
+			v.ListErr = patherr.Bare(err).Error()
 			return v, nil
 		}
 		v.Scan = scanShards(full, entries)
@@ -134,7 +135,7 @@ func inspectModel(full string) (modelView, error) {
 	// Without blocking: a FIFO named like a shard would hold the open.
 	fd, err := unix.Open(v.Scan.First, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		v.OpenErr = pathErr(&fs.PathError{Op: "open", Path: v.Scan.First, Err: err}).Error()
+		v.OpenErr = patherr.Bare(&fs.PathError{Op: "open", Path: v.Scan.First, Err: err}).Error()
 		return v, nil
 	}
 	unix.Close(fd)
@@ -207,7 +208,7 @@ func shardFiles(dir string, entries []os.DirEntry) (files [len(shardGroups)][]sh
 func pick(files [len(shardGroups)][]shardFile, bad string, why error) shardScan {
 	scan := shardScan{BadShard: bad}
 	if why != nil {
-		scan.BadReason = pathErr(why).Error()
+		scan.BadReason = patherr.Bare(why).Error()
 	}
 	for g, fs := range files {
 		if len(fs) == 0 {
@@ -373,13 +374,6 @@ func unreadableModel(seen string) Result {
 
 // pathErr is the reason of a path error without the path, which the
 // message already names.
-func pathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
-}
 
 // formatGB is a byte count in decimal gigabytes, as checkpoint sizes are
 // quoted.

@@ -21,15 +21,22 @@ type (
 // refused v.
 func Encoding[T any](t testing.TB, i int, v *T, enc Encoder[T]) (refused bool) {
 	t.Helper()
+	_, refused = encoding(t, i, v, enc)
+	return refused
+}
+
+// encoding is Encoding, also returning what was written.
+func encoding[T any](t testing.TB, i int, v *T, enc Encoder[T]) ([]byte, bool) {
+	t.Helper()
 	want, wantErr := json.Marshal(v)
 	got, err := enc(nil, v)
 	if wantErr != nil {
 		require.Error(t, err, "value %d: encoding/json failed (%v), the generated encoder did not", i, wantErr)
-		return true
+		return nil, true
 	}
 	require.NoError(t, err, "value %d", i)
 	require.Equal(t, string(want), string(got), "value %d: encoding", i)
-	return false
+	return got, false
 }
 
 // Decoding checks that dec reads data as json.Unmarshal does.
@@ -44,16 +51,14 @@ func Decoding[T any](t testing.TB, i int, data []byte, dec Decoder[T]) {
 // RoundTrip is Encoding and then Decoding of what was written.
 func RoundTrip[T any](t testing.TB, i int, v *T, enc Encoder[T], dec Decoder[T]) {
 	t.Helper()
-	if Encoding(t, i, v, enc) {
-		return
+	if data, refused := encoding(t, i, v, enc); !refused {
+		Decoding(t, i, data, dec)
 	}
-	data, _ := enc(nil, v)
-	Decoding(t, i, data, dec)
 }
 
 // Stable is the fuzz property of a decoder: whatever the bytes, it does
-// not panic, and what it accepts encodes to bytes it accepts again, from
-// which the round trip is a fixed point.
+// not panic, and what it accepts encodes to bytes it accepts again, whose
+// encoding is the same bytes (the round trip is then a fixed point).
 func Stable[T any](t testing.TB, data []byte, enc Encoder[T], dec Decoder[T]) {
 	t.Helper()
 	var v T
@@ -73,9 +78,5 @@ func Stable[T any](t testing.TB, data []byte, enc Encoder[T], dec Decoder[T]) {
 	b2, _ := enc(nil, &v2)
 	if string(b1) != string(b2) {
 		t.Fatalf("accepted %q: encodings differ\n%s\n%s", data, b1, b2)
-	}
-	var v3 T
-	if err := dec(b2, &v3); err != nil || !reflect.DeepEqual(v2, v3) {
-		t.Fatalf("accepted %q: decoded %#v, then %#v (%v)", data, v2, v3, err)
 	}
 }

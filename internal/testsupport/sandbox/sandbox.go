@@ -15,10 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/infera/infera-exec/statedir"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,12 +50,6 @@ type Bind struct {
 
 // Host directories that are not bound in: the container gets its own.
 var own = map[string]bool{"proc": true, "dev": true, "run": true, "opt": true, "mnt": true, "lost+found": true, "tmp": true}
-
-// hostTmpHidden are entries of the host's /tmp a container does not see:
-// infera-exec's own fallback state directory. A host that ever ran
-// infera-exec has one (owned by whoever ran it), and a container starts
-// without it.
-var hostTmpHidden = map[string]bool{"infera-exec": true}
 
 const usage = `usage: sandbox [flags] -- COMMAND [ARG...]
   -bind SRC:DST[:ro|:rw]  bind a host path at DST (repeatable)
@@ -226,35 +222,9 @@ func inner(s *Spec) error {
 		overridden[t] = true
 	}
 
-	entries, err := os.ReadDir("/")
-	if err != nil {
+	skipRoot := func(name string) bool { return own[name] || overridden["/"+name] }
+	if err := mirror("/", root, skipRoot, false, &mounts); err != nil {
 		return err
-	}
-	for _, e := range entries {
-		name := e.Name()
-		host := "/" + name
-		if own[name] || overridden[host] {
-			continue
-		}
-		fi, err := os.Lstat(host)
-		if err != nil {
-			continue
-		}
-		target := filepath.Join(root, name)
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			if err := copySymlink(host, target); err != nil {
-				return err
-			}
-		case fi.IsDir():
-			if err := os.Mkdir(target, 0o755); err != nil {
-				return err
-			}
-			if err := bindMount(host, target, true); err != nil {
-				return err
-			}
-			mounts = append(mounts, host)
-		}
 	}
 	if !overridden["/tmp"] {
 		if err := containerTmp(filepath.Join(root, "tmp"), &mounts); err != nil {
@@ -420,9 +390,11 @@ func inner(s *Spec) error {
 
 // containerTmp makes dir the container's own /tmp: a fresh tmpfs holding
 // the host's /tmp entries, each bound in (tests keep their work
-// directories and binaries there), except hostTmpHidden. Each bind and
-// the tmpfs itself join mounts, which a read-only root remounts
-// read-only. Sockets and FIFOs are left out.
+// directories and binaries there), except infera-exec's own state
+// directories there (statedir.Defaults): a host that ever ran infera-exec
+// has one, owned by whoever ran it, and a container starts without it.
+// The tmpfs and each bind join mounts, which a read-only root remounts
+// read-only.
 func containerTmp(dir string, mounts *[]string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
@@ -431,29 +403,36 @@ func containerTmp(dir string, mounts *[]string) error {
 		return fmt.Errorf("mount tmpfs on /tmp: %w", err)
 	}
 	*mounts = append(*mounts, "/tmp")
-	entries, err := os.ReadDir("/tmp")
+	hidden := func(name string) bool {
+		return slices.Contains(statedir.Defaults, filepath.Join("/tmp", name))
+	}
+	return mirror("/tmp", dir, hidden, true, mounts)
+}
+
+// mirror recreates the entries of hostDir in dir, except those skip
+// names: symlinks as symlinks with the same text, directories (and, with
+// files, regular files) bound in, each bind appended to mounts. Sockets,
+// FIFOs and devices are left out.
+func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts *[]string) error {
+	entries, err := os.ReadDir(hostDir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if hostTmpHidden[name] {
+		if skip(name) {
 			continue
 		}
-		host, target := filepath.Join("/tmp", name), filepath.Join(dir, name)
-		fi, err := os.Lstat(host)
-		if err != nil {
-			continue // gone since the listing
-		}
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
+		host, target := filepath.Join(hostDir, name), filepath.Join(dir, name)
+		switch t := e.Type(); {
+		case t&os.ModeSymlink != 0:
 			if err := copySymlink(host, target); err != nil {
 				return err
 			}
 			continue
-		case fi.IsDir():
+		case t.IsDir():
 			err = os.Mkdir(target, 0o755)
-		case fi.Mode().IsRegular():
+		case files && t.IsRegular():
 			err = os.WriteFile(target, nil, 0o644)
 		default:
 			continue
