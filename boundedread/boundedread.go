@@ -125,6 +125,11 @@ func ReadAll(f io.Reader, path string, max int64) ([]byte, error) {
 	if st, ok := f.(interface{ Stat() (os.FileInfo, error) }); ok {
 		if fi, err := st.Stat(); err == nil && fi.Size() <= max {
 			size += fi.Size()
+			if fi.Size() == 0 {
+				// /proc and sysfs files say 0: start at a page, which
+				// holds most of them whole, instead of doubling from 512.
+				size = 4 << 10
+			}
 		}
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))

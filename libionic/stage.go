@@ -113,6 +113,10 @@ func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uin
 		ok       bool
 	}
 	container := sync.OnceValue(func() abiRange {
+		// The swap step read it already when the host build was mounted.
+		if o != nil && o.Swap != nil && o.Swap.ContainerABI != nil {
+			return abiRange{o.Swap.ContainerABI.Min, o.Swap.ContainerABI.Max, true}
+		}
 		lo, hi, ok := ProviderRange(root, name)
 		return abiRange{lo, hi, ok}
 	})

@@ -292,3 +292,14 @@ func listing(t *testing.T, root string) string {
 	})
 	return b.String()
 }
+
+// The container's range the swap step already read is used as it is: the
+// provider is not found and read a second time (here root has none).
+func TestProviderABIReusesContainerRange(t *testing.T) {
+	o := &Outcome{Swap: &Result{State: "refused", ContainerABI: &ABIRange{Min: 3, Max: 4}}}
+	lo, hi, ok := ProviderABI(o, t.TempDir(), "mana")("mana0")
+	require.True(t, ok)
+	assert.Equal(t, [2]uint32{3, 4}, [2]uint32{lo, hi})
+	_, _, ok = ProviderABI(o, t.TempDir(), "mana")("mlx5_0")
+	assert.False(t, ok, "another provider's device")
+}

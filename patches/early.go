@@ -19,6 +19,8 @@ import (
 type Early struct {
 	payloadRoot string
 	set         *Set // the definitions it loaded, for Run
+	scripts     []Script
+	names       []string
 	settings    string
 	cancel      context.CancelFunc
 	done        chan struct{}
@@ -38,16 +40,17 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	if err != nil {
 		return nil
 	}
-	names := probeNames(set, payloadScripts(set, in.PayloadRoot))
+	scripts := payloadScripts(set, in.PayloadRoot)
+	names := probeNames(set, scripts)
 	if len(names) == 0 {
 		return nil
 	}
 	in.Env = in.Env.Clone() // the pass goes on editing its own
 	l := locator(in, set.dists(names))
 	ctx, cancel := context.WithCancel(ctx)
-	e := &Early{payloadRoot: in.PayloadRoot, set: set, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
+	e := &Early{payloadRoot: in.PayloadRoot, set: set, scripts: scripts, names: names, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
-	if loc, ok := l.fromCache(names, start); ok {
+	if loc, ok := l.fromCache(names, e.settings, start); ok {
 		// A restart: the answer is at hand, and a goroutine would only
 		// cost a thread's wake-ups.
 		e.loc = loc
@@ -69,6 +72,16 @@ func (e *Early) Stop() {
 	}
 	e.cancel()
 	<-e.done
+}
+
+// scriptsAndNames are the payload's v0.2.2 scripts and the packages to
+// locate, from what StartEarly found when it read the same payload.
+func (e *Early) scriptsAndNames(set *Set, payloadRoot string) ([]Script, []string) {
+	if e != nil && e.payloadRoot == payloadRoot && e.set == set {
+		return e.scripts, e.names
+	}
+	scripts := payloadScripts(set, payloadRoot)
+	return scripts, probeNames(set, scripts)
 }
 
 // loadSet is LoadSet, from what StartEarly loaded when it read the same

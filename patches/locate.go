@@ -121,18 +121,18 @@ func (c cachedIdentity) current() (Identity, bool) {
 // interpreter once.
 func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
-	if loc, ok := l.fromCache(names, start); ok {
+	if loc, ok := l.fromCache(names, l.settings(names), start); ok {
 		return loc, nil
 	}
 	return l.probe(ctx, names, start)
 }
 
 // fromCache is the cached answer, when it still holds.
-func (l *Locator) fromCache(names []string, start time.Time) (*Location, bool) {
+func (l *Locator) fromCache(names []string, settings string, start time.Time) (*Location, bool) {
 	if l.CacheDir == "" {
 		return nil, false
 	}
-	loc, ok := l.cached(l.cacheFile(names), names)
+	loc, ok := l.cached(l.cacheFile(names), settings)
 	if ok {
 		loc.Cached = true
 		loc.Took = time.Since(start).Round(time.Microsecond).String()
@@ -381,13 +381,13 @@ func (l *Locator) key(names []string) string {
 // every input it was decided by is unchanged: the settings are equal, and
 // each recorded path has the identity it had (so no .pth file, finder,
 // package or dist-info came, went or changed).
-func (l *Locator) cached(file string, names []string) (*Location, bool) {
+func (l *Locator) cached(file, settings string) (*Location, bool) {
 	data, ok := statedir.ReadCache(l.CacheDir, filepath.Base(file), maxStateBytes)
 	if !ok {
 		return nil, false
 	}
 	var c cacheEntry
-	if decodeJSONCacheEntry(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != l.settings(names) {
+	if decodeJSONCacheEntry(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != settings {
 		return nil, false
 	}
 	for _, in := range c.Inputs {

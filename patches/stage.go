@@ -114,8 +114,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 		require[id] = true
 	}
-	scripts := payloadScripts(set, in.PayloadRoot)
-	names := probeNames(set, scripts)
+	scripts, names := in.Early.scriptsAndNames(set, in.PayloadRoot)
 	if len(names) == 0 {
 		o.State, o.Summary = "none", "no patch definitions"
 		return o, nil

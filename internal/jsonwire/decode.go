@@ -344,17 +344,19 @@ func (r *Reader) number() (lit []byte, integer bool) {
 	return d[start:i], integer
 }
 
-// integer reads a number that must be written as an integer.
-func (r *Reader) integer() (string, bool) {
+// integer reads a number that must be written as an integer. The literal
+// stays bytes: converted where it is parsed, string(lit) does not escape
+// and costs no allocation per number.
+func (r *Reader) integer() ([]byte, bool) {
 	lit, integer := r.number()
 	if r.err != nil {
-		return "", false
+		return nil, false
 	}
 	if !integer {
 		r.fail("number %s is not an integer", lit)
-		return "", false
+		return nil, false
 	}
-	return string(lit), true
+	return lit, true
 }
 
 // Int reads an integer that fits bits (0: int's size).
@@ -363,7 +365,7 @@ func (r *Reader) Int(bits int) int64 {
 	if !ok {
 		return 0
 	}
-	v, err := strconv.ParseInt(lit, 10, bits)
+	v, err := strconv.ParseInt(string(lit), 10, bits)
 	if err != nil {
 		r.fail("number %s does not fit", lit)
 		return 0
@@ -377,7 +379,7 @@ func (r *Reader) Uint(bits int) uint64 {
 	if !ok {
 		return 0
 	}
-	v, err := strconv.ParseUint(lit, 10, bits)
+	v, err := strconv.ParseUint(string(lit), 10, bits)
 	if err != nil {
 		r.fail("number %s does not fit an unsigned integer", lit)
 		return 0

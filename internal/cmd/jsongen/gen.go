@@ -104,7 +104,7 @@ func Generate(dir string, encode, decode []string) ([]byte, error) {
 type gen struct {
 	pkg     *types.Package
 	imports map[string]string // path -> name
-	names   map[string]string // "enc "/"dec " + type -> function
+	names   map[string]string // "jsonEnc "/"jsonDec " + type -> function
 	taken   map[string]bool
 	pending []func()
 	entries bytes.Buffer
