@@ -9,8 +9,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
@@ -83,8 +84,16 @@ func candidates(dir string) ([]string, error) {
 			versioned = append(versioned, name)
 		}
 	}
-	sort.Strings(versioned) // ties in version keep name order
-	sort.SliceStable(versioned, func(i, j int) bool { return versionLess(versioned[j], versioned[i]) })
+	// Newest version first; equal versions in name order.
+	slices.SortFunc(versioned, func(a, b string) int {
+		switch {
+		case versionLess(b, a):
+			return -1
+		case versionLess(a, b):
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	var out []string
 	if plain {
 		out = append(out, filepath.Join(dir, hipLib))

@@ -893,3 +893,23 @@ func TestSoname(t *testing.T) {
 	assert.EqualError(t, err, text+`: not an ELF file (it starts with "not ELF")`)
 	assert.NotErrorIs(t, err, elfload.ErrNotSharedObject)
 }
+
+// Soname reads one string of the dynamic string table, Read loads all of
+// it; both give the same name on every shared object of the machine's
+// library directory (many with tables far larger than one read window).
+func TestSonameAgreesWithRead(t *testing.T) {
+	libs, _ := filepath.Glob("/lib/x86_64-linux-gnu/lib*.so.*")
+	require.NotEmpty(t, libs, "the machine's libraries")
+	checked := 0
+	for _, p := range libs {
+		obj, err := elfload.Read(p)
+		if err != nil {
+			continue // not a shared object this reader takes; TestSoname covers errors
+		}
+		s, err := elfload.Soname(p)
+		require.NoError(t, err, p)
+		assert.Equal(t, obj.Soname, s, p)
+		checked++
+	}
+	assert.Greater(t, checked, 10)
+}

@@ -239,7 +239,13 @@ func notRegular(m fs.FileMode) string {
 // dynTable is the dynamic table as the loader reads it: PT_DYNAMIC.
 type dynTable struct {
 	entries []dynEntry
-	strtab  []byte
+	// The dynamic string table's place in the file (DT_STRTAB, DT_STRSZ),
+	// checked to lie in a loaded segment; strtab is the whole table once
+	// loadStrings read it. Soname reads one string only: libamdhip64's
+	// table is hundreds of kilobytes of symbol names, on every start.
+	hasStr          bool
+	strOff, strSize uint64
+	strtab          []byte
 }
 
 type dynEntry struct {
@@ -306,22 +312,53 @@ func (img *image) dynamic() (*dynTable, error) {
 		if sz > img.size {
 			return nil, img.fail("corrupt ELF file: DT_STRSZ (%d) is larger than the file", sz)
 		}
-		b, ok := img.readAddr(addr, sz)
+		off, ok := img.fileOffset(addr, sz)
 		if !ok {
 			return nil, img.fail("corrupt ELF file: the dynamic string table (DT_STRTAB 0x%x, %d bytes) is not in a loaded segment", addr, sz)
 		}
-		d.strtab = b
+		d.hasStr, d.strOff, d.strSize = true, off, sz
 	}
 	return d, nil
 }
 
+// loadStrings reads the whole dynamic string table, for a caller that
+// looks up many of its strings.
+func (img *image) loadStrings(d *dynTable) error {
+	if !d.hasStr || d.strtab != nil {
+		return nil
+	}
+	b, ok := img.read(d.strOff, d.strSize)
+	if !ok {
+		return img.fail("corrupt ELF file: the dynamic string table (%d bytes at offset %d) cannot be read", d.strSize, d.strOff)
+	}
+	d.strtab = b
+	return nil
+}
+
+// strWindow is how much of the string table str reads for one string
+// before it loads the whole table: far more than any name it looks up.
+const strWindow = 4 << 10
+
 // str is the NUL-terminated string at off in the dynamic string table.
 func (img *image) str(d *dynTable, off uint64, what string) (string, error) {
-	if d.strtab == nil {
+	if !d.hasStr {
 		return "", img.fail("corrupt ELF file: %s refers to a string but there is no DT_STRTAB", what)
 	}
-	if off >= uint64(len(d.strtab)) {
-		return "", img.fail("corrupt ELF file: %s names string offset %d outside the dynamic string table (%d bytes)", what, off, len(d.strtab))
+	if off >= d.strSize {
+		return "", img.fail("corrupt ELF file: %s names string offset %d outside the dynamic string table (%d bytes)", what, off, d.strSize)
+	}
+	if d.strtab == nil {
+		n := min(d.strSize-off, strWindow)
+		b, ok := img.read(d.strOff+off, n)
+		if !ok {
+			return "", img.fail("corrupt ELF file: the dynamic string table (%d bytes at offset %d) cannot be read", d.strSize, d.strOff)
+		}
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			return string(b[:i]), nil
+		}
+		if err := img.loadStrings(d); err != nil {
+			return "", err
+		}
 	}
 	s := d.strtab[off:]
 	i := bytes.IndexByte(s, 0)
@@ -352,6 +389,9 @@ func Read(path string) (obj *Object, err error) {
 	}
 	d, err := img.dynamic()
 	if err != nil {
+		return nil, err
+	}
+	if err := img.loadStrings(d); err != nil {
 		return nil, err
 	}
 	if f1, _ := d.first(elfhdr.DT_FLAGS_1); f1&df1PIE != 0 {
