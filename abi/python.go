@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/infera/infera-exec/boundedread"
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
 	"github.com/infera/infera-exec/internal/procgroup"
 	"github.com/infera/infera-exec/launch"

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
 	"golang.org/x/sys/unix"
 )

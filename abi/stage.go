@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 )
 
 // Input is what the ABI step takes from the configuration.

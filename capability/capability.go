@@ -12,7 +12,7 @@ import (
 	"sync"
 	"unicode"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/closest"
 )
 

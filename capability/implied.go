@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 // Implication is a capability the worker's command and environment need,

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 func TestImplied(t *testing.T) {

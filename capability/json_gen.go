@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/jsonwire"
 )
 

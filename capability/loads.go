@@ -10,11 +10,11 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
-	"github.com/infera/infera-exec/boundedread"
-	"github.com/infera/infera-exec/elfload"
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/statedir"
+	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/internal/statedir"
 )
 
 // LoadInput is what the load check of a native tree needs: every ELF of

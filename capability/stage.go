@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 // Input is what the capability step takes: the requirement as configured,

@@ -16,7 +16,7 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 )
 
 // Defaults.

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 )
 
 const (

@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/closest"
+	"github.com/infera/infera-exec/internal/environ"
 )
 
 // Var is one environment variable infera-exec reads. Vars is the one list

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/infera/infera-exec/internal/patherr"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"golang.org/x/sys/unix"
 )
 
@@ -93,7 +93,7 @@ func executable(p string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s: %w", p, errNotExist)
 		}
-		return fmt.Errorf("%s: %w", p, patherr.Bare(err))
+		return fmt.Errorf("%s: %w", p, boundedread.BareErr(err))
 	}
 	if fi.IsDir() {
 		return fmt.Errorf("%s is a directory", p)

@@ -9,7 +9,7 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/patherr"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // Nofile is the RLIMIT_NOFILE the worker gets.
@@ -43,7 +43,7 @@ func RaiseNofile(dryRun bool) (Nofile, error) {
 func CheckDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("working directory %s (INFERA_EXEC_CHDIR): %w", dir, patherr.Bare(err))
+		return fmt.Errorf("working directory %s (INFERA_EXEC_CHDIR): %w", dir, boundedread.BareErr(err))
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("working directory %s (INFERA_EXEC_CHDIR) is not a directory", dir)

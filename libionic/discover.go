@@ -22,9 +22,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/boundedread"
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/rdma"
 )
 
 // Outcome is the host-provider step's section of the report: what the

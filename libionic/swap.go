@@ -13,12 +13,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/infera/infera-exec/atomicfile"
-	"github.com/infera/infera-exec/boundedread"
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/rdma"
-	"github.com/infera/infera-exec/statedir"
+	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/rdma"
+	"github.com/infera/infera-exec/internal/statedir"
 )
 
 // Options say what to swap and where.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -11,8 +11,8 @@ import (
 	"sync"
 
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/distinfo"
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/distinfo"
+	"github.com/infera/infera-exec/internal/elfload"
 )
 
 // Image is the image the payload's trees will run in, as the checks of

@@ -12,10 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/infera/infera-exec/atomicfile"
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/internal/patherr"
 )
 
 // IndexName is the payload index at the payload root: every entry with
@@ -117,7 +116,7 @@ func ReadIndex(root string) (*Index, []byte, error) {
 	p := filepath.Join(root, IndexName)
 	data, err := boundedread.File(p, boundedread.Index)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("payload index %s: %w (build the payload with `make payload`, which writes it)", p, patherr.Bare(err))
+		return nil, nil, fmt.Errorf("payload index %s: %w (build the payload with `make payload`, which writes it)", p, boundedread.BareErr(err))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("payload index %w", err)

@@ -12,10 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/infera/infera-exec/atomicfile"
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/internal/patherr"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,10 +63,10 @@ func Install(src, dest string) (*InstallResult, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(dest, 0o755); err != nil {
-			return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, patherr.Bare(err))}
+			return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
 		}
 	case err != nil:
-		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, patherr.Bare(err))}
+		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
 	case !fi.IsDir():
 		return nil, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
 	}
@@ -75,7 +74,7 @@ func Install(src, dest string) (*InstallResult, error) {
 		return nil, fmt.Errorf("install destination %s is the payload itself", dest)
 	}
 	if err := os.WriteFile(filepath.Join(dest, installingName), []byte("an infera-exec --install is under way or was interrupted\n"), 0o644); err != nil {
-		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, patherr.Bare(err))}
+		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, boundedread.BareErr(err))}
 	}
 	removeStages(dest)
 	// Temporary files of the index writes of an install that was killed.
@@ -83,7 +82,7 @@ func Install(src, dest string) (*InstallResult, error) {
 	atomicfile.RemoveStale(filepath.Join(dest, IndexName))
 	stage, err := os.MkdirTemp(dest, stagePrefix)
 	if err != nil {
-		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, patherr.Bare(err))}
+		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
 	}
 	defer os.RemoveAll(stage)
 
@@ -149,7 +148,7 @@ func Install(src, dest string) (*InstallResult, error) {
 			}
 		}
 		if err := os.MkdirAll(p, e.Perm()|0o700); err != nil {
-			return nil, destErr(fmt.Errorf("install %s: %w", p, patherr.Bare(err)))
+			return nil, destErr(fmt.Errorf("install %s: %w", p, boundedread.BareErr(err)))
 		}
 	}
 	for _, s := range todo {
@@ -160,7 +159,7 @@ func Install(src, dest string) (*InstallResult, error) {
 			}
 		}
 		if err := os.Rename(filepath.Join(stage, filepath.FromSlash(s.e.Path)), p); err != nil {
-			return nil, destErr(fmt.Errorf("install %s: %w", p, patherr.Bare(err)))
+			return nil, destErr(fmt.Errorf("install %s: %w", p, boundedread.BareErr(err)))
 		}
 		r.Copied = append(r.Copied, s.e.Path)
 	}
@@ -355,7 +354,7 @@ func samePath(a, b string) (bool, error) {
 
 func describeLink(t string, err error) string {
 	if err != nil {
-		return "cannot be read: " + patherr.Bare(err).Error()
+		return "cannot be read: " + boundedread.BareErr(err).Error()
 	}
 	return "-> " + t
 }

@@ -16,8 +16,8 @@ import (
 	goversion "github.com/hashicorp/go-version"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/boundedread"
 	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // ManifestName describes a payload's trees, when present at its root;

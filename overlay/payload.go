@@ -26,7 +26,7 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/internal/patherr"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // Payload is an opened payload root.
@@ -92,7 +92,7 @@ func Open(root string) (*Payload, error) {
 	}
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, &Error{root, fmt.Errorf("cannot list it: %w", patherr.Bare(err))}
+		return nil, &Error{root, fmt.Errorf("cannot list it: %w", boundedread.BareErr(err))}
 	}
 	for _, e := range entries {
 		if isPyTreeName(e.Name()) && isDir(filepath.Join(root, e.Name())) {
@@ -107,7 +107,7 @@ func Open(root string) (*Payload, error) {
 	nativeDir := filepath.Join(root, "native")
 	entries, err = os.ReadDir(nativeDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, &Error{nativeDir, fmt.Errorf("cannot list it: %w", patherr.Bare(err))}
+		return nil, &Error{nativeDir, fmt.Errorf("cannot list it: %w", boundedread.BareErr(err))}
 	}
 	for _, e := range entries {
 		dir := filepath.Join(nativeDir, e.Name())
@@ -121,7 +121,7 @@ func Open(root string) (*Payload, error) {
 		capFile := filepath.Join(dir, "CAPABILITIES")
 		caps, notes, exists, err := capability.ReadFile(capFile)
 		if err != nil {
-			return nil, &Error{capFile, patherr.Bare(err)}
+			return nil, &Error{capFile, boundedread.BareErr(err)}
 		}
 		t.Caps, t.CapNotes = caps, notes
 		if exists {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/launch"
 )
 

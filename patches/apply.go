@@ -12,9 +12,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 
-	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
 	"golang.org/x/sys/unix"
 )

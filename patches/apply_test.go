@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 
-	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
 
 	"github.com/stretchr/testify/assert"

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 
-	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/atomicfile"
 )
 
 // group is one transaction of a run: patches tied by the files they

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/atomicfile"
+	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

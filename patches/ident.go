@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/infera/infera-exec/boundedread"
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/fileid"
 	"golang.org/x/sys/unix"
 )
 

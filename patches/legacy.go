@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/procgroup"
 )
 

@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 
-	"github.com/infera/infera-exec/distinfo"
-	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/distinfo"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/procgroup"
-	"github.com/infera/infera-exec/statedir"
+	"github.com/infera/infera-exec/internal/statedir"
 )
 
 // Package is where an import name resolves for the worker.

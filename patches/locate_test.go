@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/fileid"
 )
 
 // python is the machine's interpreter; these tests use the real import

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/boundedread"
-	"github.com/infera/infera-exec/distinfo"
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/distinfo"
 )
 
 var (

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/fileid"
+	"github.com/infera/infera-exec/internal/fileid"
 
 	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/statedir"
+	"github.com/infera/infera-exec/internal/statedir"
 )
 
 // The record is what makes a restart cheap. Right after a run has read

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/fileid"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/environ"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/environ"
 )
 
 // Input is what the engine-patch step takes from the decided configuration

@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 func TestPlaceholdersRegisteredInOrder(t *testing.T) {

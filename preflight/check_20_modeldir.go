@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/fsprobe"
-	"github.com/infera/infera-exec/internal/patherr"
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/fsprobe"
 	"golang.org/x/sys/unix"
 )
 
@@ -106,13 +106,13 @@ func inspectModel(full string) (modelView, error) {
 		v.Missing = true
 		return v, nil
 	case err != nil:
-		v.StatErr = patherr.Bare(err).Error()
+		v.StatErr = boundedread.BareErr(err).Error()
 		return v, nil
 	}
 	if fi.IsDir() {
 		entries, err := os.ReadDir(full)
 		if err != nil {
-			v.ListErr = patherr.Bare(err).Error()
+			v.ListErr = boundedread.BareErr(err).Error()
 			return v, nil
 		}
 		v.Scan = scanShards(full, entries)
@@ -135,7 +135,7 @@ func inspectModel(full string) (modelView, error) {
 	// Without blocking: a FIFO named like a shard would hold the open.
 	fd, err := unix.Open(v.Scan.First, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		v.OpenErr = patherr.Bare(&fs.PathError{Op: "open", Path: v.Scan.First, Err: err}).Error()
+		v.OpenErr = boundedread.BareErr(&fs.PathError{Op: "open", Path: v.Scan.First, Err: err}).Error()
 		return v, nil
 	}
 	unix.Close(fd)
@@ -208,7 +208,7 @@ func shardFiles(dir string, entries []os.DirEntry) (files [len(shardGroups)][]sh
 func pick(files [len(shardGroups)][]shardFile, bad string, why error) shardScan {
 	scan := shardScan{BadShard: bad}
 	if why != nil {
-		scan.BadReason = patherr.Bare(why).Error()
+		scan.BadReason = boundedread.BareErr(why).Error()
 	}
 	for g, fs := range files {
 		if len(fs) == 0 {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 const (

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/internal/ipaddr"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/workerargs"
+	"net/netip"
 )
 
 // The advertise check: a prefill/decode worker tells its peer on the
@@ -76,7 +76,7 @@ func classifyAddr(v string) (kind addrKind, varName, note string) {
 	if m := k8sVarRef().FindStringSubmatch(v); m != nil {
 		return addrUnexpanded, m[1], unexpandedNote(m[1])
 	}
-	if a, err := ipaddr.Parse(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
+	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(v, "["), "]")); err == nil {
 		a = a.Unmap()
 		switch {
 		case a.IsUnspecified():

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 const advMooncake = `{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}`

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/infera/infera-exec/internal/ipaddr"
+	"net/netip"
 )
 
 // The advertise-ip check chooses INFERA_ADVERTISE_IP, the node address
@@ -41,11 +41,11 @@ func init() {
 func advPrivateV4(addrs []string) []string {
 	var out []string
 	for _, s := range addrs {
-		a, err := ipaddr.Parse(s)
+		a, err := netip.ParseAddr(s)
 		if err != nil {
 			continue
 		}
-		if a = a.Unmap(); a.IsPrivate4() {
+		if a = a.Unmap(); a.Is4() && a.IsPrivate() {
 			out = append(out, a.String())
 		}
 	}
@@ -167,14 +167,14 @@ func advAnyPhysical(sysfs string, ifs []Interface) bool {
 
 // advOwner names the interface that has address v, "" if none does.
 func advOwner(ifs []Interface, v string) string {
-	want, err := ipaddr.Parse(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(v), "["), "]"))
+	want, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(v), "["), "]"))
 	if err != nil {
 		return ""
 	}
 	want = want.Unmap().WithZone("")
 	for _, it := range ifs {
 		for _, s := range it.Addrs {
-			if a, err := ipaddr.Parse(s); err == nil && a.Unmap().WithZone("") == want {
+			if a, err := netip.ParseAddr(s); err == nil && a.Unmap().WithZone("") == want {
 				return it.Name
 			}
 		}
@@ -198,7 +198,7 @@ func advLocalV4(ifs []Interface) []string {
 			continue
 		}
 		for _, s := range it.Addrs {
-			if a, err := ipaddr.Parse(s); err == nil && a.Unmap().Is4() {
+			if a, err := netip.ParseAddr(s); err == nil && a.Unmap().Is4() {
 				out = append(out, it.Name+" "+a.Unmap().String())
 			}
 		}

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/infera/infera-exec/rdma"
+	"github.com/infera/infera-exec/internal/rdma"
 )
 
 // The rdma check: a prefill/decode worker moves the KV cache over RDMA.

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/rdma"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/rdma"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 type rdmaFakeDev struct {

@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/infera/infera-exec/internal/patherr"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 func init() {
@@ -46,13 +46,13 @@ func checkShm(in *Input) Result {
 	case errors.Is(err, fs.ErrNotExist):
 		return fail(Warn, dir+" does not exist"+note, shmWhySmall, shmDoSmall)
 	case err != nil:
-		return fail(Warn, fmt.Sprintf("%s cannot be read: %v%s", dir, patherr.Bare(err), note), shmWhySmall, shmDoSmall)
+		return fail(Warn, fmt.Sprintf("%s cannot be read: %v%s", dir, boundedread.BareErr(err), note), shmWhySmall, shmDoSmall)
 	case !fi.IsDir():
 		return fail(Warn, dir+" is not a directory"+note, shmWhySmall, shmDoSmall)
 	}
 	fsys, err := statfsOf(in, dir)
 	if err != nil {
-		return skipped(fmt.Sprintf("statfs %s: %v%s", dir, patherr.Bare(err), note))
+		return skipped(fmt.Sprintf("statfs %s: %v%s", dir, boundedread.BareErr(err), note))
 	}
 	small := fsys.Size < min
 	switch {

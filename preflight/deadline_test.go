@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/fsprobe"
-	"github.com/infera/infera-exec/mountinfo"
+	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/mountinfo"
 )
 
 // The test binary answers as the helper, as infera-exec does.

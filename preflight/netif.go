@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/ipaddr"
+	"net/netip"
 )
 
 // RealInterfaces lists the machine's network interfaces (of the network
@@ -211,9 +211,9 @@ func ifAddr(family byte, attrs []byte) (string, bool) {
 	}
 	switch {
 	case family == syscall.AF_INET && len(raw) >= 4:
-		return ipaddr.From4([4]byte(raw[:4])).String(), true
+		return netip.AddrFrom4([4]byte(raw[:4])).String(), true
 	case family == syscall.AF_INET6 && len(raw) >= 16:
-		return ipaddr.From16([16]byte(raw[:16])).Unmap().String(), true
+		return netip.AddrFrom16([16]byte(raw[:16])).Unmap().String(), true
 	}
 	return "", false
 }

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/rdma"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/rdma"
+	"github.com/infera/infera-exec/internal/workerargs"
 
-	"github.com/infera/infera-exec/fsprobe"
+	"github.com/infera/infera-exec/internal/fsprobe"
 )
 
 // Severity of a failed check: an error refuses the start, a warning is

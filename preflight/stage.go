@@ -8,12 +8,12 @@ import (
 	"syscall"
 
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/fsprobe"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/rdma"
+	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
-	"github.com/infera/infera-exec/rdma"
-	"github.com/infera/infera-exec/workerargs"
 )
 
 // NewInput is what the checks look at in a real run: the worker command,

@@ -3,7 +3,7 @@ package preflight
 import (
 	"fmt"
 
-	"github.com/infera/infera-exec/fsprobe"
+	"github.com/infera/infera-exec/internal/fsprobe"
 
 	"golang.org/x/sys/unix"
 )

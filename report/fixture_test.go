@@ -7,13 +7,13 @@ import (
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
-	"github.com/infera/infera-exec/rdma"
 )
 
 // realisticReport is sampleReport with every section a real restart of

@@ -11,16 +11,16 @@ import (
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/elfload"
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/jsonwire"
 	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
-	"github.com/infera/infera-exec/rdma"
 )
 
 // appendJSONReport appends what json.Marshal(v) returns.

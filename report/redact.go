@@ -3,7 +3,7 @@ package report
 import (
 	"strings"
 
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 )
 
 // Redacted replaces a secret value in logs and reports.

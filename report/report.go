@@ -14,21 +14,21 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/atomicfile"
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/jsonwire"
 	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
-	"github.com/infera/infera-exec/statedir"
 )
 
 // Schema is bumped when a field changes meaning or disappears.

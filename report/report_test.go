@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/environ"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/launch"
 )

@@ -15,18 +15,17 @@ import (
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/fsprobe"
-	"github.com/infera/infera-exec/initproc"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/internal/statedir"
+	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
 	"github.com/infera/infera-exec/report"
-	"github.com/infera/infera-exec/statedir"
-	"github.com/infera/infera-exec/workerargs"
 )
 
 // pass is one run: each step reads what earlier steps decided, applies
@@ -307,13 +306,13 @@ func (p *pass) exec() int {
 func (p *pass) init() int {
 	e := p.rep.Exec
 	p.log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, initproc.Role()), "path", e.Path)
+		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, launch.InitRole()), "path", e.Path)
 	p.rep.Outcome = report.Outcome{Result: "init"}
 	p.writeReport()
 	if p.restoreGC != nil {
 		p.restoreGC() // from here on a long-lived process
 	}
-	return initproc.Become(initproc.Spec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"}, p.log)
+	return launch.Become(launch.InitSpec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"}, p.log)
 }
 
 // finish ends a run that does not exec: it logs the reason, records the

@@ -25,8 +25,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/infera/infera-exec/distinfo"
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/distinfo"
+	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches"
 )

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/tools/harvest"
 	"github.com/infera/infera-exec/tools/prune"
 )

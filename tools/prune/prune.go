@@ -18,7 +18,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/infera/infera-exec/distinfo"
+	"github.com/infera/infera-exec/internal/distinfo"
 )
 
 // Options are the inputs of one prune.

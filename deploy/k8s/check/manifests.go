@@ -35,8 +35,8 @@ import (
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/environ"
-	"github.com/infera/infera-exec/workerargs"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 // The overlay image: FROM scratch, the payload as its root filesystem,

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/statedir"
+	"github.com/infera/infera-exec/internal/statedir"
 	"golang.org/x/sys/unix"
 )
 

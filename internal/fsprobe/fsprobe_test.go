@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/mountinfo"
+	"github.com/infera/infera-exec/internal/mountinfo"
 )
 
 // The test binary is its own helper, as infera-exec is.

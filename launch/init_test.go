@@ -1,4 +1,4 @@
-package initproc
+package launch
 
 import (
 	"bufio"
@@ -24,7 +24,7 @@ const initChildEnv = "INITPROC_TEST_CHILD"
 func TestMain(m *testing.M) {
 	if script := os.Getenv(initChildEnv); script != "" {
 		os.Unsetenv(initChildEnv)
-		out, err := Run(Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: os.Environ(), Dir: "/",
+		out, err := Supervise(InitSpec{Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: os.Environ(), Dir: "/",
 			Group: os.Getenv("INITPROC_TEST_GROUP") == "1"}, func(s string) { fmt.Fprintln(os.Stderr, s) })
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -82,7 +82,7 @@ func (r *initRun) line(t *testing.T) string {
 }
 
 // wait returns the init's exit code and its outcome line.
-func (r *initRun) wait(t *testing.T) (int, Outcome) {
+func (r *initRun) wait(t *testing.T) (int, InitOutcome) {
 	t.Helper()
 	type result struct {
 		st  *os.ProcessState
@@ -97,7 +97,7 @@ func (r *initRun) wait(t *testing.T) (int, Outcome) {
 		t.Fatalf("the init did not end within 10s; stderr: %s", r.errText())
 	}
 	require.NoError(t, res.err)
-	var out Outcome
+	var out InitOutcome
 	_, js, ok := strings.Cut(r.errText(), "outcome=")
 	require.True(t, ok, "no outcome: %s", r.errText())
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(js)), &out))
@@ -193,7 +193,7 @@ func TestGroup(t *testing.T) {
 }
 
 func TestStartFails(t *testing.T) {
-	_, err := Run(Spec{Path: "/nonexistent/worker", Argv: []string{"worker"}, Dir: "/"}, func(string) {})
+	_, err := Supervise(InitSpec{Path: "/nonexistent/worker", Argv: []string{"worker"}, Dir: "/"}, func(string) {})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "start /nonexistent/worker")
 }

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // DevDir is where the pod's RDMA device nodes are.

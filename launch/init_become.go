@@ -1,4 +1,4 @@
-package initproc
+package launch
 
 import (
 	"errors"
@@ -6,13 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"syscall"
-
-	"github.com/infera/infera-exec/launch"
 )
 
 // Role is what infera-exec becomes for the worker: PID 1 in a container
 // of its own, else a child subreaper.
-func Role() string {
+func InitRole() string {
 	if os.Getpid() == 1 {
 		return "PID 1"
 	}
@@ -23,12 +21,12 @@ func Role() string {
 // until it ends, logging what happened; it returns the code infera-exec
 // exits with: the worker's, 128+N when signal N killed it, or the shell's
 // 126/127 when it could not be started at all, as a failed exec gives.
-func Become(s Spec, log *slog.Logger) int {
-	out, err := Run(s, func(msg string) { log.Warn(msg) })
+func Become(s InitSpec, log *slog.Logger) int {
+	out, err := Supervise(s, func(msg string) { log.Warn(msg) })
 	if err != nil {
-		code := launch.CodeNotExecutable
+		code := CodeNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
-			code = launch.CodeNotFound
+			code = CodeNotFound
 		}
 		log.Error(err.Error(), "exit", code)
 		return code

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infera/infera-exec/elfload"
+	"github.com/infera/infera-exec/internal/elfload"
 )
 
 // elfFuzzSeeds are the real libmana and corruptions of it.

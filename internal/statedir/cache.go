@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/atomicfile"
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"golang.org/x/sys/unix"
 )
 

@@ -20,9 +20,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/elfhdr"
-	"github.com/infera/infera-exec/internal/patherr"
 )
 
 // Object is what the loader needs to know of one ELF shared object.
@@ -162,7 +161,7 @@ func openImage(path string) (img *image, err error) {
 		if errors.Is(err, fs.ErrPermission) {
 			return fail("permission denied", err)
 		}
-		return fail(fmt.Sprintf("cannot stat: %v", patherr.Bare(err)), err)
+		return fail(fmt.Sprintf("cannot stat: %v", boundedread.BareErr(err)), err)
 	}
 	if msg := notRegular(fi.Mode()); msg != "" {
 		return fail(msg, nil)
@@ -184,7 +183,7 @@ func openImage(path string) (img *image, err error) {
 		}
 	}()
 	if fi, err = f.Stat(); err != nil {
-		return fail(fmt.Sprintf("cannot stat: %v", patherr.Bare(err)), err)
+		return fail(fmt.Sprintf("cannot stat: %v", boundedread.BareErr(err)), err)
 	}
 	if fi.Size() == 0 {
 		return fail("empty file (0 bytes), not an ELF shared object", nil)

@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/infera/infera-exec/mountinfo"
+	"github.com/infera/infera-exec/internal/mountinfo"
 )
 
 // EnvVar marks a helper child; its value names the operation. It is set

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // SelfPath is the mount table of this process, as its mount namespace and

@@ -15,7 +15,6 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/patherr"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +52,7 @@ func Reason(err error) error {
 	if errors.Is(e.Err, ErrTooLarge) {
 		return fmt.Errorf("%w (the cap is %d bytes)", e.Err, e.Cap)
 	}
-	return patherr.Bare(e.Err)
+	return BareErr(e.Err)
 }
 
 var (

@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/bmatcuk/doublestar/v4"
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // SiteGlobs are where images install Python packages, relative to the

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/patherr"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // Options say what the new file looks like.
@@ -101,24 +101,24 @@ func Stage(path string, r io.Reader, opt Options) (s *Staged, err error) {
 		}
 	}()
 	if _, err = io.Copy(tmp, r); err != nil {
-		return nil, fmt.Errorf("replace %s: write %s: %w", path, tmpName, patherr.For(tmpName, err))
+		return nil, fmt.Errorf("replace %s: write %s: %w", path, tmpName, boundedread.ErrFor(tmpName, err))
 	}
 	if uid >= 0 {
 		if chErr := tmp.Chown(uid, gid); chErr != nil && !errors.Is(chErr, os.ErrPermission) {
-			return nil, fmt.Errorf("replace %s: chown %s to %d:%d: %w", path, tmpName, uid, gid, patherr.For(tmpName, chErr))
+			return nil, fmt.Errorf("replace %s: chown %s to %d:%d: %w", path, tmpName, uid, gid, boundedread.ErrFor(tmpName, chErr))
 		}
 	}
 	// chmod after chown: chown clears the set-id bits.
 	if err = tmp.Chmod(mode); err != nil {
-		return nil, fmt.Errorf("replace %s: chmod %s: %w", path, tmpName, patherr.For(tmpName, err))
+		return nil, fmt.Errorf("replace %s: chmod %s: %w", path, tmpName, boundedread.ErrFor(tmpName, err))
 	}
 	if !opt.NoSync {
 		if err = tmp.Sync(); err != nil {
-			return nil, fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, patherr.For(tmpName, err))
+			return nil, fmt.Errorf("replace %s: fsync %s: %w", path, tmpName, boundedread.ErrFor(tmpName, err))
 		}
 	}
 	if err = tmp.Close(); err != nil {
-		return nil, fmt.Errorf("replace %s: close %s: %w", path, tmpName, patherr.For(tmpName, err))
+		return nil, fmt.Errorf("replace %s: close %s: %w", path, tmpName, boundedread.ErrFor(tmpName, err))
 	}
 	return &Staged{path: path, tmp: tmpName, opt: opt}, nil
 }

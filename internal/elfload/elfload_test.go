@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/elfload"
 	"github.com/infera/infera-exec/internal/elfhdr"
+	"github.com/infera/infera-exec/internal/elfload"
 )
 
 const (

@@ -1,4 +1,4 @@
-// Package initproc answers what infera-exec does when it stays as the
+// The init is what infera-exec does when it stays as the
 // worker's init instead of exec'ing it (--init, INFERA_EXEC_INIT): a
 // minimal PID 1, or a child subreaper when something else is PID 1, as
 // tini and dumb-init are.
@@ -10,7 +10,8 @@
 // grandchildren leave. The init starts the worker as its child, forwards
 // the usual signals to it, reaps every child that dies, and exits with
 // the worker's status (128+signal when a signal killed it).
-package initproc
+
+package launch
 
 import (
 	"fmt"
@@ -29,8 +30,8 @@ var Forwarded = []os.Signal{
 	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT,
 }
 
-// Spec is the worker to start, as the pass composed it.
-type Spec struct {
+// InitSpec is the worker to start, as the pass composed it.
+type InitSpec struct {
 	Path string
 	Argv []string
 	Env  []string
@@ -40,8 +41,8 @@ type Spec struct {
 	Group bool
 }
 
-// Outcome is how the worker ended.
-type Outcome struct {
+// InitOutcome is how the worker ended.
+type InitOutcome struct {
 	PID    int            // the worker's process id
 	Code   int            // the status the init exits with
 	Signal syscall.Signal // the signal that killed the worker, 0 if none
@@ -54,7 +55,7 @@ type Outcome struct {
 // from the terminal and once forwarded. A start that fails returns an
 // error and no outcome; from then on Run returns only when the worker has
 // ended. note receives one line per event worth logging.
-func Run(s Spec, note func(string)) (Outcome, error) {
+func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 	if os.Getpid() != 1 {
 		// Orphans below us are reparented to us, not to the real PID 1,
 		// so we can reap them.
@@ -76,9 +77,9 @@ func Run(s Spec, note func(string)) (Outcome, error) {
 		Dir: s.Dir, Env: s.Env, Files: []uintptr{0, 1, 2}, Sys: attr,
 	})
 	if err != nil {
-		return Outcome{}, fmt.Errorf("start %s: %w", s.Path, err)
+		return InitOutcome{}, fmt.Errorf("start %s: %w", s.Path, err)
 	}
-	out := Outcome{PID: pid}
+	out := InitOutcome{PID: pid}
 	target := pid
 	if s.Group {
 		target = -pid // the group the worker leads
@@ -101,7 +102,7 @@ func Run(s Spec, note func(string)) (Outcome, error) {
 
 // reap collects every child that has ended, without blocking, and reports
 // whether the worker is among them.
-func reap(out *Outcome) bool {
+func reap(out *InitOutcome) bool {
 	done := false
 	for {
 		var ws syscall.WaitStatus

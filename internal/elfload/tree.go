@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // DefaultDirs are the directories the dynamic loader searches after its

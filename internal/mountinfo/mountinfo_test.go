@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/infera/infera-exec/boundedread"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
