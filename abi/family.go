@@ -2,9 +2,8 @@ package abi
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
-	"sync"
+
+	"github.com/infera/infera-exec/config"
 )
 
 // Family is the container's ABI family.
@@ -22,27 +21,10 @@ func (f Family) Name() string {
 	return fmt.Sprintf("rocm%d-%s", f.ROCm.Major, f.Python.Tree())
 }
 
-// No leading zeros and at most three digits, so the name round-trips and no
-// number overflows.
-var familyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(?:rocm([1-9]\d{0,2})-)?py(\d)([1-9]\d{0,2}|0)$`) })
-
-// ParseFamily parses an INFERA_ABI_FAMILY value such as rocm7-py312 or py311.
-func ParseFamily(s string) (Family, error) {
-	m := familyRE().FindStringSubmatch(s)
-	if m == nil {
-		return Family{}, fmt.Errorf("INFERA_ABI_FAMILY=%q: expected rocmN-py3XX (e.g. rocm7-py312) or py3XX", s)
-	}
-	f := Family{Override: s}
-	src := "INFERA_ABI_FAMILY=" + s
-	if m[1] != "" {
-		major, _ := strconv.Atoi(m[1])
-		f.ROCm = ROCm{Found: true, Major: major, DecidedBy: src}
-	} else {
-		f.ROCm = ROCm{DecidedBy: src}
-	}
-	f.Python = Python{Major: atoi(m[2]), Minor: atoi(m[3]), DecidedBy: src}
-	if f.Python.Major != 3 {
-		return Family{}, fmt.Errorf("INFERA_ABI_FAMILY=%q: payload trees are built for CPython 3 only", s)
-	}
-	return f, nil
+// FromConfig is the family INFERA_ABI_FAMILY names, decided by it.
+func FromConfig(c config.Family) Family {
+	src := "INFERA_ABI_FAMILY=" + c.Raw
+	f := Family{Override: c.Raw, ROCm: ROCm{Found: c.ROCm != 0, Major: c.ROCm, DecidedBy: src}}
+	f.Python = Python{Major: c.PyMajor, Minor: c.PyMinor, DecidedBy: src}
+	return f
 }

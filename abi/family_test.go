@@ -25,7 +25,7 @@ func TestParseFamily(t *testing.T) {
 		{in: "rocm10-py313", rocm: true, rocmMajor: 10, minor: 13, name: "rocm10-py313"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			f, err := abi.ParseFamily(tc.in)
+			f, err := parseFamily(tc.in)
 			require.NoError(t, err)
 			assert.Equal(t, tc.in, f.Override)
 			assert.Equal(t, tc.rocm, f.ROCm.Found)
@@ -66,7 +66,7 @@ func TestParseFamilyRejects(t *testing.T) {
 		{"py412", "CPython 3 only"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			f, err := abi.ParseFamily(tc.in)
+			f, err := parseFamily(tc.in)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Contains(t, err.Error(), "INFERA_ABI_FAMILY="+strconv.Quote(tc.in), "names the variable and quotes the value")
@@ -92,7 +92,7 @@ func TestFamilyName(t *testing.T) {
 
 func TestParseFamilyRejectsNonCanonical(t *testing.T) {
 	for _, s := range []string{"rocm07-py312", "rocm7-py3012", "rocm99999999999999999999-py312", "rocm0-py312"} {
-		_, err := abi.ParseFamily(s)
+		_, err := parseFamily(s)
 		assert.Error(t, err, s)
 	}
 }

@@ -207,12 +207,13 @@ func venvVersion(exe string) (cfg string, major, minor int, ok bool) {
 const askScript = "import sys; sys.stdout.write('%d.%d.%d' % sys.version_info[:3])"
 
 func ask(ctx context.Context, path string, pr PythonProbe) (int, int, error) {
-	timeout := pr.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
+	// The deadline is the configuration's (INFERA_PYTHON_TIMEOUT); none
+	// when the caller gives none.
+	if pr.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pr.Timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	cmd := procgroup.Command(ctx, path, "-I", "-S", "-c", askScript)
 	if pr.Env != nil {
 		cmd.Env = pr.Env.Slice()
@@ -222,7 +223,7 @@ func ask(ctx context.Context, path string, pr PythonProbe) (int, int, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := procgroup.Run(ctx, cmd)
 	if ctx.Err() == context.DeadlineExceeded {
-		return 0, 0, fmt.Errorf("python interpreter %s did not answer its version within %s (INFERA_PYTHON_TIMEOUT); set INFERA_PYTHON to a python3.X path so no run is needed", path, timeout)
+		return 0, 0, fmt.Errorf("python interpreter %s did not answer its version within %s (INFERA_PYTHON_TIMEOUT); set INFERA_PYTHON to a python3.X path so no run is needed", path, pr.Timeout)
 	}
 	if err != nil {
 		var ee *exec.ExitError

@@ -18,9 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultROCmRoot is where ROCm images install ROCm.
-const DefaultROCmRoot = "/opt/rocm"
-
 const hipLib = "libamdhip64.so"
 
 // ROCm is what was found of the container's HIP runtime.

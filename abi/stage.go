@@ -7,15 +7,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 )
 
 // Input is what the ABI step takes from the configuration.
 type Input struct {
-	Override   *Family  // INFERA_ABI_FAMILY
-	ROCmRoots  []string // ROCM_PATH, then /opt/rocm
-	Python     string   // INFERA_PYTHON as given
-	PythonPath string   // Python resolved once for the whole pass
+	Override   *config.Family // INFERA_ABI_FAMILY
+	ROCmRoots  []string       // ROCM_PATH, then /opt/rocm
+	Python     string         // INFERA_PYTHON as given
+	PythonPath string         // Python resolved once for the whole pass
 	Env        *environ.Env
 	Dir        string // where an asked interpreter runs: the worker's working directory
 	Timeout    time.Duration
@@ -26,7 +27,7 @@ type Input struct {
 // what was found so far, for the report.
 func Detect(ctx context.Context, in Input) (Family, error) {
 	if in.Override != nil {
-		f := *in.Override
+		f := FromConfig(*in.Override)
 		in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; detection skipped (for debugging only)", f.Name()))
 		return f, nil
 	}

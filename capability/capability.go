@@ -6,52 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"unicode"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/boundedread"
-	"github.com/infera/infera-exec/internal/closest"
 )
 
-// Known names the capabilities infera-exec knows the meaning of. A payload
-// may declare others; they are kept and reported, with a note.
-var Known = map[string]string{
-	"mooncake": "Mooncake transfer engine (prefill/decode KV transfer)",
-	"hipfile":  "hipFile GPU-direct storage for the kvd L3 cache (vLLM only)",
-}
-
-// knownList is Known's names in a stable order, for messages.
-func knownList() string {
-	names := make([]string, 0, len(Known))
-	for n := range Known {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
-}
-
-func knownNames() []string {
-	names := make([]string, 0, len(Known))
-	for n := range Known {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// didYouMean is "; did you mean NAME?" for a word close to a known
-// capability, else "".
-func didYouMean(w string) string {
-	if c := closest.Name(w, knownNames()); c != "" {
-		return "; did you mean " + c + "?"
-	}
-	return ""
-}
-
-var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`) })
+// knownList is the names of the capabilities infera-exec knows, in a
+// stable order, for messages.
+func knownList() string { return strings.Join(config.KnownCapabilities(), ", ") }
 
 // Set is a sorted list of distinct capability names.
 type Set []string
@@ -105,9 +70,9 @@ func Parse(content string) (Set, []string) {
 	var names []string
 	for _, w := range strings.Fields(content) {
 		switch {
-		case !nameRE().MatchString(w):
+		case !config.CapabilityName(w):
 			notes = append(notes, fmt.Sprintf("ignored %q: not a capability name (lower-case letters, digits, '_', '.', '-')", w))
-		case Known[w] == "":
+		case config.Capabilities[w] == "":
 			notes = append(notes, fmt.Sprintf("unknown capability %q kept (known: %s)", w, knownList()))
 			names = append(names, w)
 		default:
@@ -134,23 +99,9 @@ func ReadFile(path string) (set Set, notes []string, exists bool, err error) {
 	return set, notes, true, nil
 }
 
-// Requirement is what the deployment asks of the native tree
-// (INFERA_REQUIRE_NATIVE).
-type Requirement struct {
-	Raw   string   `json:"raw"`
-	All   bool     `json:"all,omitempty"`   // 1/true/all: the tree must exist; everything it declares is required
-	Auto  bool     `json:"auto,omitempty"`  // auto: what the worker's arguments imply is required
-	Names []string `json:"names,omitempty"` // explicit list
-	// Sources says where each implied name came from.
-	Sources map[string]string `json:"sources,omitempty"`
-}
-
-// None reports whether nothing is required.
-func (r Requirement) None() bool { return !r.All && len(r.Names) == 0 }
-
-// With adds the implied capabilities to an "auto" requirement; other
-// requirements are returned as they are.
-func (r Requirement) With(implied []Implication) Requirement {
+// withImplied adds the implied capabilities to an "auto" requirement;
+// other requirements are returned as they are.
+func withImplied(r config.Requirement, implied []Implication) config.Requirement {
 	if !r.Auto {
 		return r
 	}
@@ -167,45 +118,6 @@ func (r Requirement) With(implied []Implication) Requirement {
 	return r
 }
 
-func (r Requirement) String() string {
-	switch {
-	case r.All:
-		return "the native tree and all it declares"
-	case len(r.Names) == 0:
-		return "nothing"
-	}
-	return strings.Join(r.Names, " ")
-}
-
-// ParseRequirement parses INFERA_REQUIRE_NATIVE: "1", "true" or "all" require
-// the native tree with everything it declares; "0", "false", "none" or empty
-// require nothing; otherwise a comma- or space-separated list of names, in
-// which "auto" stands for what the worker's arguments imply.
-func ParseRequirement(raw string) (Requirement, error) {
-	r := Requirement{Raw: raw}
-	v := strings.ToLower(strings.TrimSpace(raw))
-	switch v {
-	case "1", "true", "all":
-		r.All = true
-		return r, nil
-	case "", "0", "false", "none":
-		return r, nil
-	}
-	var names []string
-	for _, w := range strings.FieldsFunc(v, func(c rune) bool { return c == ',' || c == ' ' || c == '\t' }) {
-		if w == "auto" {
-			r.Auto = true
-			continue
-		}
-		if !nameRE().MatchString(w) {
-			return Requirement{}, fmt.Errorf("INFERA_REQUIRE_NATIVE=%q: %q is not a capability name%s; use on/all, off/none, auto, or a comma-separated list such as \"mooncake,hipfile\"", raw, w, didYouMean(w))
-		}
-		names = append(names, w)
-	}
-	r.Names = newSet(names)
-	return r, nil
-}
-
 // Tree is a native tree as far as capabilities are concerned.
 type Tree struct {
 	Name string `json:"name"`
@@ -215,7 +127,7 @@ type Tree struct {
 
 // Unavailable is the refusal when a requirement is not met.
 type Unavailable struct {
-	Requirement Requirement
+	Requirement config.Requirement
 	Missing     []string
 	Tree        *Tree  // nil: no native tree for this container
 	NoTreeWhy   string // why there is no tree, when Tree is nil
@@ -262,7 +174,7 @@ func (e *Unavailable) Error() string {
 		if m == "hipfile" && e.SGLang {
 			b.WriteString("; note: this worker is SGLang, and hipfile is vLLM-only by design (SGLang trees never carry it): do not require it for SGLang workers")
 		}
-		if _, ok := Known[m]; !ok {
+		if _, ok := config.Capabilities[m]; !ok {
 			fmt.Fprintf(&b, "; note: %q is not a capability infera-exec knows (known: %s)", m, knownList())
 		}
 	}
@@ -272,7 +184,7 @@ func (e *Unavailable) Error() string {
 // Check verifies req against the selected tree (nil when there is none;
 // noTreeWhy then says why). It returns the capabilities that are required,
 // or an *Unavailable error.
-func Check(req Requirement, tree *Tree, noTreeWhy string, available []Tree) (Set, error) {
+func Check(req config.Requirement, tree *Tree, noTreeWhy string, available []Tree) (Set, error) {
 	if req.None() {
 		return Set{}, nil
 	}
@@ -307,15 +219,15 @@ type UnknownNameError struct {
 
 func (e *UnknownNameError) Error() string {
 	return fmt.Sprintf("INFERA_REQUIRE_NATIVE=%s: %q is not a capability name: infera-exec knows %s and no tree of the payload declares it%s",
-		e.Raw, e.Name, knownList(), didYouMean(e.Name))
+		e.Raw, e.Name, knownList(), config.SuggestCapability(e.Name))
 }
 
 // unknownNames refuses an explicitly required name that is no known
 // capability and that no tree declares. Payloads may declare names of
 // their own, which stay requirable.
-func unknownNames(req Requirement, tree *Tree, available []Tree) error {
+func unknownNames(req config.Requirement, tree *Tree, available []Tree) error {
 	for _, n := range req.Names {
-		if _, ok := Known[n]; ok {
+		if _, ok := config.Capabilities[n]; ok {
 			continue
 		}
 		if _, implied := req.Sources[n]; implied {

@@ -4,12 +4,14 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/infera/infera-exec/config"
 )
 
 func checkSet(t *testing.T, what string, s []string) {
 	t.Helper()
 	for i, n := range s {
-		if !nameRE().MatchString(n) {
+		if !config.CapabilityName(n) {
 			t.Fatalf("%s: %q is not a valid capability name", what, n)
 		}
 		if i > 0 && s[i-1] >= n {
@@ -43,7 +45,7 @@ func FuzzParse(f *testing.F) {
 		}
 		valid := 0
 		for _, w := range words {
-			if nameRE().MatchString(w) {
+			if config.CapabilityName(w) {
 				valid++
 				if !set.Has(w) {
 					t.Fatalf("Parse(%q): valid word %q missing from %q", content, w, set)
@@ -59,7 +61,7 @@ func FuzzParse(f *testing.F) {
 		dropped := len(words) - valid
 		unknown := 0
 		for _, w := range words {
-			if nameRE().MatchString(w) && Known[w] == "" {
+			if config.CapabilityName(w) && config.Capabilities[w] == "" {
 				unknown++
 			}
 		}
@@ -100,52 +102,4 @@ func containsNote(notes []string, sub string) bool {
 		}
 	}
 	return false
-}
-
-func FuzzParseRequirement(f *testing.F) {
-	for _, s := range []string{
-		"1", "true", "all", "TRUE", "", "0", "false", "none", "mooncake,hipfile", "mooncake hipfile",
-		" mooncake , hipfile ", "mooncake;rm -rf", ",", "MoonCake", "mooncake\thipfile", "\u212aais",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		r, err := ParseRequirement(raw)
-		if err != nil {
-			if !strings.Contains(err.Error(), "INFERA_REQUIRE_NATIVE=") {
-				t.Fatalf("ParseRequirement(%q): error does not name the variable: %v", raw, err)
-			}
-			if r.All || len(r.Names) > 0 || r.Raw != "" {
-				t.Fatalf("ParseRequirement(%q): error with a non-zero requirement %+v", raw, r)
-			}
-			return
-		}
-		if r.Raw != raw {
-			t.Fatalf("ParseRequirement(%q).Raw = %q", raw, r.Raw)
-		}
-		if r.All && len(r.Names) > 0 {
-			t.Fatalf("ParseRequirement(%q): both All and names %q", raw, r.Names)
-		}
-		checkSet(t, "ParseRequirement("+raw+")", r.Names)
-		if r.None() != (!r.All && len(r.Names) == 0) {
-			t.Fatalf("ParseRequirement(%q): None() = %v for %+v", raw, r.None(), r)
-		}
-		// A list of names re-parses to the same names. (A single name that
-		// is also a keyword, as in "0," or "all,", reads as the keyword
-		// when written alone.)
-		if len(r.Names) > 0 {
-			joined := strings.Join(r.Names, ",")
-			again, err := ParseRequirement(joined)
-			if err != nil {
-				t.Fatalf("re-parse of %q: %v", r.Names, err)
-			}
-			switch joined {
-			case "1", "true", "all", "0", "false", "none":
-			default:
-				if again.All || strings.Join(again.Names, ",") != joined {
-					t.Fatalf("re-parse of %q gave %+v", r.Names, again)
-				}
-			}
-		}
-	})
 }

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/config"
 )
 
 func TestParse(t *testing.T) {
@@ -193,95 +194,9 @@ func TestReadFile(t *testing.T) {
 	})
 }
 
-func TestParseRequirement(t *testing.T) {
-	tests := []struct {
-		raw   string
-		all   bool
-		names []string
-	}{
-		{raw: "1", all: true},
-		{raw: "true", all: true},
-		{raw: "TRUE", all: true},
-		{raw: "True", all: true},
-		{raw: "all", all: true},
-		{raw: "ALL", all: true},
-		{raw: " all ", all: true},
-		{raw: ""},
-		{raw: "  "},
-		{raw: "0"},
-		{raw: "false"},
-		{raw: "FALSE"},
-		{raw: "none"},
-		{raw: "None"},
-		{raw: ","},
-		{raw: "mooncake", names: []string{"mooncake"}},
-		{raw: "mooncake,hipfile", names: []string{"hipfile", "mooncake"}},
-		{raw: "mooncake hipfile", names: []string{"hipfile", "mooncake"}},
-		{raw: " mooncake , hipfile ", names: []string{"hipfile", "mooncake"}},
-		{raw: "mooncake,,hipfile,", names: []string{"hipfile", "mooncake"}},
-		{raw: "mooncake\thipfile", names: []string{"hipfile", "mooncake"}},
-		{raw: "MoonCake,HIPFILE", names: []string{"hipfile", "mooncake"}},
-		{raw: "mooncake,mooncake", names: []string{"mooncake"}},
-		{raw: "ais", names: []string{"ais"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.raw, func(t *testing.T) {
-			r, err := ParseRequirement(tt.raw)
-			require.NoError(t, err)
-			assert.Equal(t, tt.raw, r.Raw)
-			assert.Equal(t, tt.all, r.All)
-			if tt.names == nil {
-				assert.Empty(t, r.Names)
-			} else {
-				assert.Equal(t, tt.names, r.Names)
-			}
-			assert.Equal(t, !tt.all && len(tt.names) == 0, r.None())
-		})
-	}
-}
-
-func TestParseRequirementErrors(t *testing.T) {
-	tests := []struct {
-		raw, bad string
-	}{
-		{"mooncake;rm -rf", "mooncake;rm"},
-		{"mooncake,$(reboot)", "$(reboot)"},
-		{"-rf", "-rf"},
-		{"yes", ""},
-		{"mooncake/hipfile", "mooncake/hipfile"},
-		{"mooncake\nhipfile", "mooncake\nhipfile"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.raw, func(t *testing.T) {
-			r, err := ParseRequirement(tt.raw)
-			if tt.bad == "" {
-				// "yes" is a well-formed name: it is required as such.
-				require.NoError(t, err)
-				assert.Equal(t, []string{"yes"}, r.Names)
-				return
-			}
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), "INFERA_REQUIRE_NATIVE="+quote(tt.raw), "names the value")
-			assert.Contains(t, err.Error(), quote(tt.bad)+" is not a capability name", "names the bad word")
-			assert.Contains(t, err.Error(), `"mooncake,hipfile"`, "shows an example")
-			assert.Equal(t, Requirement{}, r)
-		})
-	}
-}
-
-func quote(s string) string {
-	return `"` + strings.ReplaceAll(s, "\n", `\n`) + `"`
-}
-
-func TestRequirementString(t *testing.T) {
-	assert.Equal(t, "the native tree and all it declares", Requirement{All: true}.String())
-	assert.Equal(t, "nothing", Requirement{}.String())
-	assert.Equal(t, "hipfile mooncake", Requirement{Names: []string{"hipfile", "mooncake"}}.String())
-}
-
-func mustReq(t *testing.T, raw string) Requirement {
+func mustReq(t *testing.T, raw string) config.Requirement {
 	t.Helper()
-	r, err := ParseRequirement(raw)
+	r, err := config.ParseRequirement(raw)
 	require.NoError(t, err)
 	return r
 }
@@ -315,7 +230,7 @@ func TestCheckSatisfied(t *testing.T) {
 	}
 }
 
-func checkErr(t *testing.T, req Requirement, tree *Tree, why string, avail []Tree) (*Unavailable, string) {
+func checkErr(t *testing.T, req config.Requirement, tree *Tree, why string, avail []Tree) (*Unavailable, string) {
 	t.Helper()
 	got, err := Check(req, tree, why, avail)
 	require.Error(t, err)
@@ -409,7 +324,7 @@ func TestCheckUnknownName(t *testing.T) {
 		var u *Unavailable
 		assert.False(t, errors.As(err, &u))
 	}
-	_, err := ParseRequirement("moon/cake")
+	_, err := config.ParseRequirement("moon/cake")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"moon/cake" is not a capability name; did you mean mooncake?`)
 }

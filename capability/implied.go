@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/workerargs"
 )
@@ -44,10 +45,10 @@ func kvdAIS(env *environ.Env) (mode, from string) {
 		}
 	}
 	from = name + "=" + v
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "1", "true", "yes", "on":
+	if on, _ := config.ParseSwitch(v); on {
 		return "on", from
-	case "auto":
+	}
+	if strings.EqualFold(strings.TrimSpace(v), "auto") {
 		return "auto", from
 	}
 	return "off", from

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/workerargs"
 )
@@ -96,16 +97,16 @@ func TestImpliedKvdLongBackend(t *testing.T) {
 }
 
 func TestRequirementAuto(t *testing.T) {
-	r, err := ParseRequirement("auto,hipfile")
+	r, err := config.ParseRequirement("auto,hipfile")
 	assert.NoError(t, err)
 	assert.True(t, r.Auto)
 	assert.Equal(t, []string{"hipfile"}, r.Names)
-	r = r.With([]Implication{{Capability: "mooncake", Source: "--disaggregation-mode prefill"}, {Capability: "hipfile", Source: "auto", Optional: true}})
+	r = withImplied(r, []Implication{{Capability: "mooncake", Source: "--disaggregation-mode prefill"}, {Capability: "hipfile", Source: "auto", Optional: true}})
 	assert.Equal(t, []string{"hipfile", "mooncake"}, r.Names)
 	assert.Equal(t, map[string]string{"mooncake": "--disaggregation-mode prefill"}, r.Sources)
 
-	plain, _ := ParseRequirement("hipfile")
-	assert.Equal(t, plain, plain.With([]Implication{{Capability: "mooncake", Source: "x"}}), "without auto, implications are only warnings")
+	plain, _ := config.ParseRequirement("hipfile")
+	assert.Equal(t, plain, withImplied(plain, []Implication{{Capability: "mooncake", Source: "x"}}), "without auto, implications are only warnings")
 }
 
 func TestEvidence(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/workerargs"
 )
@@ -13,7 +14,7 @@ import (
 // Input is what the capability step takes: the requirement as configured,
 // the worker command, and the native tree chosen for this container.
 type Input struct {
-	Requirement Requirement
+	Requirement config.Requirement
 	Args        workerargs.Args // the worker command, read once
 	Tree        *Tree           // nil: no native tree
 	Evidence    []Evidence      // why the tree's capabilities were granted
@@ -25,12 +26,12 @@ type Input struct {
 
 // Outcome is the step's section of the report.
 type Outcome struct {
-	Tree        string        `json:"tree,omitempty"`
-	Provided    Set           `json:"provided"`
-	Evidence    []Evidence    `json:"evidence,omitempty"`
-	Implied     []Implication `json:"implied,omitempty"` // by the worker's arguments
-	Requirement Requirement   `json:"requirement"`
-	Required    Set           `json:"required"`
+	Tree        string             `json:"tree,omitempty"`
+	Provided    Set                `json:"provided"`
+	Evidence    []Evidence         `json:"evidence,omitempty"`
+	Implied     []Implication      `json:"implied,omitempty"` // by the worker's arguments
+	Requirement config.Requirement `json:"requirement"`
+	Required    Set                `json:"required"`
 }
 
 // Decide checks the requirement, with what the worker's arguments imply,
@@ -46,7 +47,7 @@ func Decide(in Input) (*Outcome, error) {
 		env = environ.New(nil)
 	}
 	o.Implied = Implied(in.Args, env)
-	req := in.Requirement.With(o.Implied)
+	req := withImplied(in.Requirement, o.Implied)
 	o.Requirement = req
 	required, err := Check(req, in.Tree, in.NoTreeWhy, in.Available)
 	var un *Unavailable

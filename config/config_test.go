@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/internal/environ"
 )
 
@@ -29,7 +28,7 @@ func envOf(m map[string]string) *environ.Env {
 
 func load(t *testing.T, m map[string]string) (Config, []string) {
 	t.Helper()
-	c, warns, err := Load(envOf(m), testExe, testCwd)
+	c, warns, err := Load(envOf(m), testExe, testCwd, Flags{})
 	require.NoError(t, err)
 	return c, warns
 }
@@ -42,7 +41,7 @@ func TestLoadDefaults(t *testing.T) {
 	assert.Equal(t, "python3", c.Python)
 	assert.Equal(t, 10*time.Second, c.PythonTimeoutDuration())
 	assert.Equal(t, "10s", c.PythonTimeout)
-	assert.Equal(t, capability.Requirement{Raw: ""}, c.RequireNative)
+	assert.Equal(t, Requirement{Raw: ""}, c.RequireNative)
 	assert.True(t, c.RequireNative.None())
 	assert.Equal(t, 1800, c.ReadyTimeout)
 	assert.Equal(t, "default", c.ReadyTimeoutFrom)
@@ -106,7 +105,7 @@ func TestParseSwitch(t *testing.T) {
 func TestLoadNewSwitches(t *testing.T) {
 	for _, name := range []string{"INFERA_PREFLIGHT", "INFERA_ALLOW_TCP_KV", "INFERA_EXEC_INIT"} {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := Load(envOf(map[string]string{name: "maybe"}), testExe, testCwd)
+			_, _, err := Load(envOf(map[string]string{name: "maybe"}), testExe, testCwd, Flags{})
 			var cerr *Error
 			require.ErrorAs(t, err, &cerr)
 			assert.Equal(t, name+`="maybe" is not a switch value: use 1/true/yes/on or 0/false/no/off`, cerr.Msg)
@@ -115,11 +114,34 @@ func TestLoadNewSwitches(t *testing.T) {
 	c, _ := load(t, map[string]string{"INFERA_PREFLIGHT": "no", "INFERA_ALLOW_TCP_KV": "yes", "INFERA_EXEC_INIT": "on"})
 	assert.True(t, c.PreflightOff)
 	assert.True(t, c.AllowTCPKV)
-	assert.True(t, c.Init)
+	assert.Equal(t, InitChild, c.Init)
 	c, _ = load(t, map[string]string{"INFERA_PREFLIGHT": "", "INFERA_ALLOW_TCP_KV": "0", "INFERA_EXEC_INIT": "false"})
 	assert.False(t, c.PreflightOff, "empty INFERA_PREFLIGHT is the default, on")
 	assert.False(t, c.AllowTCPKV)
-	assert.False(t, c.Init)
+	assert.Equal(t, InitOff, c.Init)
+}
+
+// The init mode is decided once, from the options and the variables: the
+// group mode wins over the plain one, from either source.
+func TestLoadInitMode(t *testing.T) {
+	for _, tt := range []struct {
+		env   map[string]string
+		flags Flags
+		want  InitMode
+	}{
+		{nil, Flags{}, InitOff},
+		{nil, Flags{Init: true}, InitChild},
+		{nil, Flags{InitGroup: true}, InitGroup},
+		{nil, Flags{Init: true, InitGroup: true}, InitGroup},
+		{map[string]string{"INFERA_EXEC_INIT": "1"}, Flags{}, InitChild},
+		{map[string]string{"INFERA_EXEC_INIT_GROUP": "1"}, Flags{}, InitGroup},
+		{map[string]string{"INFERA_EXEC_INIT": "1"}, Flags{InitGroup: true}, InitGroup},
+		{map[string]string{"INFERA_EXEC_INIT_GROUP": "1"}, Flags{Init: true}, InitGroup},
+	} {
+		c, _, err := Load(envOf(tt.env), testExe, testCwd, tt.flags)
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, c.Init, "env %v flags %+v", tt.env, tt.flags)
+	}
 }
 
 func TestLoadReadyTimeout(t *testing.T) {
@@ -207,7 +229,7 @@ func TestLoadPayloadRoot(t *testing.T) {
 			if tt.value != "" {
 				m["PAYLOAD_ROOT"] = tt.value
 			}
-			c, warns, err := Load(envOf(m), tt.exe, testCwd)
+			c, warns, err := Load(envOf(m), tt.exe, testCwd, Flags{})
 			require.NoError(t, err)
 			assert.Empty(t, warns)
 			assert.Equal(t, tt.want, c.PayloadRoot)
@@ -243,15 +265,15 @@ func TestLoadPathsRelativeToCwd(t *testing.T) {
 func TestLoadRequireNative(t *testing.T) {
 	tests := []struct {
 		value string
-		want  capability.Requirement
+		want  Requirement
 	}{
-		{"", capability.Requirement{Raw: ""}},
-		{"0", capability.Requirement{Raw: "0"}},
-		{"1", capability.Requirement{Raw: "1", All: true}},
-		{"yes", capability.Requirement{Raw: "yes", All: true}},
-		{"off", capability.Requirement{Raw: "off"}},
-		{"all", capability.Requirement{Raw: "all", All: true}},
-		{"mooncake,hipfile", capability.Requirement{Raw: "mooncake,hipfile", Names: []string{"hipfile", "mooncake"}}},
+		{"", Requirement{Raw: ""}},
+		{"0", Requirement{Raw: "0"}},
+		{"1", Requirement{Raw: "1", All: true}},
+		{"yes", Requirement{Raw: "yes", All: true}},
+		{"off", Requirement{Raw: "off"}},
+		{"all", Requirement{Raw: "all", All: true}},
+		{"mooncake,hipfile", Requirement{Raw: "mooncake,hipfile", Names: []string{"hipfile", "mooncake"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
@@ -270,7 +292,7 @@ func TestLoadRequireNativeGarbage(t *testing.T) {
 			c, _, err := Load(envOf(map[string]string{
 				"INFERA_REQUIRE_NATIVE": v,
 				"INFERA_EXEC_REPORT":    "/r/report.json",
-			}), testExe, testCwd)
+			}), testExe, testCwd, Flags{})
 			require.Error(t, err)
 			var cerr *Error
 			require.True(t, errors.As(err, &cerr), "error is a *config.Error, got %T", err)
@@ -285,16 +307,15 @@ func TestLoadRequireNativeGarbage(t *testing.T) {
 
 func TestLoadABIFamily(t *testing.T) {
 	tests := []struct {
-		value      string
-		rocmFound  bool
-		rocmMajor  int
-		pyMinor    int
-		familyName string
+		value     string
+		rocmFound bool
+		rocmMajor int
+		pyMinor   int
 	}{
-		{"rocm7-py312", true, 7, 12, "rocm7-py312"},
-		{"rocm6-py310", true, 6, 10, "rocm6-py310"},
-		{"py311", false, 0, 11, "py311"},
-		{"py39", false, 0, 9, "py39"},
+		{"rocm7-py312", true, 7, 12},
+		{"rocm6-py310", true, 6, 10},
+		{"py311", false, 0, 11},
+		{"py39", false, 0, 9},
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
@@ -302,13 +323,11 @@ func TestLoadABIFamily(t *testing.T) {
 			assert.Empty(t, warns)
 			require.NotNil(t, c.ABIFamily)
 			f := c.ABIFamily
-			assert.Equal(t, tt.rocmFound, f.ROCm.Found)
-			assert.Equal(t, tt.rocmMajor, f.ROCm.Major)
-			assert.Equal(t, 3, f.Python.Major)
-			assert.Equal(t, tt.pyMinor, f.Python.Minor)
-			assert.Equal(t, tt.value, f.Override)
-			assert.Equal(t, tt.familyName, f.Name())
-			assert.Equal(t, "INFERA_ABI_FAMILY="+tt.value, f.Python.DecidedBy)
+			assert.Equal(t, tt.rocmFound, f.ROCm != 0)
+			assert.Equal(t, tt.rocmMajor, f.ROCm)
+			assert.Equal(t, 3, f.PyMajor)
+			assert.Equal(t, tt.pyMinor, f.PyMinor)
+			assert.Equal(t, tt.value, f.Raw)
 		})
 	}
 }
@@ -328,7 +347,7 @@ func TestLoadABIFamilyErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
-			c, _, err := Load(envOf(map[string]string{"INFERA_ABI_FAMILY": tt.value}), testExe, testCwd)
+			c, _, err := Load(envOf(map[string]string{"INFERA_ABI_FAMILY": tt.value}), testExe, testCwd, Flags{})
 			var cerr *Error
 			require.True(t, errors.As(err, &cerr), "error is a *config.Error, got %T (%v)", err, err)
 			assert.Contains(t, cerr.Msg, `INFERA_ABI_FAMILY="`+tt.value+`"`)

@@ -3,48 +3,257 @@ package config
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/environ"
 )
 
-// Var is one environment variable infera-exec reads. Vars is the one list
-// of them: --help prints it, the unknown-name check suggests from it, and a
-// test holds the README's table to it.
+// Defaults, each used by the one entry of Vars that reads its variable.
+const (
+	DefaultReadyTimeout     = 1800 // seconds
+	DefaultPythonTimeout    = 10 * time.Second
+	DefaultChdir            = "/"
+	DefaultHostLibionic     = "/host-libionic/libionic.so"
+	DefaultPython           = "python3"
+	DefaultRDMAProvider     = "ionic"
+	DefaultSysfs            = "/sys"
+	DefaultROCmRoot         = "/opt/rocm"
+	DefaultShmMin           = 1 << 30 // bytes of /dev/shm below which the shm check warns
+	DefaultNofileMin        = 65536   // open-file hard limit below which the nofile check warns
+	DefaultPreflightTimeout = 5 * time.Second
+)
+
+// Var is one environment variable infera-exec reads: its name, its line in
+// --help, its default as shown, and the parser that sets the
+// configuration from its value ("" when unset). Vars is the one list of
+// them: Load runs it, --help prints it, the unknown-name check suggests
+// from it, and a test holds the README's table to it.
 type Var struct {
 	Name    string
 	Meaning string // one line for --help
 	Default string // "" when unset means nothing
+	load    func(l *loader, v string) error
 }
 
-// Vars are the variables Load reads, in the order --help lists them.
+// Vars are the variables Load reads, in the order --help lists them. The
+// report's location comes first, so a refusal below still reaches it.
 var Vars = []Var{
-	{"PAYLOAD_ROOT", "payload directory", "the parent of the directory holding this binary"},
-	{"INFERA_PYTHON", "interpreter to detect and probe", DefaultPython},
-	{"INFERA_PYTHON_TIMEOUT", "how long it may take to answer", DefaultPythonTimeout.String()},
-	{"INFERA_REQUIRE_NATIVE", `capabilities the deployment needs: a list such as "mooncake,hipfile"; on (see switches) or all = the native tree and all it declares; auto = what the worker's arguments imply; off or none = none`, "none"},
-	{"INFERA_ENGINE_READY_TIMEOUT", `seconds the worker waits for engine /health: "2400", "90.5", "90m" or "2h"; passed to the worker as whole seconds`, fmt.Sprint(DefaultReadyTimeout)},
-	{"INFERA_EXEC_CHDIR", "working directory of the worker", DefaultChdir},
-	{"INFERA_EXEC_INIT", "switch: stay as a minimal init (PID 1 or subreaper) that forwards signals to the worker and reaps zombies, like --init", "off"},
-	{"INFERA_EXEC_INIT_GROUP", "switch: as INFERA_EXEC_INIT, forwarding signals to the worker's process group, like --init-group", "off"},
-	{"INFERA_ABI_FAMILY", "force the family, e.g. rocm7-py312 (debugging)", ""},
-	{"INFERA_HOST_LIBIONIC", "host RDMA provider; set but missing is a warning", DefaultHostLibionic},
-	{"INFERA_RDMA_PROVIDER", "provider the host build replaces", DefaultRDMAProvider},
-	{"SYSFS_PATH", "sysfs root, as libibverbs reads it", DefaultSysfs},
-	{"INFERA_SKIP_ENGINE_PATCHES", "switch: apply no engine patches (v0.2.2: any non-empty value; still on, with a warning)", "off"},
-	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65", ""},
-	{"INFERA_EXEC_STATE_DIR", "cache of the engine location", "/run/infera-exec, else /tmp/infera-exec"},
-	{"INFERA_PREFLIGHT", "switch: run the preflight checks", "on"},
-	{"INFERA_PREFLIGHT_SKIP", "preflight checks to skip, e.g. rdma,shm", ""},
-	{"INFERA_PREFLIGHT_TIMEOUT", "how long a filesystem that may not answer (NFS, FUSE, ...) may take", DefaultPreflightTimeout.String()},
-	{"INFERA_PREFLIGHT_ON_TIMEOUT", "warn: start the worker anyway; error: refuse (78)", "warn"},
-	{"INFERA_PREFLIGHT_SHM_MIN", "the shm check's minimum size of /dev/shm", "1Gi"},
-	{"INFERA_PREFLIGHT_NOFILE_MIN", "the nofile check's minimum open-file hard limit", fmt.Sprint(DefaultNofileMin)},
-	{"INFERA_ALLOW_TCP_KV", "switch: prefill/decode without RDMA only warns", "off"},
-	{"INFERA_EXEC_LOG", "text or json log lines on stderr", "text"},
-	{"INFERA_EXEC_REPORT", "report file; off = none", "/run/infera-exec/report.json, else /tmp/infera-exec/report.json"},
-	{"ROCM_PATH", "ROCm root searched before /opt/rocm", ""},
+	{"INFERA_EXEC_REPORT", "report file; off = none", "report.json in the state directory", func(l *loader, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil
+		}
+		if on, ok := ParseSwitch(v); (ok && !on) || strings.EqualFold(v, "none") {
+			l.c.ReportOff = true
+		} else {
+			l.c.ReportPath = l.abs(v)
+		}
+		return nil
+	}},
+	{"PAYLOAD_ROOT", "payload directory", "the parent of the directory holding this binary", func(l *loader, v string) error {
+		if v != "" {
+			l.c.PayloadRoot, l.c.PayloadRootFrom = l.abs(v), "PAYLOAD_ROOT"
+			return nil
+		}
+		exe := l.abs(l.exe)
+		l.c.PayloadRoot, l.c.PayloadRootFrom = parentOfBin(exe), "parent of the directory holding "+exe
+		return nil
+	}},
+	{"INFERA_PYTHON", "interpreter to detect and probe", DefaultPython, func(l *loader, v string) error {
+		l.c.Python = cmpOr(v, DefaultPython)
+		return nil
+	}},
+	{"INFERA_PYTHON_TIMEOUT", "how long it may take to answer a version question; the engine probe gets three times as long, in all", DefaultPythonTimeout.String(), func(l *loader, v string) error {
+		l.c.pythonTimeout = l.duration("INFERA_PYTHON_TIMEOUT", v, DefaultPythonTimeout)
+		l.c.PythonTimeout = l.c.pythonTimeout.String()
+		return nil
+	}},
+	{"INFERA_REQUIRE_NATIVE", `capabilities the deployment needs: a list such as "mooncake,hipfile"; on (see switches) or all = the native tree and all it declares; auto = what the worker's arguments imply; off or none = none`, "none", func(l *loader, v string) error {
+		r, err := ParseRequirement(v)
+		l.c.RequireNative = r
+		if err != nil {
+			return &Error{err.Error()}
+		}
+		return nil
+	}},
+	{"INFERA_ENGINE_READY_TIMEOUT", `seconds the worker waits for engine /health: "2400", "90.5", "90m" or "2h"; passed to the worker as whole seconds`, fmt.Sprint(DefaultReadyTimeout), func(l *loader, v string) error {
+		l.c.ReadyTimeout, l.c.ReadyTimeoutFrom = DefaultReadyTimeout, "default"
+		if v == "" {
+			return nil
+		}
+		secs, err := readySeconds(v)
+		if err != nil {
+			l.warn("INFERA_ENGINE_READY_TIMEOUT=%v; using %d", err, DefaultReadyTimeout)
+			l.c.ReadyTimeoutFrom = fmt.Sprintf("default (INFERA_ENGINE_READY_TIMEOUT=%q rejected)", v)
+			return nil
+		}
+		l.c.ReadyTimeout, l.c.ReadyTimeoutFrom, l.c.ReadyTimeoutSet = secs, "INFERA_ENGINE_READY_TIMEOUT="+v, true
+		return nil
+	}},
+	{"INFERA_EXEC_CHDIR", "working directory of the worker", DefaultChdir, func(l *loader, v string) error {
+		l.c.Chdir = DefaultChdir
+		if v != "" {
+			l.c.Chdir = l.abs(v)
+		}
+		return nil
+	}},
+	{"INFERA_EXEC_INIT", "switch: stay as a minimal init (PID 1 or subreaper) that forwards signals to the worker and reaps zombies, like --init", "off", func(l *loader, v string) error {
+		on, err := readSwitch("INFERA_EXEC_INIT", v)
+		if on && l.c.Init == InitOff {
+			l.c.Init = InitChild
+		}
+		return err
+	}},
+	{"INFERA_EXEC_INIT_GROUP", "switch: as INFERA_EXEC_INIT, forwarding signals to the worker's process group, like --init-group", "off", func(l *loader, v string) error {
+		on, err := readSwitch("INFERA_EXEC_INIT_GROUP", v)
+		if on {
+			l.c.Init = InitGroup
+		}
+		return err
+	}},
+	{"INFERA_ABI_FAMILY", "force the family, e.g. rocm7-py312 (debugging)", "", func(l *loader, v string) error {
+		if v == "" {
+			return nil
+		}
+		f, err := ParseFamily(v)
+		if err != nil {
+			return &Error{err.Error()}
+		}
+		l.c.ABIFamily = &f
+		return nil
+	}},
+	{"INFERA_HOST_LIBIONIC", "host RDMA provider; set but missing is a warning", DefaultHostLibionic, func(l *loader, v string) error {
+		l.c.HostLibionic = DefaultHostLibionic
+		if v != "" {
+			l.c.HostLibionic, l.c.HostLibionicSet = l.abs(v), true
+		}
+		return nil
+	}},
+	{"INFERA_RDMA_PROVIDER", "provider the host build replaces", DefaultRDMAProvider, func(l *loader, v string) error {
+		l.c.RDMAProvider = DefaultRDMAProvider
+		if v == "" {
+			return nil
+		}
+		if !providerName(v) {
+			return &Error{fmt.Sprintf("INFERA_RDMA_PROVIDER=%q: a provider name is lower-case letters, digits and '_' (ionic, mana, mlx5)", v)}
+		}
+		l.c.RDMAProvider = v
+		return nil
+	}},
+	{"SYSFS_PATH", "sysfs root, as libibverbs reads it", DefaultSysfs, func(l *loader, v string) error {
+		l.c.Sysfs = DefaultSysfs
+		if v != "" {
+			l.c.Sysfs = l.abs(v)
+		}
+		return nil
+	}},
+	{"INFERA_SKIP_ENGINE_PATCHES", "switch: apply no engine patches (v0.2.2: any non-empty value; still on, with a warning)", "off", func(l *loader, v string) error {
+		var warn string
+		if l.c.SkipEnginePatches, warn = readLegacySwitch("INFERA_SKIP_ENGINE_PATCHES", v); warn != "" {
+			l.warn("%s", warn)
+		}
+		return nil
+	}},
+	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65", "", func(l *loader, v string) error {
+		l.c.RequirePatches = splitList(v)
+		return nil
+	}},
+	{"INFERA_EXEC_STATE_DIR", "state directory: the caches, the patch record, the RDMA fallback directory and the default report", "/run/infera-exec, else /tmp/infera-exec", func(l *loader, v string) error {
+		if v != "" {
+			l.c.StateDir = l.abs(v)
+		}
+		return nil
+	}},
+	{"INFERA_PREFLIGHT", "switch: run the preflight checks", "on", func(l *loader, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil // unset or empty: on
+		}
+		on, err := readSwitch("INFERA_PREFLIGHT", v)
+		l.c.PreflightOff = err == nil && !on
+		return err
+	}},
+	{"INFERA_PREFLIGHT_SKIP", "preflight checks to skip, e.g. rdma,shm", "", func(l *loader, v string) error {
+		l.c.PreflightSkip = splitList(v)
+		return nil
+	}},
+	{"INFERA_PREFLIGHT_TIMEOUT", "how long a filesystem that may not answer (NFS, FUSE, ...) may take", DefaultPreflightTimeout.String(), func(l *loader, v string) error {
+		l.c.preflightTimeout = l.duration("INFERA_PREFLIGHT_TIMEOUT", v, DefaultPreflightTimeout)
+		l.c.PreflightTimeout = l.c.preflightTimeout.String()
+		return nil
+	}},
+	{"INFERA_PREFLIGHT_ON_TIMEOUT", "warn: start the worker anyway; error: refuse (78)", "warn", func(l *loader, v string) error {
+		switch strings.ToLower(v) {
+		case "", "warn", "warning":
+		case "error":
+			l.c.PreflightTimeoutError = true
+		default:
+			l.warn("INFERA_PREFLIGHT_ON_TIMEOUT=%q is not warn or error; a filesystem that does not answer is a warning", v)
+		}
+		return nil
+	}},
+	{"INFERA_PREFLIGHT_SHM_MIN", "the shm check's minimum size of /dev/shm", "1Gi", func(l *loader, v string) error {
+		l.c.PreflightShmMin = DefaultShmMin
+		if v = strings.TrimSpace(v); v == "" {
+			return nil
+		}
+		if n, err := ParseByteSize(v); err != nil {
+			l.warn("INFERA_PREFLIGHT_SHM_MIN=%q is not a size such as 8Gi (%v); using %d bytes", v, err, l.c.PreflightShmMin)
+		} else {
+			l.c.PreflightShmMin = n
+		}
+		return nil
+	}},
+	{"INFERA_PREFLIGHT_NOFILE_MIN", "the nofile check's minimum open-file hard limit", fmt.Sprint(DefaultNofileMin), func(l *loader, v string) error {
+		l.c.PreflightNofileMin = DefaultNofileMin
+		if v = strings.TrimSpace(v); v == "" {
+			return nil
+		}
+		if n, err := strconv.ParseUint(v, 10, 64); err != nil {
+			l.warn("INFERA_PREFLIGHT_NOFILE_MIN=%q is not a number; using %d", v, l.c.PreflightNofileMin)
+		} else {
+			l.c.PreflightNofileMin = n
+		}
+		return nil
+	}},
+	{"INFERA_ALLOW_TCP_KV", "switch: prefill/decode without RDMA only warns", "off", func(l *loader, v string) (err error) {
+		l.c.AllowTCPKV, err = readSwitch("INFERA_ALLOW_TCP_KV", v)
+		return err
+	}},
+	{"INFERA_EXEC_LOG", "text or json log lines on stderr", "text", func(l *loader, v string) error {
+		switch strings.ToLower(v) {
+		case "", "text":
+		case "json":
+			l.c.LogJSON = true
+		default:
+			l.warn("INFERA_EXEC_LOG=%q is not text or json; logging text", v)
+		}
+		return nil
+	}},
+	{"ROCM_PATH", "ROCm root searched before " + DefaultROCmRoot, "", func(l *loader, v string) error {
+		if v != "" {
+			l.c.ROCmRoots = append(l.c.ROCmRoots, l.abs(v))
+		}
+		if len(l.c.ROCmRoots) == 0 || l.c.ROCmRoots[0] != DefaultROCmRoot {
+			l.c.ROCmRoots = append(l.c.ROCmRoots, DefaultROCmRoot)
+		}
+		return nil
+	}},
+}
+
+// duration reads a positive duration, warning and keeping def when v is
+// malformed.
+func (l *loader) duration(name, v string, def time.Duration) time.Duration {
+	if v == "" {
+		return def
+	}
+	d, err := ParseSeconds(v)
+	if err != nil || d <= 0 {
+		l.warn("%s=%q is not a positive duration; using %s", name, v, def)
+		return def
+	}
+	return d
 }
 
 // Foreign are INFERA_* names that others read: the worker and the engine,
@@ -112,49 +321,6 @@ func allNames() []string {
 
 // Closest is the candidate s is probably a typo of, "" if none.
 func Closest(s string, candidates []string) string { return closest.Name(s, candidates) }
-
-// SwitchGrammar is the one grammar of every on/off variable.
-const SwitchGrammar = "1/true/yes/on or 0/false/no/off"
-
-// ParseSwitch reads an on/off value: 1, true, yes, on are on; 0, false,
-// no, off and the empty string are off (every switch but INFERA_PREFLIGHT
-// defaults to off, and that one reads empty as unset); case and
-// surrounding blanks do not matter. ok is false for anything else.
-func ParseSwitch(v string) (on, ok bool) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "1", "true", "yes", "on":
-		return true, true
-	case "", "0", "false", "no", "off":
-		return false, true
-	}
-	return false, false
-}
-
-// readSwitch reads a switch introduced after v0.2.2: a value outside the
-// grammar is a configuration error naming it.
-func readSwitch(env *environ.Env, name string) (bool, error) {
-	v := env.Value(name)
-	on, ok := ParseSwitch(v)
-	if !ok {
-		return false, &Error{fmt.Sprintf("%s=%q is not a switch value: use %s", name, v, SwitchGrammar)}
-	}
-	return on, nil
-}
-
-// readLegacySwitch reads a switch that v0.2.2 took as on whenever it was
-// set to anything: values outside the grammar keep that meaning, and
-// 0/false/no/off, now off, are named as a change.
-func readLegacySwitch(env *environ.Env, name string) (on bool, warn string) {
-	v := env.Value(name)
-	on, ok := ParseSwitch(v)
-	switch {
-	case !ok:
-		return true, fmt.Sprintf("%s=%q is not a switch value (%s); taken as on, as v0.2.2 took any non-empty value", name, v, SwitchGrammar)
-	case !on && strings.TrimSpace(v) != "":
-		return false, fmt.Sprintf("%s=%q is off; v0.2.2 read any non-empty value, this one too, as on: set it to 1 to keep that, or unset it", name, v)
-	}
-	return on, ""
-}
 
 // HelpEnvironment is the environment part of --help: every variable of
 // Vars with its meaning and default, wrapped to 78 columns.

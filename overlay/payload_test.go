@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/overlay"
 )
@@ -289,8 +290,9 @@ func TestSelectNoROCm(t *testing.T) {
 		require.Len(t, s.AllNative, 1, "the trees available are still listed for capability errors")
 	})
 	t.Run("overridden", func(t *testing.T) {
-		f, err := abi.ParseFamily("py312")
+		c, err := config.ParseFamily("py312")
 		require.NoError(t, err)
+		f := abi.FromConfig(c)
 		s, err := p.Select(f)
 		require.NoError(t, err)
 		assert.Nil(t, s.Native)
