@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,10 +44,7 @@ func (v *LoadVerdict) OK() bool { return v != nil && v.Error == "" && len(v.Fail
 // loadCacheVersion changes when the cache format or the check changes.
 const loadCacheVersion = 2
 
-//go:generate go run ../internal/cmd/jsongen -encode loadCache -decode loadCache
-
-// loadCache is kept as JSON, encoded and decoded by generated code
-// (json_gen.go): it is read on every restart.
+// loadCache is kept as JSON: it is read on every restart.
 type loadCache struct {
 	Version   int                        `json:"version"`
 	Key       string                     `json:"key"`       // tree, root, library path
@@ -114,7 +112,7 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 		}
 		// Only into a directory that is infera-exec's own; not fsynced: a
 		// verdict lost to a power cut is checked again.
-		if b, err := appendJSONLoadCache(nil, &c); trusted && err == nil {
+		if b, err := json.Marshal(&c); trusted && err == nil {
 			statedir.WriteCache(in.CacheDir, filepath.Base(cacheFile), b)
 		}
 	}
@@ -130,7 +128,7 @@ func cachedVerdict(file, key, indexFile string, indexID fileid.Identity, indexHa
 		return nil, false
 	}
 	var c loadCache
-	if decodeJSONLoadCache(data, &c) != nil || c.Version != loadCacheVersion || c.Key != key || len(c.Consulted) == 0 {
+	if json.Unmarshal(data, &c) != nil || c.Version != loadCacheVersion || c.Key != key || len(c.Consulted) == 0 {
 		return nil, false
 	}
 	if c.Index != indexID {

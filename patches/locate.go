@@ -2,6 +2,7 @@ package patches
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,7 +166,7 @@ func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*
 	// Against start, not now: an input changed while the interpreter ran
 	// would otherwise key facts decided from what it held before.
 	if cacheFile != "" && ok && !racy(inputs, start) {
-		if b, err := appendJSONCacheEntry(nil, &cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
+		if b, err := json.Marshal(&cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
 			statedir.WriteCache(l.CacheDir, filepath.Base(cacheFile), b) // best effort: next start runs the probe again
 		}
 	}
@@ -387,7 +388,7 @@ func (l *Locator) cached(file, settings string) (*Location, bool) {
 		return nil, false
 	}
 	var c cacheEntry
-	if decodeJSONCacheEntry(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != settings {
+	if json.Unmarshal(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != settings {
 		return nil, false
 	}
 	for _, in := range c.Inputs {

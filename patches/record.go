@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -30,11 +31,7 @@ import (
 // recordVersion changes with the record's format or meaning.
 const recordVersion = "1"
 
-//go:generate go run ../internal/cmd/jsongen -encode record,cacheEntry -decode record,cacheEntry
-
-// record is kept as JSON, encoded and decoded by generated code
-// (json_gen.go): it is read on every restart, where encoding/json's
-// reflection would cost more than the rest of the read.
+// record is kept as JSON: it is read on every restart.
 type record struct {
 	Version string         `json:"version"`
 	Key     string         `json:"key"`
@@ -174,7 +171,7 @@ func writeRecord(file string, rec record, start time.Time) {
 			rec.Results[i].Edits[j].PycsRemoved = nil
 		}
 	}
-	b, err := appendJSONRecord(nil, &rec)
+	b, err := json.Marshal(&rec)
 	if err != nil {
 		return
 	}
@@ -193,7 +190,7 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options, start ti
 		return nil, false
 	}
 	var rec record
-	if decodeJSONRecord(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
+	if json.Unmarshal(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
 		return nil, false
 	}
 	var pycDirs map[string]bool

@@ -5,6 +5,7 @@
 package report
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +22,6 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/environ"
-	"github.com/infera/infera-exec/internal/jsonwire"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/launch"
@@ -166,21 +166,14 @@ type Outcome struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-//go:generate go run ../internal/cmd/jsongen -encode Report
-
-// Marshal renders r as indented JSON, secrets redacted (see RedactArgs):
-// the bytes json.MarshalIndent(r, "", "  ") returns, and a newline. The
-// report is written on every start, so it is encoded by generated code
-// (json_gen.go), not by encoding/json's reflection, whose first use in
-// a process costs more than the rest of the encoding. The indentation is
-// json.Indent's, without its validating scanner.
+// Marshal renders r as indented JSON, secrets redacted (see RedactArgs),
+// and a newline.
 func Marshal(r *Report) ([]byte, error) {
-	b, err := appendJSONReport(make([]byte, 0, 16<<10), redacted(r))
+	b, err := json.MarshalIndent(redacted(r), "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	out := jsonwire.AppendIndent(make([]byte, 0, 2*len(b)), b, "  ")
-	return append(out, '\n'), nil
+	return append(b, '\n'), nil
 }
 
 // Write stores r for operators. path empty means the default locations in

@@ -2,7 +2,6 @@
 // sandbox (a container-like environment from Linux namespaces, and its
 // command, which `make demo` uses), fixture (ELF objects, fake ROCm
 // installs, RDMA probes, trees and the real-sized engine install for
-// tests, benchmarks and the demo), randfill and jsoncheck (random values,
-// and the checks that hold generated JSON code to encoding/json) and
-// testsummary (the closing summary of `make test`).
+// tests, benchmarks and the demo) and testsummary (the closing summary of
+// `make test`).
 package testsupport
