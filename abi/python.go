@@ -16,8 +16,8 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
+	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/internal/procgroup"
-	"github.com/infera/infera-exec/launch"
 )
 
 // Python is the interpreter the worker will run and its CPython version.
@@ -136,7 +136,7 @@ func DetectPython(ctx context.Context, pr PythonProbe) (Python, error) {
 // Interpreter resolves name (INFERA_PYTHON) on pathList as exec will,
 // relative to dir, the directory it will run in.
 func Interpreter(name, pathList, dir string) (string, error) {
-	path, err := launch.Command(name, pathList, dir)
+	path, err := lookpath.Command(name, pathList, dir)
 	if err != nil {
 		// %v: the lookup's 126/127 are the worker's codes, not the
 		// interpreter's, which is configuration (78).
@@ -171,7 +171,7 @@ func pathOf(env *environ.Env) string {
 	if v, ok := env.Get("PATH"); ok {
 		return v
 	}
-	return launch.DefaultPath
+	return lookpath.DefaultPath
 }
 
 // venvVersion reads the version a venv was created with (PEP 405: the

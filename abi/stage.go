@@ -3,36 +3,93 @@ package abi
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/report"
 )
 
-// Input is what the ABI step takes from the configuration.
+// Input is what the ABI step takes: the decided configuration, the
+// container's environment as it started infera-exec, and the PATH the
+// worker will get (the payload's bin/ first), on which the interpreter is
+// resolved as the worker's command will be.
 type Input struct {
-	Override   *config.Family // INFERA_ABI_FAMILY
-	ROCmRoots  []string       // ROCM_PATH, then /opt/rocm
-	Python     string         // INFERA_PYTHON as given
-	PythonPath string         // Python resolved once for the whole pass
+	Config     config.Config
 	Env        *environ.Env
-	Dir        string // where an asked interpreter runs: the worker's working directory
-	Timeout    time.Duration
-	Log        *slog.Logger
+	WorkerPath string
+	// Answers says whether the filesystems of paths answer in time.
+	Answers func(paths ...string) error
+	Log     *slog.Logger
 }
 
-// Detect decides the container's ABI family. On error the family holds
-// what was found so far, for the report.
-func Detect(ctx context.Context, in Input) (Family, error) {
-	if in.Override != nil {
-		f := FromConfig(*in.Override)
-		in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; detection skipped (for debugging only)", f.Name()))
-		return f, nil
+// Outcome is the ABI step's decision: the family, and the interpreter
+// resolved once for every later step that runs Python.
+type Outcome struct {
+	Family
+	// Interpreter is INFERA_PYTHON resolved on the worker's PATH; ""
+	// when it cannot run (InterpreterErr says why). Only the steps that
+	// need Python refuse over it.
+	Interpreter    string `json:"-"`
+	InterpreterErr error  `json:"-"`
+
+	decided bool // the family is known
+}
+
+// Error is a family that cannot be decided: exit code 78.
+type Error struct{ Err error }
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// ExitCode is EX_CONFIG.
+func (e *Error) ExitCode() int { return 78 }
+
+// Run resolves the interpreter and decides the container's ABI family.
+// On error the outcome holds what was found so far, for the report.
+func Run(ctx context.Context, in Input) (*Outcome, error) {
+	cfg := in.Config
+	o := &Outcome{}
+	// Everything below and the chdir before the exec would block on a
+	// working directory that does not answer: nothing to start.
+	if err := in.Answers(cfg.Chdir); err != nil {
+		return o, &Error{fmt.Errorf("INFERA_EXEC_CHDIR %w", err)}
 	}
+	// Command resolution (the interpreter's here, the worker's later)
+	// stats every PATH directory; so do the ROCm roots' listings.
+	if err := in.Answers(lookpath.AbsDirs(in.WorkerPath)...); err != nil {
+		return o, &Error{fmt.Errorf("a PATH directory %w", err)}
+	}
+	if err := in.Answers(cfg.ROCmRoots...); err != nil {
+		return o, &Error{fmt.Errorf("a ROCm root (ROCM_PATH, %s) %w", config.DefaultROCmRoot, err)}
+	}
+	o.Interpreter, o.InterpreterErr = Resolve(cfg.Python, in.WorkerPath, cfg.WorkDir(), in.Answers)
+	if cfg.ABIFamily != nil {
+		o.Family = FromConfig(*cfg.ABIFamily)
+		in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; detection skipped (for debugging only)", o.Name()))
+		o.decided = true
+		return o, nil
+	}
+	if o.InterpreterErr != nil {
+		return o, &Error{o.InterpreterErr}
+	}
+	var err error
+	o.Family, err = detect(ctx, in, o.Interpreter)
+	if err != nil {
+		return o, &Error{err}
+	}
+	o.decided = true
+	return o, nil
+}
+
+// detect reads ROCm's major from the HIP runtime and CPython's minor from
+// the interpreter.
+func detect(ctx context.Context, in Input, interpreter string) (Family, error) {
 	var f Family
-	rocm, err := DetectROCm(in.ROCmRoots)
+	rocm, err := DetectROCm(in.Config.ROCmRoots)
 	f.ROCm = rocm
 	if err != nil {
 		return f, err
@@ -41,11 +98,11 @@ func Detect(ctx context.Context, in Input) (Family, error) {
 		in.Log.Warn("ROCm: " + n)
 	}
 	py, err := DetectPython(ctx, PythonProbe{
-		Interpreter: in.Python,
-		Path:        in.PythonPath,
+		Interpreter: in.Config.Python,
+		Path:        interpreter,
 		Env:         in.Env,
-		Dir:         in.Dir,
-		Timeout:     in.Timeout,
+		Dir:         in.Config.WorkDir(),
+		Timeout:     in.Config.PythonTimeoutDuration(),
 	})
 	f.Python = py
 	if err != nil {
@@ -58,4 +115,37 @@ func Detect(ctx context.Context, in Input) (Family, error) {
 	in.Log.Info(fmt.Sprintf("ABI family %s: %s; CPython %s from %s", f.Name(), rocmText, py.Version(), py.DecidedBy),
 		"family", f.Name())
 	return f, nil
+}
+
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field {
+	if !o.decided {
+		return []report.Field{{Key: "abi", Value: &o.Family}}
+	}
+	return []report.Field{{Key: "family", Value: o.Name()}, {Key: "abi", Value: &o.Family}}
+}
+
+func (o *Outcome) WriteText(w io.Writer) {
+	a := o.Family
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("ABI family: %s", a.Name())
+	if a.Override != "" {
+		p("  set by INFERA_ABI_FAMILY=%s (detection skipped)", a.Override)
+		return
+	}
+	if a.ROCm.Found {
+		p("  ROCm %d      %s", a.ROCm.Major, a.ROCm.DecidedBy)
+		if len(a.ROCm.Chain) > 1 {
+			p("               chain %s", strings.Join(a.ROCm.Chain, " -> "))
+		}
+	} else {
+		p("  ROCm         none (no libamdhip64 in %s)", strings.Join(a.ROCm.Searched, ", "))
+	}
+	for _, n := range a.ROCm.Notes {
+		p("               note: %s", n)
+	}
+	p("  CPython %-4s %s", a.Python.Version(), a.Python.DecidedBy)
+	if a.Python.Path != "" {
+		p("               interpreter %s", strings.Join(a.Python.Chain, " -> "))
+	}
 }

@@ -138,6 +138,9 @@ type Unavailable struct {
 	Withdrawn map[string]string
 }
 
+// ExitCode is EX_UNAVAILABLE.
+func (e *Unavailable) ExitCode() int { return 69 }
+
 func (e *Unavailable) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "INFERA_REQUIRE_NATIVE=%s: ", e.Requirement.Raw)
@@ -216,6 +219,9 @@ type UnknownNameError struct {
 	Raw  string
 	Name string
 }
+
+// ExitCode is EX_CONFIG: the requirement names nothing anyone provides.
+func (e *UnknownNameError) ExitCode() int { return 78 }
 
 func (e *UnknownNameError) Error() string {
 	return fmt.Sprintf("INFERA_REQUIRE_NATIVE=%s: %q is not a capability name: infera-exec knows %s and no tree of the payload declares it%s",

@@ -1,6 +1,7 @@
 package capability
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -339,7 +340,7 @@ func TestDecideNamesWithdrawnCapability(t *testing.T) {
 		Globs:       []string{"mooncake/engine*.so"},
 		DoesNotLoad: map[string][]string{"mooncake/engine.so": {"needs libmooncake_transfer.so.2, which is nowhere the loader looks"}},
 	}}
-	_, err := Decide(Input{Requirement: mustReq(t, "mooncake,hipfile"), Tree: &tree, Evidence: ev})
+	_, err := Run(context.Background(), Input{Requirement: mustReq(t, "mooncake,hipfile"), Tree: &tree, Evidence: ev})
 	var u *Unavailable
 	require.True(t, errors.As(err, &u), "%v", err)
 	assert.Equal(t, map[string]string{"mooncake": "mooncake/engine.so does not load: needs libmooncake_transfer.so.2, which is nowhere the loader looks"}, u.Withdrawn)

@@ -1,18 +1,23 @@
 package capability
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/workerargs"
+	"github.com/infera/infera-exec/report"
 )
 
-// Input is what the capability step takes: the requirement as configured,
-// the worker command, and the native tree chosen for this container.
+// Input is what the capability step takes: the requirement as configured
+// (INFERA_REQUIRE_NATIVE), the worker command, and the native tree the
+// payload step chose for this container.
 type Input struct {
 	Requirement config.Requirement
 	Args        workerargs.Args // the worker command, read once
@@ -20,7 +25,7 @@ type Input struct {
 	Evidence    []Evidence      // why the tree's capabilities were granted
 	NoTreeWhy   string          // why there is none
 	Available   []Tree          // every native tree of the payload
-	Env         *environ.Env    // the worker's environment: the engine's own switches
+	Env         *environ.Env    // the container's environment as it started infera-exec: the engine's own switches
 	Log         *slog.Logger
 }
 
@@ -34,10 +39,10 @@ type Outcome struct {
 	Required    Set                `json:"required"`
 }
 
-// Decide checks the requirement, with what the worker's arguments imply,
+// Run checks the requirement, with what the worker's arguments imply,
 // against the tree. It returns an *Unavailable error when a required
 // capability is missing; the outcome is returned either way.
-func Decide(in Input) (*Outcome, error) {
+func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o := &Outcome{Provided: Set{}}
 	if in.Tree != nil {
 		o.Tree, o.Provided, o.Evidence = in.Tree.Name, in.Tree.Caps, in.Evidence
@@ -89,4 +94,31 @@ func Decide(in Input) (*Outcome, error) {
 		in.Log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where))
 	}
 	return o, nil
+}
+
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field { return []report.Field{{Key: "capabilities", Value: o}} }
+
+func (o *Outcome) WriteText(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("Capabilities: provided %s; required %s (INFERA_REQUIRE_NATIVE=%q)", o.Provided, o.Required, o.Requirement.Raw)
+	for _, e := range o.Evidence {
+		state := "granted"
+		if !e.Granted {
+			state = "NOT granted, missing " + strings.Join(e.Missing, ", ")
+		}
+		var found []string
+		for _, g := range e.Globs {
+			if f, ok := e.Found[g]; ok {
+				found = append(found, g+" -> "+strings.Join(f, " "))
+			}
+		}
+		if len(found) > 0 {
+			state += "; found " + strings.Join(found, ", ")
+		}
+		p("  %s: %s", e.Capability, state)
+	}
+	for _, i := range o.Implied {
+		p("  implied by the worker's arguments: %s (%s)", i.Capability, i.Source)
+	}
 }

@@ -332,15 +332,15 @@ func HelpEnvironment() string {
 		if v.Default != "" {
 			text += " (default " + v.Default + ")"
 		}
-		writeWrapped(&b, v.Name, text)
+		writeWrapped(&b, v.Name, text, 31)
 	}
 	return b.String()
 }
 
-// writeWrapped prints "  NAME  text" with text wrapped at 78 columns and
-// indented under itself.
-func writeWrapped(b *strings.Builder, name, text string) {
-	const col, width = 31, 78
+// writeWrapped prints "  NAME  text" with text starting at column col,
+// wrapped at 78 columns and indented under itself.
+func writeWrapped(b *strings.Builder, name, text string, col int) {
+	const width = 78
 	line := "  " + name
 	if len(line) >= col-1 {
 		b.WriteString(line + "\n")

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"syscall"
+
+	"github.com/infera/infera-exec/internal/lookpath"
 )
 
 // Role is what infera-exec becomes for the worker: PID 1 in a container
@@ -24,9 +26,9 @@ func InitRole() string {
 func Become(s InitSpec, log *slog.Logger) int {
 	out, err := Supervise(s, func(msg string) { log.Warn(msg) })
 	if err != nil {
-		code := CodeNotExecutable
+		code := lookpath.CodeNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
-			code = CodeNotFound
+			code = lookpath.CodeNotFound
 		}
 		log.Error(err.Error(), "exit", code)
 		return code

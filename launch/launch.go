@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/lookpath"
 )
 
 // Nofile is the RLIMIT_NOFILE the worker gets.
@@ -17,6 +18,7 @@ type Nofile struct {
 	Soft    uint64 `json:"soft"`
 	Hard    uint64 `json:"hard"`
 	Changed bool   `json:"changed"`
+	Err     string `json:"error,omitempty"` // why the soft limit stayed below the hard one
 }
 
 // RaiseNofile sets the soft open-file limit to the hard limit. It calls
@@ -52,14 +54,14 @@ func CheckDir(dir string) error {
 }
 
 // Exec replaces the process with path. It returns only on failure, with
-// the shell's exit code for it: CodeNotExecutable for a file the kernel
-// will not run, CodeNotFound when it or its #! interpreter is gone.
+// the shell's exit code for it: lookpath.CodeNotExecutable for a file the kernel
+// will not run, lookpath.CodeNotFound when it or its #! interpreter is gone.
 func Exec(path string, argv, env []string) (int, error) {
 	err := syscall.Exec(path, argv, env)
-	code := CodeNotExecutable
+	code := lookpath.CodeNotExecutable
 	if err == syscall.ENOENT {
 		// The file vanished, or its #! interpreter does not exist.
-		return CodeNotFound, fmt.Errorf("exec %s: %w (if it is a script, check the interpreter on its #! line)", path, err)
+		return lookpath.CodeNotFound, fmt.Errorf("exec %s: %w (if it is a script, check the interpreter on its #! line)", path, err)
 	}
 	if err == syscall.ENOEXEC {
 		return code, fmt.Errorf("exec %s: %w (not a binary for this machine, or a script without a #! line)", path, err)

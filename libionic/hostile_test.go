@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/digest"
 )
 
@@ -53,7 +54,7 @@ func TestFallbackSkipsDirectoriesItDoesNotOwn(t *testing.T) {
 	o := opts(root)
 	o.FallbackDirs = []string{"/run/infera-exec/rdma", "/tmp/infera-exec/rdma", "/dev/shm/infera-exec-rdma"}
 	r := fallback(root, o, c, data, &Result{})
-	require.Equal(t, "fallback", r.State, r.Summary)
+	require.Equal(t, Fallback, r.State, r.Summary)
 	assert.Equal(t, map[string]string{"RDMAV_DRIVERS": "/dev/shm/infera-exec-rdma/libmana"}, r.Env)
 	require.Len(t, r.Warnings, 2, "%v", r.Warnings)
 	assert.Contains(t, r.Warnings[1], "tmp/infera-exec/rdma")
@@ -61,9 +62,10 @@ func TestFallbackSkipsDirectoriesItDoesNotOwn(t *testing.T) {
 	assert.NoFileExists(t, filepath.Join(planted, "libmana-rdmav34.so"), "nothing written into their directory")
 
 	var logs bytes.Buffer
-	out, edits := Run(context.Background(), Options{Host: "/none"}, slog.New(slog.NewTextHandler(&logs, nil)))
-	assert.Equal(t, "not-mounted", out.Swap.State)
-	assert.Empty(t, edits)
+	out, err := Run(context.Background(), Input{Config: config.Config{HostLibionic: "/none"}, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	assert.Equal(t, NotMounted, out.Swap.State)
+	assert.Empty(t, out.Edits)
 	// The edits of a fallback: RDMAV_DRIVERS only.
 	require.Len(t, fallbackEdits(r), 1)
 	for _, e := range fallbackEdits(r) {
@@ -135,7 +137,7 @@ func TestSwapKeepsTheOriginalWhenABackupWithOtherContentExists(t *testing.T) {
 	require.NoError(t, os.WriteFile(stale, []byte("something else"), 0o644))
 
 	r := Swap(context.Background(), opts(root))
-	require.Equal(t, "replaced", r.State, r.Summary)
+	require.Equal(t, Replaced, r.State, r.Summary)
 	got, err := os.ReadFile(stale)
 	require.NoError(t, err)
 	assert.Equal(t, "something else", string(got), "a backup it did not make is not overwritten")
@@ -153,7 +155,7 @@ func TestSwapKeepsTheOriginalWhenABackupWithOtherContentExists(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(root, multiarch, ".libmana.so.1.0.44.0.infera-orig"), orig, 0o644))
 	r = Swap(context.Background(), opts(root))
-	require.Equal(t, "replaced", r.State, r.Summary)
+	require.Equal(t, Replaced, r.State, r.Summary)
 	assert.Empty(t, r.Backups)
 }
 
@@ -172,7 +174,7 @@ func TestDriverLinesAreReadAsLibibverbsReadsThem(t *testing.T) {
 	assert.Equal(t, "driver /opt/vendor/libmana", c.DriverLine)
 
 	r := Swap(context.Background(), opts(root))
-	require.Equal(t, "replaced", r.State, r.Summary)
+	require.Equal(t, Replaced, r.State, r.Summary)
 	assert.Contains(t, r.Replaced, "/opt/vendor/libmana-rdmav34.so", "the file the loader opens is the one replaced")
 	host, err := os.ReadFile(filepath.Join(root, "host-libionic/libionic.so"))
 	require.NoError(t, err)
@@ -193,7 +195,7 @@ func TestDriverLinesAreReadAsLibibverbsReadsThem(t *testing.T) {
 			before, err := os.ReadFile(filepath.Join(root, multiarch, "libmana.so.1.0.44.0"))
 			require.NoError(t, err)
 			r := Swap(context.Background(), opts(root))
-			assert.Equal(t, "refused", r.State)
+			assert.Equal(t, Refused, r.State)
 			assert.Contains(t, r.Summary, "cannot tell")
 			assert.Empty(t, r.Replaced)
 			after, err := os.ReadFile(filepath.Join(root, multiarch, "libmana.so.1.0.44.0"))

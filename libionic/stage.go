@@ -3,64 +3,112 @@ package libionic
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/rdma"
+	"github.com/infera/infera-exec/internal/statedir"
+	"github.com/infera/infera-exec/report"
 )
+
+// Input is what the host-provider step takes: the decided configuration,
+// the state directory the run picked (the read-only route's first
+// place), and the container's root ("/" except in tests).
+type Input struct {
+	Config   config.Config
+	StateDir string
+	Root     string
+	// Answers says whether the filesystems of paths answer in time; nil:
+	// do not ask.
+	Answers func(paths ...string) error
+	DryRun  bool
+	Log     *slog.Logger
+}
 
 // Outcome is the host-provider step's section of the report: what the
 // swap decided, and the RDMA devices the container can see.
 type Outcome struct {
 	Swap *Result         `json:"swap"`
 	RDMA *rdma.Inventory `json:"rdma"`
+	// Edits is the environment the worker needs for the route taken:
+	// RDMAV_DRIVERS for the read-only route, nothing else.
+	Edits []environ.Edit `json:"-"`
+
+	root, name string
+	container  func() abiRange
 }
 
-// Heading and TextLines render the outcome in --explain.
-func (o *Outcome) Heading() (name, state, summary string) {
-	return "host libionic", o.Swap.State, o.Swap.Summary
-}
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field { return []report.Field{{Key: "libionic", Value: o}} }
 
-func (o *Outcome) TextLines() []string {
-	var out []string
+func (o *Outcome) WriteText(w io.Writer) {
+	var lines []string
 	for _, c := range o.Swap.Checks {
 		mark := "ok  "
 		if !c.OK {
 			mark = "FAIL"
 		}
-		out = append(out, fmt.Sprintf("%s %s: %s", mark, c.Name, c.Detail))
+		lines = append(lines, fmt.Sprintf("%s %s: %s", mark, c.Name, c.Detail))
 	}
 	if o.Swap.HostABI != nil || o.Swap.ContainerABI != nil {
-		out = append(out, fmt.Sprintf("provider kernel ABI range: host build %s, container's %s", o.Swap.HostABI, o.Swap.ContainerABI))
+		lines = append(lines, fmt.Sprintf("provider kernel ABI range: host build %s, container's %s", o.Swap.HostABI, o.Swap.ContainerABI))
 	}
 	if o.RDMA != nil {
-		out = append(out, o.RDMA.Lines()...)
+		lines = append(lines, o.RDMA.Lines()...)
 	}
-	return out
+	report.WriteHeading(w, "host libionic", string(o.Swap.State), o.Swap.Summary, lines)
 }
 
 // Run swaps the host's RDMA provider in when the host mounts it, reads
-// the container's RDMA devices either way, logs what it did, and returns
-// the environment the worker needs for the route taken.
-func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []environ.Edit) {
+// the container's RDMA devices either way, and logs what it did. It never
+// refuses the start: a host build that would not load leaves the
+// container's provider in place.
+func Run(ctx context.Context, in Input) (*Outcome, error) {
+	cfg, log := in.Config, in.Log
+	opt := Options{
+		Host: cfg.HostLibionic, Name: cfg.RDMAProvider, Root: in.Root, Sysfs: cfg.Sysfs, Answers: in.Answers,
+		FallbackDirs: statedir.ProviderDirs(in.StateDir, cfg.StateDir),
+		DryRun:       in.DryRun, Explicit: cfg.HostLibionicSet,
+	}
+	o := run(ctx, opt, log)
+	o.bind(in.Root, cfg.RDMAProvider)
+	return o, nil
+}
+
+// bind makes ProviderABI answer for provider name under root: the
+// container's range is read once, and not at all when the swap read it.
+func (o *Outcome) bind(root, name string) {
+	o.root, o.name = root, name
+	o.container = sync.OnceValue(func() abiRange {
+		if o.Swap != nil && o.Swap.ContainerABI != nil {
+			return abiRange{o.Swap.ContainerABI.Min, o.Swap.ContainerABI.Max, true}
+		}
+		lo, hi, ok := ProviderRange(o.root, o.name)
+		return abiRange{lo, hi, ok}
+	})
+}
+
+func run(ctx context.Context, opt Options, log *slog.Logger) *Outcome {
 	// The host mount and sysfs are read without a deadline: a host path on
 	// a filesystem that does not answer is not used.
 	if opt.Answers != nil {
 		if err := opt.Answers(opt.Host, opt.Sysfs, rdma.DevDir); err != nil {
-			o := Unanswered(err)
+			o := unanswered(err)
 			log.Warn("host libionic: " + o.Swap.Summary)
-			return o, nil
+			return o
 		}
 	}
 	if opt.RDMA == nil && opt.Sysfs != "" {
 		opt.RDMA = rdma.Read(opt.Sysfs, rdma.DevDir)
 	}
 	res := Swap(ctx, opt)
-	o := &Outcome{Swap: res, RDMA: opt.RDMA}
+	o := &Outcome{Swap: res, RDMA: opt.RDMA, Edits: fallbackEdits(res)}
 	switch res.State {
-	case "not-mounted":
+	case NotMounted:
 		if opt.Explicit {
 			// Set on purpose and absent: most often a typo in the
 			// volume's mountPath or the variable.
@@ -68,7 +116,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []enviro
 		} else {
 			log.Debug(res.Summary)
 		}
-	case "replaced":
+	case Replaced:
 		// The line operators grep for, one per file.
 		for _, f := range res.Replaced {
 			log.Info(fmt.Sprintf("replaced %s with the host libionic build", f))
@@ -76,7 +124,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []enviro
 		for _, f := range res.Created {
 			log.Info(fmt.Sprintf("created %s for the host libionic build", f))
 		}
-	case "unchanged", "planned", "fallback":
+	case Unchanged, Planned, Fallback:
 		log.Info("host libionic: " + res.Summary)
 	default: // refused, no-route
 		log.Warn("host libionic: " + res.Summary)
@@ -87,7 +135,7 @@ func Run(ctx context.Context, opt Options, log *slog.Logger) (*Outcome, []enviro
 	for _, n := range res.Notes {
 		log.Info("host libionic: " + n)
 	}
-	return o, fallbackEdits(res)
+	return o
 }
 
 // fallbackEdits is the environment a route needs: RDMAV_DRIVERS for the
@@ -101,44 +149,41 @@ func fallbackEdits(res *Result) []environ.Edit {
 	return edits
 }
 
-// ProviderABI is the kernel ABI range of the provider build that will
-// serve an RDMA device: the host build when this step put it in place,
-// else the container's own (read from root). Devices of other providers
-// are not ours to judge (ok false).
-func ProviderABI(o *Outcome, root, name string) func(ibdev string) (min, max uint32, ok bool) {
-	// The container's provider is one file for every device: read it once,
-	// not once per NIC.
-	type abiRange struct {
-		min, max uint32
-		ok       bool
-	}
-	container := sync.OnceValue(func() abiRange {
-		// The swap step read it already when the host build was mounted.
-		if o != nil && o.Swap != nil && o.Swap.ContainerABI != nil {
-			return abiRange{o.Swap.ContainerABI.Min, o.Swap.ContainerABI.Max, true}
-		}
-		lo, hi, ok := ProviderRange(root, name)
-		return abiRange{lo, hi, ok}
-	})
-	return func(ibdev string) (uint32, uint32, bool) {
-		if !strings.HasPrefix(ibdev, name) {
-			return 0, 0, false
-		}
-		if o != nil && o.Swap.HostABI != nil {
-			switch o.Swap.State {
-			case "replaced", "fallback", "unchanged", "planned":
-				return o.Swap.HostABI.Min, o.Swap.HostABI.Max, true
-			}
-		}
-		r := container()
-		return r.min, r.max, r.ok
-	}
+type abiRange struct {
+	min, max uint32
+	ok       bool
 }
 
-// Unanswered is the outcome when the host mount or sysfs did not answer
+// ProviderABI is the kernel ABI range of the provider build that will
+// serve an RDMA device: the host build when this step put it in place,
+// else the container's own (read once, for every device). Devices of
+// other providers are not ours to judge (ok false).
+func (o *Outcome) ProviderABI(ibdev string) (min, max uint32, ok bool) {
+	if !strings.HasPrefix(ibdev, o.name) {
+		return 0, 0, false
+	}
+	if o.Swap != nil && o.Swap.HostABI != nil {
+		switch o.Swap.State {
+		case Replaced, Fallback, Unchanged, Planned:
+			return o.Swap.HostABI.Min, o.Swap.HostABI.Max, true
+		}
+	}
+	r := o.container()
+	return r.min, r.max, r.ok
+}
+
+// ContainerProvider is the outcome of a run that swapped nothing (--doctor):
+// the container's own provider serves every device.
+func ContainerProvider(root, name string, inv *rdma.Inventory) *Outcome {
+	o := &Outcome{Swap: &Result{State: NotMounted}, RDMA: inv}
+	o.bind(root, name)
+	return o
+}
+
+// unanswered is the outcome when the host mount or sysfs did not answer
 // within the deadline: the container's own provider is used and no RDMA
 // device is read.
-func Unanswered(err error) *Outcome {
-	return &Outcome{Swap: &Result{State: "unanswered",
+func unanswered(err error) *Outcome {
+	return &Outcome{Swap: &Result{State: Unanswered,
 		Summary: fmt.Sprintf("%v; the container's provider is used, RDMA devices not read", err)}}
 }

@@ -36,6 +36,20 @@ type Options struct {
 	Answers func(paths ...string) error
 }
 
+// State is what became of the host provider.
+type State string
+
+const (
+	NotMounted State = "not-mounted" // no host build: the container's provider is used
+	Unanswered State = "unanswered"  // the host mount or sysfs did not answer in time
+	Refused    State = "refused"     // the host build would not load, or is not safe to install
+	Unchanged  State = "unchanged"   // the host build is in place already
+	Replaced   State = "replaced"    // the host build replaced the container's provider
+	Fallback   State = "fallback"    // installed in a writable directory, loaded through RDMAV_DRIVERS
+	NoRoute    State = "no-route"    // nowhere to install it
+	Planned    State = "planned"     // --explain: what a start would do
+)
+
 // ABIRange is the kernel uverbs ABI range a provider build accepts.
 type ABIRange struct {
 	Min uint32 `json:"min"`
@@ -53,7 +67,7 @@ func (r *ABIRange) covers(abi int) bool { return r != nil && abi >= int(r.Min) &
 
 // Result is what the swap found and did.
 type Result struct {
-	State        string            `json:"state"` // not-mounted, refused, unchanged, replaced, fallback, no-route, or planned-*
+	State        State             `json:"state"`
 	Route        string            `json:"route,omitempty"`
 	Summary      string            `json:"summary"`
 	Host         string            `json:"host"`
@@ -83,11 +97,11 @@ func Swap(ctx context.Context, o Options) *Result {
 	}
 	fi, err := os.Lstat(in(root, o.Host))
 	if errors.Is(err, os.ErrNotExist) {
-		r.State, r.Summary = "not-mounted", o.Host+" is not present; the container's provider is used"
+		r.State, r.Summary = NotMounted, o.Host+" is not present; the container's provider is used"
 		return r
 	}
 	if err == nil && fi.IsDir() {
-		r.State, r.Summary = "refused", o.Host+" is a directory, not the provider library; mount the file itself"
+		r.State, r.Summary = Refused, o.Host+" is a directory, not the provider library; mount the file itself"
 		return r
 	}
 
@@ -97,7 +111,7 @@ func Swap(ctx context.Context, o Options) *Result {
 		r.Kernel = o.RDMA.Uverbs
 	}
 	if err != nil {
-		r.State, r.Summary = "refused", err.Error()
+		r.State, r.Summary = Refused, err.Error()
 		return r
 	}
 	// The host file is read once; every check below is made on that copy
@@ -105,7 +119,7 @@ func Swap(ctx context.Context, o Options) *Result {
 	// between the check and the copy changes nothing.
 	data, host, err := readHost(in(root, o.Host))
 	if err != nil {
-		r.State = "refused"
+		r.State = Refused
 		r.Checks = append(r.Checks, elfload.Check{Name: "elf", Detail: err.Error()})
 		r.Summary = fmt.Sprintf("host build not used: %v; keeping the container's provider", err)
 		return r
@@ -138,26 +152,26 @@ func Swap(ctx context.Context, o Options) *Result {
 				failed = append(failed, ch.Detail)
 			}
 		}
-		r.State = "refused"
+		r.State = Refused
 		r.Summary = fmt.Sprintf("host build %s would not load in this container (%s); keeping the container's provider", o.Host, strings.Join(failed, "; "))
 		return r
 	}
 	r.HostSHA256 = digest.Bytes(data)
 
 	if c.DriverFile != "" && len(c.SonameChain) > 0 && len(c.ProviderChain) > 0 && c.ProviderSHA256 == r.HostSHA256 && allSame(root, c.Files, r.HostSHA256) {
-		r.State, r.Route = "unchanged", "in-place"
+		r.State, r.Route = Unchanged, "in-place"
 		r.Summary = fmt.Sprintf("the container's provider %s is already the host build", c.ProviderLink)
 		return r
 	}
 	if o.DryRun {
 		if dir := firstUnwritable(root, c); dir == "" {
-			r.State, r.Route = "planned", "in-place"
+			r.State, r.Route = Planned, "in-place"
 			r.Summary = fmt.Sprintf("would replace %s with the host build", describeTargets(c))
 		} else if d, why := pickFallback(root, o.FallbackDirs, r); d != "" {
-			r.State, r.Route = "planned", "rdmav-drivers"
+			r.State, r.Route = Planned, "rdmav-drivers"
 			r.Summary = fmt.Sprintf("%s is not writable; would copy the host build to %s and set RDMAV_DRIVERS", dir, d)
 		} else {
-			r.State = "no-route"
+			r.State = NoRoute
 			r.Summary = fmt.Sprintf("%s is not writable and no fallback directory is usable (%s)", dir, why)
 		}
 		return r
@@ -165,12 +179,12 @@ func Swap(ctx context.Context, o Options) *Result {
 
 	err = inPlace(ctx, root, o.Name, c, data, r)
 	if err == nil {
-		r.State, r.Route = "replaced", "in-place"
+		r.State, r.Route = Replaced, "in-place"
 		r.Summary = "replaced " + strings.Join(r.Replaced, ", ") + " with the host libionic build"
 		return r
 	}
 	if !unwritable(err) {
-		r.State = "refused"
+		r.State = Refused
 		r.Summary = fmt.Sprintf("swapping in the host build failed: %v; the container's provider was restored", err)
 		return r
 	}
@@ -396,7 +410,7 @@ func runLdconfig(ctx context.Context, r *Result) {
 func fallback(root string, o Options, c *Container, data []byte, r *Result) *Result {
 	dir, why := pickFallback(root, o.FallbackDirs, r)
 	if dir == "" {
-		r.State = "no-route"
+		r.State = NoRoute
 		r.Summary = fmt.Sprintf("cannot swap in the host build: the library directory is not writable and no fallback directory is usable (%s); starting with the container's provider", why)
 		return r
 	}
@@ -404,7 +418,7 @@ func fallback(root string, o Options, c *Container, data []byte, r *Result) *Res
 	prov := filepath.Join(dir, fmt.Sprintf("lib%s-rdmav%d.so", o.Name, c.PABI))
 	if cur, err := boundedread.FileNoFollow(in(root, lib), boundedread.Library); err != nil || digest.Bytes(cur) != digest.Bytes(data) {
 		if err := atomicfile.WriteBytes(in(root, lib), data, atomicfile.Options{Mode: 0o755}); err != nil {
-			r.State, r.Summary = "no-route", fmt.Sprintf("cannot write %s: %v; starting with the container's provider", lib, err)
+			r.State, r.Summary = NoRoute, fmt.Sprintf("cannot write %s: %v; starting with the container's provider", lib, err)
 			return r
 		}
 		r.Created = append(r.Created, lib)
@@ -412,12 +426,12 @@ func fallback(root string, o Options, c *Container, data []byte, r *Result) *Res
 	if t, err := os.Readlink(in(root, prov)); err != nil || t != filepath.Base(lib) {
 		os.Remove(in(root, prov))
 		if err := os.Symlink(filepath.Base(lib), in(root, prov)); err != nil {
-			r.State, r.Summary = "no-route", fmt.Sprintf("cannot create %s: %v; starting with the container's provider", prov, err)
+			r.State, r.Summary = NoRoute, fmt.Sprintf("cannot create %s: %v; starting with the container's provider", prov, err)
 			return r
 		}
 		r.Created = append(r.Created, prov)
 	}
-	r.State, r.Route = "fallback", "rdmav-drivers"
+	r.State, r.Route = Fallback, "rdmav-drivers"
 	// An RDMAV_DRIVERS entry is an absolute path: libibverbs dlopens
 	// <entry>-rdmav<PABI>.so directly, so the directory needs no
 	// LD_LIBRARY_PATH entry (which would let it shadow every library the

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/rdma"
 )
 
 // Debian bookworm's rdma-core 44 (libibverbs1, ibverbs-providers): real
@@ -97,7 +98,7 @@ func TestSwapInPlaceThenNoop(t *testing.T) {
 	require.NoError(t, err)
 
 	r := Swap(context.Background(), opts(root))
-	require.Equal(t, "replaced", r.State, r.Summary)
+	require.Equal(t, Replaced, r.State, r.Summary)
 	assert.Equal(t, "in-place", r.Route)
 	assert.Equal(t, []string{multiarch + "/libmana.so.1.0.44.0"}, r.Replaced)
 	assert.Equal(t, "replaced "+multiarch+"/libmana.so.1.0.44.0 with the host libionic build", r.Summary)
@@ -117,7 +118,7 @@ func TestSwapInPlaceThenNoop(t *testing.T) {
 	// A restart finds the host build in place and writes nothing.
 	fi1, _ := os.Stat(filepath.Join(root, multiarch, "libmana.so.1.0.44.0"))
 	r = Swap(context.Background(), opts(root))
-	assert.Equal(t, "unchanged", r.State, r.Summary)
+	assert.Equal(t, Unchanged, r.State, r.Summary)
 	fi2, _ := os.Stat(filepath.Join(root, multiarch, "libmana.so.1.0.44.0"))
 	assert.Equal(t, fi1.ModTime(), fi2.ModTime())
 }
@@ -141,7 +142,7 @@ func TestSwapRefusesWhatWouldNotLoad(t *testing.T) {
 			before, err := os.ReadFile(filepath.Join(root, multiarch, "libmana.so.1.0.44.0"))
 			require.NoError(t, err)
 			r := Swap(context.Background(), opts(root))
-			assert.Equal(t, "refused", r.State)
+			assert.Equal(t, Refused, r.State)
 			assert.Contains(t, r.Summary, c.wants)
 			after, err := os.ReadFile(filepath.Join(root, multiarch, "libmana.so.1.0.44.0"))
 			require.NoError(t, err)
@@ -159,7 +160,7 @@ func TestSwapWrongSoname(t *testing.T) {
 	o.Name = "ionic" // the host file is a libmana: SONAME libmana.so.1
 	require.NoError(t, os.WriteFile(filepath.Join(root, "etc/libibverbs.d/ionic.driver"), []byte("driver ionic\n"), 0o644))
 	r := Swap(context.Background(), o)
-	assert.Equal(t, "refused", r.State)
+	assert.Equal(t, Refused, r.State)
 	assert.Contains(t, r.Summary, "libionic.so.1")
 }
 
@@ -168,10 +169,10 @@ func TestSwapNotMountedOrDirectory(t *testing.T) {
 	o := opts(root)
 	o.Host = "/host-libionic/absent.so"
 	r := Swap(context.Background(), o)
-	assert.Equal(t, "not-mounted", r.State)
+	assert.Equal(t, NotMounted, r.State)
 	o.Host = "/host-libionic"
 	r = Swap(context.Background(), o)
-	assert.Equal(t, "refused", r.State)
+	assert.Equal(t, Refused, r.State)
 	assert.Contains(t, r.Summary, "is a directory")
 }
 
@@ -180,7 +181,7 @@ func TestSwapNotMountedOrDirectory(t *testing.T) {
 func TestSwapCreatesMissingNames(t *testing.T) {
 	root := fakeRoot(t, false)
 	r := Swap(context.Background(), opts(root))
-	require.Equal(t, "replaced", r.State, r.Summary)
+	require.Equal(t, Replaced, r.State, r.Summary)
 	assert.ElementsMatch(t, []string{multiarch + "/libmana.so.1", multiarch + "/libibverbs/libmana-rdmav34.so", "/etc/libibverbs.d/mana.driver"}, r.Created)
 	link, err := os.Readlink(filepath.Join(root, multiarch, "libibverbs/libmana-rdmav34.so"))
 	require.NoError(t, err)
@@ -196,7 +197,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	o.DryRun = true
 	before := listing(t, root)
 	r := Swap(context.Background(), o)
-	assert.Equal(t, "planned", r.State)
+	assert.Equal(t, Planned, r.State)
 	assert.Equal(t, "in-place", r.Route)
 	assert.Contains(t, r.Summary, "would replace "+multiarch+"/libmana.so.1.0.44.0")
 	assert.Equal(t, before, listing(t, root))
@@ -212,7 +213,7 @@ func TestFallbackRoute(t *testing.T) {
 	require.NoError(t, err)
 	o := opts(root)
 	r := fallback(root, o, c, data, &Result{})
-	require.Equal(t, "fallback", r.State, r.Summary)
+	require.Equal(t, Fallback, r.State, r.Summary)
 	assert.Equal(t, "rdmav-drivers", r.Route)
 	assert.Equal(t, map[string]string{"RDMAV_DRIVERS": "/run/infera-exec/rdma/libmana"}, r.Env)
 	got, err := os.ReadFile(filepath.Join(root, "run/infera-exec/rdma/libmana-rdmav34.so"))
@@ -224,14 +225,14 @@ func TestFallbackRoute(t *testing.T) {
 
 	// Again: nothing to write, same answer.
 	r = fallback(root, o, c, data, &Result{})
-	assert.Equal(t, "fallback", r.State)
+	assert.Equal(t, Fallback, r.State)
 	assert.Empty(t, r.Created)
 
 	// No usable directory: no route, and the summary says why.
 	require.NoError(t, os.WriteFile(filepath.Join(root, "afile"), nil, 0o644))
 	o.FallbackDirs = []string{"/afile/rdma"}
 	r = fallback(root, o, c, data, &Result{})
-	assert.Equal(t, "no-route", r.State)
+	assert.Equal(t, NoRoute, r.State)
 	assert.Contains(t, r.Summary, "afile: not a directory")
 }
 
@@ -253,7 +254,7 @@ func TestKernelABI(t *testing.T) {
 	o := opts(root)
 	o.RDMA = rdma.Read(sys, filepath.Join(root, "dev/infiniband"))
 	r := Swap(context.Background(), o)
-	require.Equal(t, "replaced", r.State)
+	require.Equal(t, Replaced, r.State)
 	assert.Equal(t, []rdma.Uverbs{{Name: "uverbs0", IBDev: "ionic_0", ABI: 1}, {Name: "uverbs1", IBDev: "mlx5_0", ABI: 1}}, r.Kernel)
 	require.NotNil(t, r.HostABI, "libmana's range is readable from the binary")
 	assert.Equal(t, &ABIRange{1, 1}, r.HostABI)
@@ -296,10 +297,11 @@ func listing(t *testing.T, root string) string {
 // The container's range the swap step already read is used as it is: the
 // provider is not found and read a second time (here root has none).
 func TestProviderABIReusesContainerRange(t *testing.T) {
-	o := &Outcome{Swap: &Result{State: "refused", ContainerABI: &ABIRange{Min: 3, Max: 4}}}
-	lo, hi, ok := ProviderABI(o, t.TempDir(), "mana")("mana0")
+	o := &Outcome{Swap: &Result{State: Refused, ContainerABI: &ABIRange{Min: 3, Max: 4}}}
+	o.bind(t.TempDir(), "mana")
+	lo, hi, ok := o.ProviderABI("mana0")
 	require.True(t, ok)
 	assert.Equal(t, [2]uint32{3, 4}, [2]uint32{lo, hi})
-	_, _, ok = ProviderABI(o, t.TempDir(), "mana")("mlx5_0")
+	_, _, ok = o.ProviderABI("mlx5_0")
 	assert.False(t, ok, "another provider's device")
 }

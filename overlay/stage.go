@@ -1,23 +1,83 @@
 package overlay
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/infera/infera-exec/abi"
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
-	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/report"
 )
 
-// Choose opens the payload at root (from says where that root came from)
-// and picks the trees for the family, then checks them against the image:
-// a payload distribution that shadows the image's at another version is a
-// warning; a capability whose evidence does not load is not granted. The
-// payload is returned even when no tree fits, for the report.
-func Choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payload, *Selection, error) {
+// Input is what the payload step takes: the decided configuration, the ABI
+// step's family, the container's environment as it started infera-exec
+// (its LD_LIBRARY_PATH is part of the image the native tree is checked
+// against), and the state directory the run picked (the load check's
+// verdict cache; "" for none).
+type Input struct {
+	Config   config.Config
+	Family   abi.Family
+	Env      *environ.Env
+	StateDir string
+	// Answers says whether the filesystems of paths answer in time.
+	Answers func(paths ...string) error
+	Log     *slog.Logger
+}
+
+// Outcome is the payload step's decision: the payload as read, the trees
+// picked for the family, and what they add to the worker's environment.
+type Outcome struct {
+	Payload   *Payload
+	Selection *Selection
+	From      string         // where the payload root came from
+	Edits     []environ.Edit `json:"-"`
+}
+
+// Refusal is a payload that cannot serve this container: exit code 78.
+type Refusal struct{ Err error }
+
+func (e *Refusal) Error() string { return e.Err.Error() }
+func (e *Refusal) Unwrap() error { return e.Err }
+
+// ExitCode is EX_CONFIG.
+func (e *Refusal) ExitCode() int { return 78 }
+
+// ExitCode is EX_CANTCREAT: --install cannot write its destination.
+func (e *DestError) ExitCode() int { return 73 }
+
+// Run opens the payload and picks the trees for the family, then checks
+// them against the image: a payload distribution that shadows the image's
+// at another version is a warning; a capability whose evidence does not
+// load is not granted. The payload is in the outcome even when no tree
+// fits, for the report.
+func Run(ctx context.Context, in Input) (*Outcome, error) {
+	cfg := in.Config
+	o := &Outcome{From: cfg.PayloadRootFrom}
+	if err := in.Answers(cfg.PayloadRoot); err != nil {
+		return o, &Refusal{fmt.Errorf("payload root %w (payload root from %s)", err, cfg.PayloadRootFrom)}
+	}
+	img := ImageAt("/", in.Env.Value("LD_LIBRARY_PATH"))
+	img.CacheDir = in.StateDir
+	var err error
+	o.Payload, o.Selection, err = choose(cfg.PayloadRoot, cfg.PayloadRootFrom, in.Family, img, in.Log)
+	if err != nil {
+		return o, &Refusal{err}
+	}
+	o.Edits = o.Selection.Env()
+	in.Log.Info(o.Selection.EnvSummary())
+	return o, nil
+}
+
+// choose opens the payload at root (from says where that root came from)
+// and picks the trees for the family, then checks them against the image.
+func choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payload, *Selection, error) {
 	pl, err := Open(root)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (payload root from %s)", err, from)
@@ -52,16 +112,28 @@ func Choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payl
 }
 
 // Env is what the selection adds to the worker's environment: its
-// directories first on PATH, PYTHONPATH and LD_LIBRARY_PATH (PATH gets
-// execvp's default first when it is unset, so ours do not replace it).
+// directories first on PATH, PYTHONPATH and LD_LIBRARY_PATH.
 func (s *Selection) Env() []environ.Edit {
 	return []environ.Edit{
-		environ.SetDefault("PATH", launch.DefaultPath),
+		pathDefault(),
 		environ.Prepend("PATH", s.Path...),
 		environ.Prepend("PYTHONPATH", s.PythonPath...),
 		environ.Prepend("LD_LIBRARY_PATH", s.LibraryPath...),
 	}
 }
+
+// WorkerPath is the PATH the worker will get before any tree is picked:
+// the payload's bin/ first. The ABI step resolves the interpreter on it;
+// Env adds the same directory, so both agree.
+func WorkerPath(env *environ.Env, root string) string {
+	e := env.Clone()
+	e.Apply(pathDefault(), environ.Prepend("PATH", BinDir(root)))
+	return e.Value("PATH")
+}
+
+// pathDefault gives PATH execvp's default when it is unset, so that the
+// payload's directories are added to it rather than replacing it.
+func pathDefault() environ.Edit { return environ.SetDefault("PATH", lookpath.DefaultPath) }
 
 // EnvSummary is the log line for Env.
 func (s *Selection) EnvSummary() string {
@@ -92,4 +164,55 @@ func rootHint(root string, pl *Payload) string {
 		hint += "; it is a bin/ directory: the payload root is its parent, " + filepath.Dir(root)
 	}
 	return hint + "; run infera-exec from its payload's bin/ (the root is then found from the binary), or set PAYLOAD_ROOT to the directory that holds bin/ and the py3XX/ trees"
+}
+
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field {
+	return []report.Field{{Key: "payload", Value: o.Payload}, {Key: "trees", Value: o.Selection}}
+}
+
+func (o *Outcome) WriteText(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	if pl := o.Payload; pl != nil {
+		p("Payload: %s (%s)", pl.Root, o.From)
+		p("  python trees present: %s", orNone(pl.PyTrees))
+		var natives []string
+		for _, t := range pl.NativeTrees {
+			natives = append(natives, fmt.Sprintf("%s [%s]", t.Name, t.Caps))
+		}
+		p("  native trees present: %s", orNone(natives))
+	}
+	t := o.Selection
+	if t == nil {
+		return
+	}
+	p("  python tree: %s", t.PyTree)
+	if t.Native != nil {
+		p("  native tree: %s", t.Native.Dir)
+	} else {
+		p("  native tree: none: %s", t.NoNativeWhy)
+	}
+	for _, w := range t.Warnings {
+		p("  warning: %s", w)
+	}
+	if len(t.Considered) > 0 {
+		p("  trees considered:")
+	}
+	for _, c := range t.Considered {
+		mark := "  "
+		switch {
+		case c.Chosen:
+			mark = "=>"
+		case c.Matched:
+			mark = " ~"
+		}
+		p("   %s %s (%s, %s): %s", mark, c.Name, c.Kind, c.Dir, c.Why)
+	}
+}
+
+func orNone(list []string) string {
+	if len(list) == 0 {
+		return "none"
+	}
+	return strings.Join(list, ", ")
 }

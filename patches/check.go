@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-
-	"github.com/infera/infera-exec/overlay"
 )
 
 // CheckReport is --check ROOT: every definition evaluated against an
@@ -16,9 +14,6 @@ type CheckReport struct {
 	Location *Location `json:"location"`
 	Results  []Result  `json:"results"`
 	Drift    bool      `json:"drift"`
-	// The payload's trees against root when it is an image root (version
-	// shadows, the native trees' load check), set by the caller.
-	Audit *overlay.Audit `json:"payload_audit,omitempty"`
 }
 
 // Check evaluates the built-in and the payload's definitions against root

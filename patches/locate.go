@@ -174,12 +174,13 @@ func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*
 }
 
 func (l *Locator) run(ctx context.Context, names []string) (*Location, error) {
-	timeout := l.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
+	// One deadline for the whole probe (INFERA_PYTHON_TIMEOUT x 3); none
+	// when the caller gives none.
+	if l.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	cmd := procgroup.Command(ctx, l.Python, append([]string{"-c", probeScript}, names...)...)
 	cmd.Env = l.Env.Slice()
 	cmd.Dir = l.Dir
@@ -187,7 +188,7 @@ func (l *Locator) run(ctx context.Context, names []string) (*Location, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := procgroup.Run(ctx, cmd)
 	if ctx.Err() == context.DeadlineExceeded {
-		return nil, fmt.Errorf("%s did not answer where %s would be imported from within %s", l.Python, strings.Join(names, ", "), timeout)
+		return nil, fmt.Errorf("%s did not answer where %s would be imported from within %s (3 x INFERA_PYTHON_TIMEOUT, for the whole probe)", l.Python, strings.Join(names, ", "), l.Timeout)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s failed to locate %s (%v): %s", l.Python, strings.Join(names, ", "), err, tail(errb.String()))

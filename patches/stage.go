@@ -3,6 +3,7 @@ package patches
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/report"
 )
 
 // Input is what the engine-patch step takes from the decided configuration
@@ -30,9 +32,19 @@ type Input struct {
 	Early        *Early // the probe started ahead (StartEarly), or nil
 }
 
+// StepState is how the patch step ended.
+type StepState string
+
+const (
+	StepSkipped StepState = "skipped" // INFERA_SKIP_ENGINE_PATCHES, or the engine could not be located
+	StepNone    StepState = "none"    // no patch definitions
+	StepDone    StepState = "done"    // every definition evaluated, the pending ones applied
+	StepPlanned StepState = "planned" // --explain: evaluated, nothing written
+)
+
 // Outcome is the step's decision: its section of the report.
 type Outcome struct {
-	State    string    `json:"state"` // skipped, none, done, planned
+	State    StepState `json:"state"`
 	Summary  string    `json:"summary"`
 	Location *Location `json:"location,omitempty"`
 	Results  []Result  `json:"results,omitempty"`
@@ -40,22 +52,29 @@ type Outcome struct {
 	Notes    []string  `json:"notes,omitempty"`
 }
 
-// Heading and TextLines render the outcome in --explain.
-func (o *Outcome) Heading() (name, state, summary string) {
-	return "engine patches", o.State, o.Summary
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field { return []report.Field{{Key: "patches", Value: o}} }
+
+func (o *Outcome) WriteText(w io.Writer) {
+	report.WriteHeading(w, "engine patches", string(o.State), o.Summary, nil)
 }
-func (o *Outcome) TextLines() []string { return nil }
 
 // ConfigError is a definition set or requirement that cannot be used.
 type ConfigError struct{ Err error }
 
 func (e *ConfigError) Error() string { return e.Err.Error() }
+
+// ExitCode is EX_CONFIG.
+func (e *ConfigError) ExitCode() int { return 78 }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // RequiredError is a required patch that is not in force.
 type RequiredError struct{ Err error }
 
 func (e *RequiredError) Error() string { return e.Err.Error() }
+
+// ExitCode is EX_DATAERR: a required patch is not in force.
+func (e *RequiredError) ExitCode() int { return 65 }
 func (e *RequiredError) Unwrap() error { return e.Err }
 
 // LoadSet reads the built-in definitions and the payload's.
@@ -91,7 +110,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o := &Outcome{}
 	log := in.Log
 	if in.Skip {
-		o.State, o.Summary = "skipped", "INFERA_SKIP_ENGINE_PATCHES is set"
+		o.State, o.Summary = StepSkipped, "INFERA_SKIP_ENGINE_PATCHES is set"
 		log.Info("engine patches skipped: INFERA_SKIP_ENGINE_PATCHES is set")
 		return o, nil
 	}
@@ -116,7 +135,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	}
 	scripts, names := in.Early.scriptsAndNames(set, in.PayloadRoot)
 	if len(names) == 0 {
-		o.State, o.Summary = "none", "no patch definitions"
+		o.State, o.Summary = StepNone, "no patch definitions"
 		return o, nil
 	}
 
@@ -124,7 +143,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	if err != nil {
 		// Cannot know where the engine is: nothing is patched. A required
 		// patch cannot be vouched for, so that refuses.
-		o.State, o.Summary = "skipped", err.Error()
+		o.State, o.Summary = StepSkipped, err.Error()
 		log.Warn("engine patches skipped: " + err.Error())
 		for _, d := range set.Defs {
 			if d.Required || require[d.ID] {
@@ -174,9 +193,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
 	}
-	o.State = "done"
+	o.State = StepDone
 	if in.DryRun {
-		o.State = "planned"
+		o.State = StepPlanned
 	}
 	o.Summary = strings.Join(parts, ", ")
 	return o, refusal

@@ -42,7 +42,7 @@ func TestModelDirOnNFSAnswers(t *testing.T) {
 	in := modelInput(dir, magicNFS)
 	in.Statfs = nil
 	in.Probe = nfsProber(t, dir, 30*time.Second)
-	results, _ := Run(in, []string{"advertise", "advertise-ip", "rdma", "shm", "nofile", "placeholders"})
+	results, _ := runChecks(in, []string{"advertise", "advertise-ip", "rdma", "shm", "nofile", "placeholders"})
 	r := find(t, results, "model-dir")
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Contains(t, r.Seen, "on nfs4 from 10.0.0.5:/export/models, 2 shards (*.safetensors), 8.00 GB")
@@ -65,7 +65,7 @@ func TestModelDirOnNFSDoesNotAnswer(t *testing.T) {
 		in.Probe.Exe = never
 		in.TimeoutError = strict
 		start := time.Now()
-		results, _ := Run(in, []string{"advertise", "advertise-ip", "rdma", "nofile", "placeholders"})
+		results, _ := runChecks(in, []string{"advertise", "advertise-ip", "rdma", "nofile", "placeholders"})
 		assert.GreaterOrEqual(t, time.Since(start), timeout)
 		r := find(t, results, "model-dir")
 		assert.Equal(t, Fail, r.Status)

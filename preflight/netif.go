@@ -219,7 +219,7 @@ func ifAddr(family byte, attrs []byte) (string, bool) {
 }
 
 // interfacesOf lists the interfaces through the test seam, or the real ones.
-func interfacesOf(in *Input) ([]Interface, error) {
+func interfacesOf(in *Facts) ([]Interface, error) {
 	if in.Interfaces != nil {
 		return in.Interfaces()
 	}
@@ -228,7 +228,7 @@ func interfacesOf(in *Input) ([]Interface, error) {
 
 // sysfsOf is the sysfs root the checks read, /sys unless the pass says
 // otherwise.
-func sysfsOf(in *Input) string {
+func sysfsOf(in *Facts) string {
 	if in.Sysfs != "" {
 		return in.Sysfs
 	}

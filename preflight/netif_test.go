@@ -140,10 +140,10 @@ func TestHelperNetns(t *testing.T) {
 	require.NoError(t, err, "the bridge lists its port")
 	assert.False(t, netPhysical(sysfs, "cni0"))
 
-	got, why := AdvertiseIP(&Input{Sysfs: sysfs})
+	got, why := AdvertiseIP(&Facts{Sysfs: sysfs})
 	assert.Empty(t, got)
 	assert.Contains(t, why, "d0 10.9.8.7 (virtual)")
 	assert.Contains(t, why, "cni0 10.9.9.1 (virtual)")
 	assert.Contains(t, why, "every interface here is virtual")
-	assert.Equal(t, Skipped, checkAdvertiseIP(&Input{Sysfs: sysfs}).Status)
+	assert.Equal(t, Skipped, checkAdvertiseIP(&Facts{Sysfs: sysfs}).Status)
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/internal/rdma"
@@ -54,9 +53,9 @@ type Result struct {
 // Failed reports whether r failed with severity s.
 func (r Result) Failed(s Severity) bool { return r.Status == Fail && r.Severity == s }
 
-// Input is everything the checks look at; the pass fills it from the
+// Facts are everything the checks look at; the stage fills them from the
 // composed environment and the worker command, tests from fixtures.
-type Input struct {
+type Facts struct {
 	Args         workerargs.Args   // the worker command, read once
 	Env          map[string]string // the worker's environment
 	Sysfs        string            // /sys, or SYSFS_PATH
@@ -68,6 +67,7 @@ type Input struct {
 	Chdir        string                                        // the worker's working directory (INFERA_EXEC_CHDIR)
 	ShmMin       uint64                                        // bytes of /dev/shm below which shm warns
 	NofileMin    uint64                                        // hard limit below which nofile warns
+	HostLibionic string                                        // where the host provider is mounted (INFERA_HOST_LIBIONIC)
 	AllowTCP     bool                                          // INFERA_ALLOW_TCP_KV=1
 	ProviderABI  func(ibdev string) (min, max uint32, ok bool) // the provider build the worker will use, per device
 	Statfs       func(path string) (FS, error)                 // a seam for tests; nil: the real statfs(2)
@@ -81,7 +81,7 @@ type Input struct {
 	TimeoutError bool
 
 	// listing is the interfaces and the address the rule picks among
-	// them, read once per Input: the advertise-ip check and AdvertiseIP
+	// them, read once per Facts: the advertise-ip check and AdvertiseIP
 	// (the pass's edit) decide from the same listing.
 	listing *advListing
 }
@@ -90,13 +90,49 @@ type Input struct {
 type Check struct {
 	Name string
 	What string // one line, for --help and the README
-	Run  func(in *Input) Result
+	Run  func(in *Facts) Result
 }
 
-// Checks are all checks, in the order they run and are reported.
-var Checks []Check
-
-func register(c Check) { Checks = append(Checks, c) }
+// Checks are all checks, in the order they run and are reported: the
+// command's own text first, then what it names (the model directory, the
+// addresses), then the node's resources.
+var Checks = []Check{
+	Check{
+		Name: "placeholders",
+		What: "template placeholders such as <MODEL_DIR> left in the command or environment",
+		Run:  checkPlaceholders,
+	},
+	Check{
+		Name: "model-dir",
+		What: "the model directory exists, holds readable weights, and loads within the readiness timeout from its filesystem",
+		Run:  checkModelDir,
+	},
+	Check{
+		Name: "advertise",
+		What: "a prefill/decode worker advertises an address its peer on another node can reach",
+		Run:  checkAdvertise,
+	},
+	Check{
+		Name: "advertise-ip",
+		What: "choose " + AdvertiseVar + ": a private IPv4 address of a physical interface",
+		Run:  checkAdvertiseIP,
+	},
+	Check{
+		Name: "rdma",
+		What: "a prefill/decode worker sees RDMA devices, /dev/infiniband, and a provider that supports their kernel ABI",
+		Run:  checkRDMA,
+	},
+	Check{
+		Name: "shm",
+		What: "/dev/shm is large enough for NCCL/RCCL and the engines' IPC, and not mounted noexec",
+		Run:  checkShm,
+	},
+	Check{
+		Name: "nofile",
+		What: "the open-file hard limit is high enough for a router with many in-flight requests",
+		Run:  checkNofile,
+	},
+}
 
 // Names lists the check names.
 func Names() []string {
@@ -107,9 +143,9 @@ func Names() []string {
 	return out
 }
 
-// Run runs every check not named in skip (INFERA_PREFLIGHT_SKIP). Unknown
+// runChecks runs every check not named in skip (INFERA_PREFLIGHT_SKIP). Unknown
 // names in skip are returned so the caller can warn about a misspelling.
-func Run(in *Input, skipList []string) (results []Result, unknown []string) {
+func runChecks(in *Facts, skipList []string) (results []Result, unknown []string) {
 	skip := map[string]bool{}
 	for _, n := range skipList {
 		skip[n] = true
@@ -135,21 +171,6 @@ func Run(in *Input, skipList []string) (results []Result, unknown []string) {
 	}
 	sort.Strings(unknown)
 	return results, unknown
-}
-
-// flagValue finds --name VALUE or --name=VALUE in argv; the last wins.
-func flagValue(argv []string, names ...string) (string, bool) {
-	val, found := "", false
-	for i := 0; i < len(argv); i++ {
-		for _, name := range names {
-			if v, ok := strings.CutPrefix(argv[i], name+"="); ok {
-				val, found = v, true
-			} else if argv[i] == name && i+1 < len(argv) {
-				val, found = argv[i+1], true
-			}
-		}
-	}
-	return val, found
 }
 
 func pass(seen string) Result { return Result{Status: Pass, Seen: seen} }
@@ -180,7 +201,7 @@ type Interface struct {
 // answers is nil when path's filesystem is local or answered a stat
 // within the deadline; else the deadline that passed. Once a mount has
 // not answered, later paths on it are refused at once.
-func answers(in *Input, path string) *fsprobe.DeadlineError {
+func answers(in *Facts, path string) *fsprobe.DeadlineError {
 	_, err := in.Probe.Answers(path)
 	var d *fsprobe.DeadlineError
 	if errors.As(err, &d) {
@@ -192,7 +213,7 @@ func answers(in *Input, path string) *fsprobe.DeadlineError {
 // unanswered is the result of a check whose filesystem did not answer: a
 // warning, so the worker still starts (it may wait on the same mount, but
 // then the log says which), or an error when the operator asked for one.
-func unanswered(in *Input, what string, d *fsprobe.DeadlineError) Result {
+func unanswered(in *Facts, what string, d *fsprobe.DeadlineError) Result {
 	sev := Warn
 	if in.TimeoutError {
 		sev = Error

@@ -1,7 +1,9 @@
 package preflight
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,92 +12,127 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
-	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/libionic"
-	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/report"
 )
 
-// NewInput is what the checks look at in a real run: the worker command,
-// the worker's environment, the configured thresholds, the run's RDMA
-// devices, and providerABI, the provider build that will serve each of
-// them (nil: unknown).
-func NewInput(cfg config.Config, args workerargs.Args, env *environ.Env, inv *rdma.Inventory, providerABI func(ibdev string) (min, max uint32, ok bool), probe *fsprobe.Prober) *Input {
+// Input is what the preflight step takes: the decided configuration, the
+// worker command, the worker's composed environment, the host-provider
+// step's outcome (the RDMA devices and the provider build each will use),
+// and the prober that touches filesystems that may not answer.
+type Input struct {
+	Config   config.Config
+	Args     workerargs.Args
+	Env      *environ.Env
+	Libionic *libionic.Outcome
+	Probe    *fsprobe.Prober
+	Log      *slog.Logger
+}
+
+// State is how the preflight step ended.
+type State string
+
+const (
+	Off    State = "off"    // INFERA_PREFLIGHT=off
+	Passed State = "passed" // no error-level check failed
+	Failed State = "failed" // an error-level check failed: the start is refused
+)
+
+// Outcome is the preflight step's section of the report (and --doctor's
+// JSON).
+type Outcome struct {
+	State       State       `json:"state"`
+	Summary     string      `json:"summary"`
+	Command     report.Argv `json:"command,omitempty"`
+	AdvertiseIP string      `json:"advertise_ip,omitempty"` // chosen for INFERA_ADVERTISE_IP
+	Checks      []Result    `json:"checks,omitempty"`
+	Unknown     []string    `json:"unknown_skips,omitempty"`
+	// Edits sets INFERA_ADVERTISE_IP when the environment does not.
+	Edits []environ.Edit `json:"-"`
+
+	advertiseWhy string // set when the address is exported, for the log
+}
+
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field { return []report.Field{{Key: "preflight", Value: o}} }
+
+func (o *Outcome) WriteText(w io.Writer) {
+	var lines []string
+	for _, r := range o.Checks {
+		lines = append(lines, fmt.Sprintf("%-7s %-13s %s", label(r), r.Name, r.Seen))
+	}
+	report.WriteHeading(w, "preflight", string(o.State), o.Summary, lines)
+}
+
+// Refusal is the start refused because an error-level check failed:
+// exit code 78.
+type Refusal struct{ Result Result }
+
+func (e *Refusal) Error() string {
+	r := e.Result
+	return fmt.Sprintf("preflight %s: %s; %s %s (to start anyway: INFERA_PREFLIGHT_SKIP=%s)", r.Name, r.Seen, r.Why, r.Do, r.Name)
+}
+
+// ExitCode is EX_CONFIG.
+func (e *Refusal) ExitCode() int { return 78 }
+
+// Run runs every check not skipped (INFERA_PREFLIGHT_SKIP), unless
+// INFERA_PREFLIGHT is off, logs the findings, and decides
+// INFERA_ADVERTISE_IP by the rule the advertise-ip check reports on: the
+// edit sets it when the environment does not. The error is a *Refusal
+// naming the first error-level failure.
+func Run(ctx context.Context, in Input) (*Outcome, error) {
+	if in.Config.PreflightOff {
+		in.Log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
+		return &Outcome{State: Off, Summary: "INFERA_PREFLIGHT=off"}, nil
+	}
+	o, err := evaluate(newFacts(in), in.Config.PreflightSkip)
+	o.log(in.Log)
+	return o, err
+}
+
+// newFacts is what the checks look at in a real run.
+func newFacts(in Input) *Facts {
+	cfg := in.Config
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	m := map[string]string{}
-	for _, kv := range env.Slice() {
+	for _, kv := range in.Env.Slice() {
 		k, v, _ := strings.Cut(kv, "=")
 		m[k] = v
 	}
-	return &Input{
-		Args:         args,
+	f := &Facts{
+		Args:         in.Args,
 		Env:          m,
 		Sysfs:        cfg.Sysfs,
-		RDMA:         inv,
 		ShmDir:       "/dev/shm",
 		NofileHard:   lim.Max,
 		ReadyTimeout: cfg.ReadyTimeout,
 		ReadyDefault: !cfg.ReadyTimeoutSet,
 		Chdir:        cfg.Chdir,
+		HostLibionic: cfg.HostLibionic,
 		ShmMin:       cfg.PreflightShmMin,
 		NofileMin:    cfg.PreflightNofileMin,
 		AllowTCP:     cfg.AllowTCPKV,
-		ProviderABI:  providerABI,
-		Probe:        probe,
+		Probe:        in.Probe,
 		TimeoutError: cfg.PreflightTimeoutError,
 	}
-}
-
-// Outcome is the preflight step's section of the report (and --doctor's
-// JSON).
-type Outcome struct {
-	State       string   `json:"state"` // off, passed, failed
-	Summary     string   `json:"summary"`
-	Command     []string `json:"command,omitempty"`
-	AdvertiseIP string   `json:"advertise_ip,omitempty"` // chosen for INFERA_ADVERTISE_IP
-	Checks      []Result `json:"checks,omitempty"`
-	Unknown     []string `json:"unknown_skips,omitempty"`
-	// --doctor: the payload's trees against this image (version shadows,
-	// the native trees' load check), set by the caller; the pass reports
-	// them in its own sections.
-	Audit *overlay.Audit `json:"payload_audit,omitempty"`
-
-	advertiseWhy string // set when the address is exported, for the log
-}
-
-// Heading and TextLines render the outcome in --explain.
-func (o *Outcome) Heading() (name, state, summary string) { return "preflight", o.State, o.Summary }
-
-func (o *Outcome) TextLines() []string {
-	var out []string
-	for _, r := range o.Checks {
-		out = append(out, fmt.Sprintf("%-7s %-13s %s", label(r), r.Name, r.Seen))
+	if in.Libionic != nil {
+		f.RDMA, f.ProviderABI = in.Libionic.RDMA, in.Libionic.ProviderABI
 	}
-	return out
+	return f
 }
 
-// Failed is the refusal when an error-level check failed.
-type Failed struct{ Result Result }
-
-func (e *Failed) Error() string {
-	r := e.Result
-	return fmt.Sprintf("preflight %s: %s; %s %s (to start anyway: INFERA_PREFLIGHT_SKIP=%s)", r.Name, r.Seen, r.Why, r.Do, r.Name)
-}
-
-// Evaluate runs every check not skipped and decides INFERA_ADVERTISE_IP
-// by the rule the advertise-ip check reports on: the edit sets it when the
-// environment does not. The error is a *Failed naming the first
-// error-level failure.
-func Evaluate(in *Input, skip []string) (*Outcome, []environ.Edit, error) {
+// evaluate runs the checks and decides the advertise address.
+func evaluate(in *Facts, skip []string) (*Outcome, error) {
 	o := &Outcome{Command: in.Args.Argv}
-	o.Checks, o.Unknown = Run(in, skip)
-	var edits []environ.Edit
+	o.Checks, o.Unknown = runChecks(in, skip)
 	if !slices.Contains(skip, "advertise-ip") {
 		var why string
 		o.AdvertiseIP, why = AdvertiseIP(in)
 		if _, set := in.Env[AdvertiseVar]; !set && o.AdvertiseIP != "" {
-			edits = append(edits, environ.Set(AdvertiseVar, o.AdvertiseIP))
+			o.Edits = append(o.Edits, environ.Set(AdvertiseVar, o.AdvertiseIP))
 			o.advertiseWhy = why
 		}
 	}
@@ -107,13 +144,13 @@ func Evaluate(in *Input, skip []string) (*Outcome, []environ.Edit, error) {
 			failed = append(failed, r)
 		}
 	}
-	o.State = "passed"
+	o.State = Passed
 	o.Summary = fmt.Sprintf("%d passed, %d errors, %d warnings, %d skipped", counts["ok"], counts["ERROR"], counts["WARN"], counts["skip"])
 	if len(failed) == 0 {
-		return o, edits, nil
+		return o, nil
 	}
-	o.State = "failed"
-	return o, edits, &Failed{failed[0]}
+	o.State = Failed
+	return o, &Refusal{failed[0]}
 }
 
 // UnknownSkips are the warnings about INFERA_PREFLIGHT_SKIP names that are
@@ -126,10 +163,10 @@ func (o *Outcome) UnknownSkips() []string {
 	return out
 }
 
-// Log writes one line per finding: the address chosen, warnings,
+// log writes one line per finding: the address chosen, warnings,
 // notes, and every error-level failure after the first (which is the
 // refusal itself).
-func (o *Outcome) Log(log *slog.Logger) {
+func (o *Outcome) log(log *slog.Logger) {
 	if o.advertiseWhy != "" {
 		log.Info(fmt.Sprintf("%s=%s (%s)", AdvertiseVar, o.AdvertiseIP, o.advertiseWhy))
 	}
@@ -177,15 +214,4 @@ func label(r Result) string {
 		return "skip"
 	}
 	return "ok"
-}
-
-// ForDoctor is the input of --doctor: the command that follows and this
-// process's environment, the RDMA devices when sysfs answers in time, and
-// the container's own provider (no swap has run).
-func ForDoctor(cfg config.Config, argv []string, env *environ.Env, probe *fsprobe.Prober) *Input {
-	var inv *rdma.Inventory
-	if probe.AllAnswer(cfg.Sysfs, rdma.DevDir) == nil {
-		inv = rdma.Read(cfg.Sysfs, rdma.DevDir)
-	}
-	return NewInput(cfg, workerargs.Parse(argv), env, inv, libionic.ProviderABI(nil, "/", cfg.RDMAProvider), probe)
 }

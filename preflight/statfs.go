@@ -72,7 +72,7 @@ var statfsOp = fsprobe.Define("statfs", RealStatfs)
 
 // statfsOf is in.Statfs, or the real statfs(2) when the seam is not set,
 // with the deadline when path's filesystem may not answer.
-func statfsOf(in *Input, path string) (FS, error) {
+func statfsOf(in *Facts, path string) (FS, error) {
 	if in.Statfs != nil {
 		return in.Statfs(path)
 	}

@@ -1,4 +1,4 @@
-package report
+package report_test
 
 import (
 	"fmt"
@@ -14,6 +14,7 @@ import (
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
+	. "github.com/infera/infera-exec/report"
 )
 
 // realisticReport is sampleReport with every section a real restart of
@@ -22,13 +23,13 @@ func realisticReport() *Report {
 	r := sampleReport()
 	r.Config = &config.Config{
 		PayloadRoot: "/overlay", PayloadRootFrom: "default", Python: "python3", PythonTimeout: "10s",
-		RequireNative: capability.Requirement{Raw: "auto", Auto: true, Names: []string{"mooncake"}, Sources: map[string]string{"mooncake": "--kv-transfer-config"}},
+		RequireNative: config.Requirement{Raw: "auto", Auto: true, Names: []string{"mooncake"}, Sources: map[string]string{"mooncake": "--kv-transfer-config"}},
 		ReadyTimeout:  5400, ReadyTimeoutFrom: "INFERA_ENGINE_READY_TIMEOUT", ReadyTimeoutSet: true,
 		Chdir: "/", HostLibionic: "/host/lib/libionic.so.1", RDMAProvider: "ionic", Sysfs: "/sys",
 		PreflightShmMin: 1 << 30, PreflightNofileMin: 65536, ROCmRoots: []string{"/opt/rocm"},
 		StartDir: "/", PreflightTimeout: "5s",
 	}
-	r.ABI = &abi.Family{
+	fam := abi.Family{
 		ROCm: abi.ROCm{Found: true, Major: 7, Searched: []string{"/opt/rocm/lib"}, Library: "/opt/rocm/lib/libamdhip64.so",
 			Chain:  []string{"/opt/rocm/lib/libamdhip64.so", "/opt/rocm/lib/libamdhip64.so.7", "/opt/rocm/lib/libamdhip64.so.7.0.60400"},
 			Soname: "libamdhip64.so.7", DecidedBy: "SONAME libamdhip64.so.7"},
@@ -42,8 +43,8 @@ func realisticReport() *Report {
 			{Capability: "rixl", Globs: []string{"lib/librixl.so*"}, Missing: []string{"lib/librixl.so*"}},
 		},
 	}
-	r.Payload = &overlay.Payload{Root: "/overlay", ManifestFile: "/overlay/payload.toml", PyTrees: []string{"py311", "py312"}, NativeTrees: []overlay.NativeTree{native}, Bin: "/overlay/bin"}
-	r.Trees = &overlay.Selection{
+	payload := &overlay.Payload{Root: "/overlay", ManifestFile: "/overlay/payload.toml", PyTrees: []string{"py311", "py312"}, NativeTrees: []overlay.NativeTree{native}, Bin: "/overlay/bin"}
+	trees := &overlay.Selection{
 		Family: "rocm7-py312", PyTree: "/overlay/py312", Native: &native, Bin: "/overlay/bin",
 		PythonPath:  []string{"/overlay/py312", "/overlay/native/rocm7-py312/lib/python3.12/site-packages"},
 		LibraryPath: []string{"/overlay/native/rocm7-py312/lib"}, Path: []string{"/overlay/bin"},
@@ -54,11 +55,11 @@ func realisticReport() *Report {
 		},
 		Loads: &capability.LoadVerdict{Tree: "/overlay/native/rocm7-py312", Root: "/", Checked: 214, Cached: true},
 	}
-	r.Capabilities = &capability.Outcome{Tree: "rocm7-py312", Provided: capability.Set{"deepep", "mooncake"}, Evidence: native.Evidence,
+	caps := &capability.Outcome{Tree: "rocm7-py312", Provided: capability.Set{"deepep", "mooncake"}, Evidence: native.Evidence,
 		Implied:     []capability.Implication{{Capability: "mooncake", Source: "--kv-transfer-config MooncakeConnector"}},
 		Requirement: r.Config.RequireNative, Required: capability.Set{"mooncake"}}
-	r.Libionic = &libionic.Outcome{
-		Swap: &libionic.Result{State: "unchanged", Route: "provider-dir", Summary: "host libionic already in place", Host: "/host/lib/libionic.so.1",
+	ionic := &libionic.Outcome{
+		Swap: &libionic.Result{State: libionic.Unchanged, Route: "provider-dir", Summary: "host libionic already in place", Host: "/host/lib/libionic.so.1",
 			HostSHA256: "9f2c1e7d4b5a6c3e8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6", HostABI: &libionic.ABIRange{Min: 1, Max: 1}, ContainerABI: &libionic.ABIRange{Min: 1, Max: 1},
 			Kernel: []rdma.Uverbs{{Name: "uverbs0", IBDev: "ionic_0", ABI: 1}, {Name: "uverbs1", IBDev: "ionic_1", ABI: 1}},
 			Container: &libionic.Container{Libibverbs: "libibverbs.so.1", LibibverbsFile: "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.50.0", LibDir: "/usr/lib/x86_64-linux-gnu",
@@ -69,9 +70,9 @@ func realisticReport() *Report {
 		RDMA: &rdma.Inventory{Sysfs: "/sys", Devices: []rdma.Device{{Name: "ionic_0", Vendor: "0x1dd8", DeviceID: "0x1002", Uverbs: "uverbs0", ABI: 1, Pensando: true}, {Name: "ionic_1", Vendor: "0x1dd8", DeviceID: "0x1002", Uverbs: "uverbs1", ABI: 1, Pensando: true}},
 			Uverbs: []rdma.Uverbs{{Name: "uverbs0", IBDev: "ionic_0", ABI: 1}, {Name: "uverbs1", IBDev: "ionic_1", ABI: 1}}, DevDir: "/dev/infiniband", DevDirFound: true, DevEntries: []string{"uverbs0", "uverbs1", "rdma_cm"}},
 	}
-	r.Preflight = &preflight.Outcome{State: "passed", Summary: "9 checks passed", AdvertiseIP: "10.0.3.17"}
+	pre := &preflight.Outcome{State: preflight.Passed, Summary: "9 checks passed", AdvertiseIP: "10.0.3.17"}
 	for i, name := range []string{"shm", "nofile", "memlock", "kv-transport", "model-path", "hf-cache", "devices", "advertise-ip", "ports"} {
-		r.Preflight.Checks = append(r.Preflight.Checks, preflight.Result{Name: name, Status: "ok", Seen: fmt.Sprintf("%s: fine <%d>", name, i), TookMicros: int64(17 * (i + 1))})
+		pre.Checks = append(pre.Checks, preflight.Result{Name: name, Status: "ok", Seen: fmt.Sprintf("%s: fine <%d>", name, i), TookMicros: int64(17 * (i + 1))})
 	}
 	loc := &patches.Location{Interpreter: "/usr/bin/python3", SysPath: []string{"", "/overlay/py312", "/usr/lib/python312.zip", "/usr/lib/python3.12", "/usr/local/lib/python3.12/dist-packages"},
 		Packages: map[string]patches.Package{
@@ -79,14 +80,16 @@ func realisticReport() *Report {
 			"torch": {Name: "torch", Found: true, Dir: "/usr/local/lib/python3.12/dist-packages/torch", Version: "2.9.0+rocm7.0"},
 			"aiter": {Name: "aiter", Why: "not installed"},
 		}, Cached: true, Took: "212µs"}
-	r.Patches = &patches.Outcome{State: "none", Summary: "6 patches in force", Location: loc, Notes: []string{"all recorded"}}
+	pat := &patches.Outcome{State: patches.StepNone, Summary: "6 patches in force", Location: loc, Notes: []string{"all recorded"}}
 	for i := 0; i < 6; i++ {
-		r.Patches.Results = append(r.Patches.Results, patches.Result{ID: fmt.Sprintf("vllm-fix-%d", i), Summary: "keep the \"rocm\" path & <fast> one", Source: "builtin", Package: "vllm", Version: ">=0.10", Required: i == 0,
+		pat.Results = append(pat.Results, patches.Result{ID: fmt.Sprintf("vllm-fix-%d", i), Summary: "keep the \"rocm\" path & <fast> one", Source: "builtin", Package: "vllm", Version: ">=0.10", Required: i == 0,
 			State: patches.Applied, Before: patches.Applied, Action: "none", Recorded: true,
 			Edits: []patches.EditResult{{File: fmt.Sprintf("vllm/model_executor/layers/fix%d.py", i), Path: fmt.Sprintf("/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/fix%d.py", i),
 				Evaluation: patches.Evaluation{State: patches.Applied, Anchors: 0, Replacement: 1}, SHA256After: "3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}})
 	}
-	r.Exec.Init = "init"
+	l := execOf(r)
+	r.Sections = []Section{&abi.Outcome{Family: fam}, &overlay.Outcome{Payload: payload, Selection: trees, From: "default"}, caps, ionic, pre, pat, l}
+	l.Init = config.InitChild
 	for i := 0; i < 14; i++ {
 		r.Log = append(r.Log, logging.Entry{Time: time.Date(2025, 1, 2, 3, 4, 5, i*1000, time.UTC), Level: "info", Message: fmt.Sprintf("step %d: done in %dµs", i, i*31), Attrs: map[string]any{"family": "rocm7-py312"}})
 	}

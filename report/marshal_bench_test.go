@@ -1,6 +1,10 @@
-package report
+package report_test
 
-import "testing"
+import (
+	"testing"
+
+	. "github.com/infera/infera-exec/report"
+)
 
 // BenchmarkMarshal is the report file's encoding on every start.
 func BenchmarkMarshal(b *testing.B) {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/infera/infera-exec/internal/environ"
@@ -71,10 +72,23 @@ func RedactEnv(env []string) []string {
 	return out
 }
 
-func redactChanges(cs []environ.Change) []environ.Change {
-	if cs == nil {
-		return nil
-	}
+// Argv is a command line as the report holds it: written with every
+// secret option's value redacted (RedactArgs), in JSON and in text.
+type Argv []string
+
+func (a Argv) MarshalJSON() ([]byte, error) { return json.Marshal(RedactArgs(a)) }
+
+// Env is NAME=VALUE entries as the report holds them: written with the
+// values of secret variables redacted (RedactEnv).
+type Env []string
+
+func (e Env) MarshalJSON() ([]byte, error) { return json.Marshal(RedactEnv(e)) }
+
+// Changes are the environment changes as the report holds them: written
+// with the values of secret variables redacted.
+type Changes []environ.Change
+
+func (cs Changes) MarshalJSON() ([]byte, error) {
 	out := make([]environ.Change, len(cs))
 	red := Redacted
 	for i, c := range cs {
@@ -88,21 +102,5 @@ func redactChanges(cs []environ.Change) []environ.Change {
 		}
 		out[i] = c
 	}
-	return out
-}
-
-// redacted is r as it may be shown or stored: secret option values in
-// every argv and secret variables' values replaced. r is not changed.
-func redacted(r *Report) *Report {
-	cp := *r
-	cp.Args = RedactArgs(r.Args)
-	cp.EnvChanges = redactChanges(r.EnvChanges)
-	if r.Exec != nil {
-		e := *r.Exec
-		e.Command = RedactArgs(e.Command)
-		e.Argv = RedactArgs(e.Argv)
-		e.Env = RedactEnv(e.Env)
-		cp.Exec = &e
-	}
-	return &cp
+	return json.Marshal(out)
 }

@@ -5,64 +5,65 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/infera/infera-exec/internal/boundedread"
-
-	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/atomicfile"
-	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/statedir"
-	"github.com/infera/infera-exec/launch"
-	"github.com/infera/infera-exec/libionic"
-	"github.com/infera/infera-exec/overlay"
-	"github.com/infera/infera-exec/patches"
-	"github.com/infera/infera-exec/preflight"
 )
 
 // Schema is bumped when a field changes meaning or disappears.
 const Schema = 2
 
-// DefaultPaths are the report's locations when INFERA_EXEC_REPORT does not
-// name one, tried in order.
-var DefaultPaths = statedir.Sub("", "report.json")
+// Name is the report's file name in the state directory.
+const Name = "report.json"
 
-// Report is one run of infera-exec.
+// Report is one run of infera-exec. Sections are the stages' outcomes in
+// pass order: each renders itself, and each names the fields it adds to
+// the JSON document.
 type Report struct {
-	Schema       int                 `json:"schema"`
-	Tool         Tool                `json:"tool"`
-	Mode         string              `json:"mode"` // exec or explain
-	Started      time.Time           `json:"started"`
-	PID          int                 `json:"pid"`
-	UID          int                 `json:"uid"`
-	GID          int                 `json:"gid"`
-	Args         []string            `json:"args"`
-	Config       *config.Config      `json:"config,omitempty"`
-	Family       string              `json:"family,omitempty"`
-	ABI          *abi.Family         `json:"abi,omitempty"`
-	Payload      *overlay.Payload    `json:"payload,omitempty"`
-	Trees        *overlay.Selection  `json:"trees,omitempty"`
-	Capabilities *capability.Outcome `json:"capabilities,omitempty"`
-	EnvChanges   []environ.Change    `json:"env_changes,omitempty"`
-	Libionic     *libionic.Outcome   `json:"libionic,omitempty"`
-	Preflight    *preflight.Outcome  `json:"preflight,omitempty"`
-	Patches      *patches.Outcome    `json:"patches,omitempty"`
-	Exec         *Exec               `json:"exec,omitempty"`
-	Log          []logging.Entry     `json:"log"`
-	Timings      []Timing            `json:"timings"`
-	Resources    *Resources          `json:"resources,omitempty"`
-	Outcome      Outcome             `json:"outcome"`
+	Schema     int             `json:"schema"`
+	Tool       Tool            `json:"tool"`
+	Mode       string          `json:"mode"` // exec or explain
+	Started    time.Time       `json:"started"`
+	PID        int             `json:"pid"`
+	UID        int             `json:"uid"`
+	GID        int             `json:"gid"`
+	Args       Argv            `json:"args"`
+	Config     *config.Config  `json:"config,omitempty"`
+	Sections   []Section       `json:"-"`
+	EnvChanges Changes         `json:"env_changes,omitempty"`
+	Log        []logging.Entry `json:"log"`
+	Timings    []Timing        `json:"timings"`
+	Resources  *Resources      `json:"resources,omitempty"`
+	Outcome    Outcome         `json:"outcome"`
+}
+
+// Section is a stage's outcome as the report holds it: the fields it adds
+// to the JSON document, and its part of the text --explain prints.
+type Section interface {
+	Fields() []Field
+	WriteText(w io.Writer)
+}
+
+// Field is one top-level member of the report's JSON document.
+type Field struct {
+	Key   string
+	Value any
 }
 
 // New is the record of a run starting now: exec, or explain when dry.
@@ -79,9 +80,76 @@ func New(tool Tool, dry bool, cfg *config.Config) *Report {
 		PID:     os.Getpid(),
 		UID:     os.Getuid(),
 		GID:     os.Getgid(),
-		Args:    append([]string{"infera-exec"}, os.Args[1:]...),
+		Args:    append(Argv{"infera-exec"}, os.Args[1:]...),
 		Config:  cfg,
 	}
+}
+
+// Add records a stage's outcome; a nil one is left out.
+func (r *Report) Add(s Section) {
+	if s != nil {
+		r.Sections = append(r.Sections, s)
+	}
+}
+
+// Has reports whether s was added.
+func (r *Report) Has(s Section) bool {
+	for _, x := range r.Sections {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// MarshalJSON writes the fixed members, with every section's fields after
+// the configuration, in pass order. Secrets are redacted by the types
+// that hold them (Argv, Env, Changes).
+func (r *Report) MarshalJSON() ([]byte, error) {
+	type plain Report // the same members, without this method
+	head, err := json.Marshal((*plain)(r))
+	if err != nil {
+		return nil, err
+	}
+	var extra bytes.Buffer
+	for _, s := range r.Sections {
+		for _, f := range s.Fields() {
+			if isNil(f.Value) {
+				continue
+			}
+			v, err := json.Marshal(f.Value)
+			if err != nil {
+				return nil, fmt.Errorf("report field %s: %w", f.Key, err)
+			}
+			k, _ := json.Marshal(f.Key)
+			extra.WriteByte(',')
+			extra.Write(k)
+			extra.WriteByte(':')
+			extra.Write(v)
+		}
+	}
+	// After the inputs (args, config), before what the pass did to the
+	// environment and its log: the sections in pass order.
+	at := bytes.Index(head, []byte(`,"env_changes":`))
+	if at < 0 {
+		at = bytes.Index(head, []byte(`,"log":`))
+	}
+	out := make([]byte, 0, len(head)+extra.Len())
+	out = append(out, head[:at]...)
+	out = append(out, extra.Bytes()...)
+	return append(out, head[at:]...), nil
+}
+
+// isNil reports whether v is nil or a nil pointer, map or slice.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Tool identifies the binary.
@@ -89,42 +157,6 @@ type Tool struct {
 	Version string `json:"version"`
 	Commit  string `json:"commit"`
 	Go      string `json:"go"`
-}
-
-// Section is a step's outcome as --explain prints it: a heading and the
-// lines under it.
-type Section interface {
-	Heading() (name, state, summary string)
-	TextLines() []string
-}
-
-// sections are the steps with a section of their own, in pass order.
-func (r *Report) sections() []Section {
-	var out []Section
-	if r.Libionic != nil {
-		out = append(out, r.Libionic)
-	}
-	if r.Preflight != nil {
-		out = append(out, r.Preflight)
-	}
-	if r.Patches != nil {
-		out = append(out, r.Patches)
-	}
-	return out
-}
-
-// Exec is what is (or would be) executed.
-type Exec struct {
-	Command []string      `json:"command"` // as given
-	Path    string        `json:"path,omitempty"`
-	Argv    []string      `json:"argv,omitempty"`
-	Cwd     string        `json:"cwd"`
-	Env     []string      `json:"env,omitempty"` // full environment; --explain only, never in the report file
-	Nofile  launch.Nofile `json:"nofile"`
-	// Init: how infera-exec stays as the worker's init ("init", or
-	// "init-group" when signals go to the worker's process group); empty:
-	// it execs the worker and is gone.
-	Init string `json:"init,omitempty"`
 }
 
 // Resources is what the run cost in memory, read just before the exec.
@@ -161,75 +193,55 @@ type Timing struct {
 
 // Outcome is how the run ended (or, for explain, would end).
 type Outcome struct {
-	Result string `json:"result"` // exec, would-start, refused, exec-failed
+	Result Result `json:"result"`
 	Code   int    `json:"code"`
 	Reason string `json:"reason,omitempty"`
 }
 
+// Result is how a run ends.
+type Result string
+
+const (
+	ResultExec        Result = "exec"        // the worker replaced infera-exec
+	ResultInit        Result = "init"        // the worker started; infera-exec stays as its init
+	ResultWouldStart  Result = "would-start" // --explain: the worker would start
+	ResultRefused     Result = "refused"     // a stage refused the start
+	ResultExecFailed  Result = "exec-failed" // execve itself failed
+	ResultInterrupted Result = "interrupted" // a signal ended the start
+)
+
 // Marshal renders r as indented JSON, secrets redacted (see RedactArgs),
 // and a newline.
 func Marshal(r *Report) ([]byte, error) {
-	b, err := json.MarshalIndent(redacted(r), "", "  ")
+	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return nil, err
 	}
 	return append(b, '\n'), nil
 }
 
-// Write stores r for operators. path empty means the default locations in
-// order. The full environment is left out: it may hold tokens, and the env
-// changes already say what infera-exec did to it. It returns where the
-// report went.
-func Write(r *Report, path string) (string, error) {
-	cp := *r
-	if cp.Exec != nil {
-		e := *cp.Exec
-		e.Env = nil
-		cp.Exec = &e
-	}
-	data, err := Marshal(&cp)
+// Write stores r for operators at path, or, when path is empty, as
+// report.json in stateDir, the state directory the run picked. It
+// returns where the report went.
+func Write(r *Report, path, stateDir string) (string, error) {
+	data, err := Marshal(r)
 	if err != nil {
 		return "", fmt.Errorf("encode report: %w", err)
 	}
-	paths := DefaultPaths
-	if path != "" {
-		paths = []string{path}
-	}
-	var errs WriteError
-	for _, p := range paths {
-		if err := writeOne(p, data); err != nil {
-			errs = append(errs, err)
-			continue
+	if path == "" {
+		if stateDir == "" {
+			return "", errors.New("no state directory to write it in (see the warning above); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR")
 		}
-		return p, nil
+		path = filepath.Join(stateDir, Name)
 	}
-	return "", errs
+	if err := writeOne(path, data); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
-// WriteError is why the report was not written: one error per place
-// tried, each for its own reason.
-type WriteError []error
-
-// Error is one clause per place, on one line: a joined error would run
-// them together.
-func (e WriteError) Error() string {
-	if len(e) == 1 {
-		return e[0].Error()
-	}
-	parts := make([]string, len(e))
-	for i, err := range e {
-		parts[i] = err.Error()
-	}
-	return fmt.Sprintf("%d places tried: %s", len(parts), strings.Join(parts, "; then "))
-}
-
-func (e WriteError) Unwrap() []error { return e }
-
-// Print shows the plan of --explain: as JSON (everything, the whole
-// environment included), or as text for a person, where the whole
-// environment (the container's, tens of lines) is shown only when
-// verbose, since the changes are listed anyway.
-func Print(w io.Writer, r *Report, asJSON, verbose bool) error {
+// Print shows the plan of --explain: as JSON, or as text for a person.
+func Print(w io.Writer, r *Report, asJSON bool) error {
 	if asJSON {
 		b, err := Marshal(r)
 		if err != nil {
@@ -237,13 +249,6 @@ func Print(w io.Writer, r *Report, asJSON, verbose bool) error {
 		}
 		_, err = w.Write(b)
 		return err
-	}
-	if !verbose && r.Exec != nil {
-		e := *r.Exec
-		e.Env = nil
-		cp := *r
-		cp.Exec = &e
-		r = &cp
 	}
 	WriteText(w, r)
 	return nil
@@ -253,6 +258,11 @@ func writeOne(path string, data []byte) error {
 	// The directory must be ours (see statedir.Dir): a shared /tmp may
 	// hold a directory or link planted by someone else.
 	if err := statedir.Dir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("report %s: %w", path, err)
+	}
+	// Only a report replaces a report: INFERA_EXEC_REPORT naming a
+	// model's config.json must not destroy it.
+	if err := replaceable(path); err != nil {
 		return fmt.Errorf("report %s: %w", path, err)
 	}
 	// Renamed into place, so never read half-written and never written
@@ -272,6 +282,43 @@ func writeOne(path string, data []byte) error {
 	}
 	return nil
 }
+
+// replaceable says why the file at path must not be replaced by a report:
+// it is not a regular file, belongs to another uid, or does not decode as
+// an infera-exec report. Nothing there is fine.
+func replaceable(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("is a %s, not a report; not replacing it (point INFERA_EXEC_REPORT at a new file)", fi.Mode().Type())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("belongs to uid %d, not to this process (uid %d); not replacing it", st.Uid, os.Geteuid())
+	}
+	data, err := boundedread.FileNoFollow(path, maxReport)
+	if err != nil {
+		return fmt.Errorf("cannot be read back to check that it is a report (%w); not replacing it", boundedread.Reason(err))
+	}
+	var head struct {
+		Schema *int            `json:"schema"`
+		Tool   *Tool           `json:"tool"`
+		Mode   string          `json:"mode"`
+		Out    json.RawMessage `json:"outcome"`
+	}
+	if json.Unmarshal(data, &head) != nil || head.Schema == nil || head.Tool == nil || head.Mode == "" || head.Out == nil {
+		return errors.New("is not an infera-exec report; not replacing it (point INFERA_EXEC_REPORT at a new file, or remove it)")
+	}
+	return nil
+}
+
+// maxReport bounds the read of an existing report: a real one is tens of
+// kilobytes.
+const maxReport = 4 << 20
 
 // ReportMode is the report file's mode.
 const ReportMode = 0o600

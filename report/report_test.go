@@ -1,9 +1,10 @@
-package report
+package report_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/launch"
+	. "github.com/infera/infera-exec/report"
 )
 
 const secret = "hf_SECRET_token_value"
@@ -30,22 +33,43 @@ func sampleReport() *Report {
 		Started: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 		PID:     1,
 		Args:    []string{"infera-exec", "python3", "-m", "infera.engine.vllm"},
-		Family:  "rocm7-py312",
 		EnvChanges: []environ.Change{
 			{Name: "PATH", Before: &before, After: &after},
 		},
-		Exec: &Exec{
+		Sections: []Section{fields{{Key: "family", Value: "rocm7-py312"}}, &launch.Outcome{
 			Command: []string{"python3", "-m", "infera.engine.vllm"},
 			Path:    "/usr/bin/python3",
 			Argv:    []string{"python3", "-m", "infera.engine.vllm"},
 			Cwd:     "/",
-			Env:     []string{"PATH=" + after, "HF_TOKEN=" + secret},
 			Nofile:  launch.Nofile{Soft: 1048576, Hard: 1048576, Changed: true},
-		},
+		}},
 		Log:     []logging.Entry{{Level: "warn", Message: "something to fix"}},
 		Timings: []Timing{{Step: "abi", Micros: 42}},
-		Outcome: Outcome{Result: "exec", Code: 0},
+		Outcome: Outcome{Result: ResultExec, Code: 0},
 	}
+}
+
+// fields is a section that only adds members to the JSON document.
+type fields []Field
+
+func (f fields) Fields() []Field   { return f }
+func (fields) WriteText(io.Writer) {}
+
+// execOf is the report's exec section: the launch step's outcome.
+func execOf(r *Report) *launch.Outcome {
+	for _, s := range r.Sections {
+		if l, ok := s.(*launch.Outcome); ok {
+			return l
+		}
+	}
+	return nil
+}
+
+// withExplainEnv is r as --explain --json shows it: the worker's full
+// environment in the exec section.
+func withExplainEnv(r *Report) *Report {
+	execOf(r).Env = []string{"PATH=/overlay/bin:/usr/bin", "HF_TOKEN=" + secret}
+	return r
 }
 
 func TestSchemaIsTwo(t *testing.T) {
@@ -56,9 +80,8 @@ func TestWriteExplicitPath(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nested", "deeper", "report.json") // directories do not exist yet
 	r := sampleReport()
-	execBefore := r.Exec
 
-	got, err := Write(r, path)
+	got, err := Write(r, path, "")
 	require.NoError(t, err)
 	assert.Equal(t, path, got)
 
@@ -79,23 +102,19 @@ func TestWriteExplicitPath(t *testing.T) {
 	assert.Equal(t, "/usr/bin/python3", ex["path"])
 	assert.Equal(t, []any{"python3", "-m", "infera.engine.vllm"}, ex["command"])
 	assert.Equal(t, map[string]any{"soft": float64(1048576), "hard": float64(1048576), "changed": true}, ex["nofile"])
+	assert.Less(t, strings.Index(string(data), `"family": `), strings.Index(string(data), `"exec": {`), "sections after the inputs")
+	assert.Less(t, strings.Index(string(data), `"exec": {`), strings.Index(string(data), `"env_changes": `), "sections before what the pass did")
 	changes, ok := m["env_changes"].([]any)
 	require.True(t, ok)
 	require.Len(t, changes, 1)
 	assert.Equal(t, map[string]any{"name": "PATH", "before": "/usr/bin", "after": "/overlay/bin:/usr/bin"}, changes[0])
 	assert.Equal(t, map[string]any{"result": "exec", "code": float64(0)}, m["outcome"])
 
-	// Decodes back into a Report.
+	// Decodes back into a Report's fixed members.
 	var back Report
 	require.NoError(t, json.Unmarshal(data, &back))
 	assert.Equal(t, Schema, back.Schema)
-	assert.Nil(t, back.Exec.Env)
-	assert.Equal(t, r.Exec.Argv, back.Exec.Argv)
 	assert.Equal(t, r.Started, back.Started)
-
-	// The caller's report is untouched: --explain still shows the env.
-	assert.Same(t, execBefore, r.Exec)
-	assert.Equal(t, []string{"PATH=/overlay/bin:/usr/bin", "HF_TOKEN=" + secret}, r.Exec.Env)
 
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
@@ -113,10 +132,10 @@ func TestWriteExplicitPath(t *testing.T) {
 func TestWriteWithoutExec(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "report.json")
 	r := sampleReport()
-	r.Exec = nil
-	r.Outcome = Outcome{Result: "refused", Code: 69, Reason: "capability hipfile missing"}
+	r.Sections = nil
+	r.Outcome = Outcome{Result: ResultRefused, Code: 69, Reason: "capability hipfile missing"}
 
-	_, err := Write(r, path)
+	_, err := Write(r, path, "")
 	require.NoError(t, err)
 	var m map[string]any
 	data, err := os.ReadFile(path)
@@ -128,68 +147,91 @@ func TestWriteWithoutExec(t *testing.T) {
 
 func TestWriteReplacesPreviousReport(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "report.json")
-	require.NoError(t, os.WriteFile(path, []byte("stale, not JSON"), 0o600))
+	old := sampleReport()
+	old.PID = 4242
+	_, err := Write(old, path, "")
+	require.NoError(t, err)
 
-	_, err := Write(sampleReport(), path)
+	_, err = Write(sampleReport(), path, "")
 	require.NoError(t, err)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.True(t, json.Valid(data))
+	assert.NotContains(t, string(data), `"pid": 4242`, "the previous report was replaced")
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the report is for root only")
 }
 
-func TestWriteExplicitPathFailureDoesNotFallBack(t *testing.T) {
+// INFERA_EXEC_REPORT naming a file that is not a report (a model's
+// config.json, a stale half-written file) leaves it as it was.
+func TestWriteReplacesOnlyAReport(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"config.json": `{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}`,
+		"stale.json":  "stale, not JSON",
+		"empty.json":  "",
+		"schema.json": `{"schema": 2}`,
+	} {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
+		_, err := Write(sampleReport(), path, "")
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "not an infera-exec report; not replacing it", name)
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, content, string(got), "%s is untouched", name)
+	}
+	// Not a regular file: a directory, a link.
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "d"), 0o755))
+	_, err := Write(sampleReport(), filepath.Join(dir, "d"), "")
+	assert.ErrorContains(t, err, "not a report; not replacing it")
+	target := filepath.Join(dir, "config.json")
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, "link.json")))
+	_, err = Write(sampleReport(), filepath.Join(dir, "link.json"), "")
+	assert.ErrorContains(t, err, "not a report; not replacing it")
+	fi, err := os.Lstat(filepath.Join(dir, "link.json"))
+	require.NoError(t, err)
+	assert.Equal(t, os.ModeSymlink, fi.Mode().Type(), "the link stays")
+
+	if os.Geteuid() != 0 {
+		t.Skip("the other-uid case needs root (chown); run the tests as root")
+	}
+	theirs := filepath.Join(dir, "theirs.json")
+	_, err = Write(sampleReport(), theirs, "")
+	require.NoError(t, err)
+	require.NoError(t, os.Chown(theirs, 4242, 4242))
+	_, err = Write(sampleReport(), theirs, "")
+	assert.ErrorContains(t, err, "belongs to uid 4242")
+}
+
+func TestWriteExplicitPathFailure(t *testing.T) {
 	dir := t.TempDir()
 	blocker := filepath.Join(dir, "file")
 	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-	fallback := filepath.Join(dir, "fallback", "report.json")
-	withDefaultPaths(t, []string{fallback})
+	state := filepath.Join(dir, "state")
 
-	got, err := Write(sampleReport(), filepath.Join(blocker, "report.json"))
+	got, err := Write(sampleReport(), filepath.Join(blocker, "report.json"), state)
 	require.Error(t, err)
 	assert.Equal(t, "", got)
 	assert.Contains(t, err.Error(), "report "+filepath.Join(blocker, "report.json"))
-	assert.NoFileExists(t, fallback)
+	assert.NoFileExists(t, filepath.Join(state, Name), "an explicit path does not fall back")
 }
 
-func withDefaultPaths(t *testing.T, paths []string) {
-	t.Helper()
-	old := DefaultPaths
-	DefaultPaths = paths
-	t.Cleanup(func() { DefaultPaths = old })
-}
-
-func TestWriteDefaultPathsInOrder(t *testing.T) {
-	dir := t.TempDir()
-	blocker := filepath.Join(dir, "file")
-	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-	first := filepath.Join(blocker, "infera-exec", "report.json") // cannot be created
-	second := filepath.Join(dir, "tmp", "infera-exec", "report.json")
-	third := filepath.Join(dir, "third", "report.json")
-	withDefaultPaths(t, []string{first, second, third})
-
-	got, err := Write(sampleReport(), "")
+// Without INFERA_EXEC_REPORT the report goes to the state directory the
+// run picked (INFERA_EXEC_STATE_DIR moves it too), and nowhere without
+// one.
+func TestWriteInStateDir(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, os.Mkdir(state, 0o700))
+	got, err := Write(sampleReport(), "", state)
 	require.NoError(t, err)
-	assert.Equal(t, second, got)
-	assert.FileExists(t, second)
-	assert.NoFileExists(t, third, "stops at the first location that works")
-}
+	assert.Equal(t, filepath.Join(state, "report.json"), got)
+	assert.FileExists(t, got)
 
-func TestWriteAllDefaultPathsFail(t *testing.T) {
-	dir := t.TempDir()
-	blocker := filepath.Join(dir, "file")
-	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
-	a := filepath.Join(blocker, "a", "report.json")
-	b := filepath.Join(blocker, "b", "report.json")
-	withDefaultPaths(t, []string{a, b})
-
-	got, err := Write(sampleReport(), "")
-	require.Error(t, err)
+	got, err = Write(sampleReport(), "", "")
+	assert.ErrorContains(t, err, "no state directory")
 	assert.Equal(t, "", got)
-	assert.Contains(t, err.Error(), a)
-	assert.Contains(t, err.Error(), b)
 }
 
 func TestWriteRefusesSymlinkedDirInTmp(t *testing.T) {
@@ -198,7 +240,7 @@ func TestWriteRefusesSymlinkedDirInTmp(t *testing.T) {
 	require.NoError(t, os.Symlink(target, link))
 	t.Cleanup(func() { os.Remove(link) })
 
-	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"), "")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is a symbolic link")
 	assert.NoFileExists(t, filepath.Join(target, "report.json"))
@@ -212,14 +254,14 @@ func TestWriteRefusesDirectoriesItDoesNotOwn(t *testing.T) {
 	require.NoError(t, os.Mkdir(target, 0o755))
 	link := filepath.Join(base, "link")
 	require.NoError(t, os.Symlink(target, link))
-	_, err := Write(sampleReport(), filepath.Join(link, "report.json"))
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"), "")
 	assert.ErrorContains(t, err, "is a symbolic link")
 	assert.NoFileExists(t, filepath.Join(target, "report.json"))
 
 	shared := filepath.Join(base, "shared")
 	require.NoError(t, os.Mkdir(shared, 0o755))
 	require.NoError(t, os.Chmod(shared, 0o777))
-	_, err = Write(sampleReport(), filepath.Join(shared, "report.json"))
+	_, err = Write(sampleReport(), filepath.Join(shared, "report.json"), "")
 	assert.ErrorContains(t, err, "written by group or others")
 	assert.NoFileExists(t, filepath.Join(shared, "report.json"))
 
@@ -229,13 +271,13 @@ func TestWriteRefusesDirectoriesItDoesNotOwn(t *testing.T) {
 	foreign := filepath.Join(base, "foreign")
 	require.NoError(t, os.Mkdir(foreign, 0o755))
 	require.NoError(t, os.Chown(foreign, 4242, 4242))
-	_, err = Write(sampleReport(), filepath.Join(foreign, "report.json"))
+	_, err = Write(sampleReport(), filepath.Join(foreign, "report.json"), "")
 	assert.ErrorContains(t, err, "owned by uid 4242")
 	assert.NoFileExists(t, filepath.Join(foreign, "report.json"))
 }
 
 func TestMarshalKeepsEnvForExplain(t *testing.T) {
-	data, err := Marshal(sampleReport())
+	data, err := Marshal(withExplainEnv(sampleReport()))
 	require.NoError(t, err)
 	assert.True(t, bytes.HasSuffix(data, []byte("\n")))
 	assert.Contains(t, string(data), `"HF_TOKEN=\u003credacted\u003e"`, "--explain --json shows the full environment, secrets redacted")
@@ -287,10 +329,10 @@ func TestQuoteArgsPastesIntoShell(t *testing.T) {
 }
 
 func TestWriteText(t *testing.T) {
-	r := sampleReport()
+	r := withExplainEnv(sampleReport())
 	r.Mode = "explain"
-	r.Exec.Argv = []string{"python3", "-m", "infera.engine.vllm", "--served-model-name", "my model"}
-	r.Outcome = Outcome{Result: "would-start"}
+	execOf(r).Argv = []string{"python3", "-m", "infera.engine.vllm", "--served-model-name", "my model"}
+	r.Outcome = Outcome{Result: ResultWouldStart}
 	var b bytes.Buffer
 	WriteText(&b, r)
 	out := b.String()
@@ -308,8 +350,8 @@ func TestWriteText(t *testing.T) {
 
 func TestWriteTextRefused(t *testing.T) {
 	r := sampleReport()
-	r.Exec = &Exec{Command: []string{"nosuch", "a b"}, Cwd: "/srv"}
-	r.Outcome = Outcome{Result: "exec-failed", Code: 127, Reason: "nosuch: not found"}
+	r.Sections = []Section{&launch.Outcome{Command: []string{"nosuch", "a b"}, Cwd: "/srv", Init: config.InitOff}}
+	r.Outcome = Outcome{Result: ResultExecFailed, Code: 127, Reason: "nosuch: not found"}
 	var b bytes.Buffer
 	WriteText(&b, r)
 	out := b.String()
@@ -336,11 +378,11 @@ func TestSecretsAreRedacted(t *testing.T) {
 
 	r := sampleReport()
 	r.Args = append([]string{"infera-exec"}, argv...)
-	r.Exec.Argv, r.Exec.Command = argv, argv
+	execOf(r).Argv, execOf(r).Command = argv, argv
 	v := "sk-env-5678"
 	r.EnvChanges = append(r.EnvChanges, environ.Change{Name: "VLLM_API_KEY", After: &v})
 	path := filepath.Join(t.TempDir(), "report.json")
-	_, err := Write(r, path)
+	_, err := Write(r, path, "")
 	require.NoError(t, err)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -353,7 +395,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 	var b bytes.Buffer
 	WriteText(&b, r)
 	assert.NotContains(t, b.String(), "sk-live-1234")
-	assert.Equal(t, "sk-live-1234", r.Exec.Argv[4], "the report itself keeps what the worker gets")
+	assert.Equal(t, "sk-live-1234", execOf(r).Argv[4], "the report itself keeps what the worker gets")
 }
 
 // The peak RSS comes from /proc/self/status (VmHWM): a running test has one.

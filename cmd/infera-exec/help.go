@@ -2,9 +2,11 @@ package main
 
 import "github.com/infera/infera-exec/config"
 
-// helpText is the usage: the fixed parts below around the environment,
-// which config renders from its one list of the variables.
-func helpText() string { return helpHead + config.HelpEnvironment() + helpTail }
+// helpText is the usage: the fixed parts below around the options and the
+// environment, which config renders from its one table of each.
+func helpText() string {
+	return helpHead + config.HelpOptions() + "\n" + config.HelpEnvironment() + helpTail
+}
 
 const helpHead = `Usage: infera-exec [OPTIONS] [--] COMMAND [ARG...]
 
@@ -30,32 +32,6 @@ In one pass, before exec:
      source, located by one interpreter run)
   7. chdir, raise the open-file soft limit to the hard limit, write a report,
      exec COMMAND (with --init: start it and stay as its init)
-
-Options (before COMMAND; the first word that is not an option starts it):
-  --explain    run every detection and check, change nothing, print the
-               plan: the exact argv and cwd, what the environment gains
-               (--verbose or --json: all of it); exit 0 if the worker
-               would start, else the code it would refuse with
-  --json       with --explain, --doctor or --check: print the result as JSON
-  --doctor     run only the preflight checks on the command that follows:
-               placeholders, model-dir, advertise, advertise-ip, rdma, shm,
-               nofile; exit 0, 1 (warnings) or 78 (errors)
-  --install DEST
-               copy the payload this binary belongs to into DEST (an
-               emptyDir), checked against payload.index.json; no command
-  --check ROOT evaluate the engine patches against an unpacked image or a
-               site-packages directory, without Python, writing nothing;
-               exit 65 if a patch drifted
-  --init       do not exec: start COMMAND as a child and stay as its
-               minimal init (PID 1, else a child subreaper), forwarding
-               SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGWINCH and
-               SIGCONT, reaping zombies, exiting with its status
-               (128+signal when a signal killed it); for docker run
-  --init-group as --init, forwarding signals to the worker's process group
-  --verbose    also log debug lines; with --explain, the full environment
-  --version    print version, commit and Go version
-  -h, --help   print this help
-  --           end of options; use it when COMMAND starts with '-'
 
 `
 

@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
@@ -28,37 +24,36 @@ import (
 	"github.com/infera/infera-exec/report"
 )
 
-// pass is one run: each step reads what earlier steps decided, applies
-// the environment edits its package returns, and records its outcome in
-// the report; none reaches back.
+// pass is one start: each step runs its stage with the configuration and
+// what earlier stages decided, applies the environment edits the outcome
+// carries, and adds the outcome to the report; none reaches back.
 type pass struct {
-	opt            cli.Options
+	opt            config.Options
 	stdout, stderr io.Writer
 	log            *slog.Logger
 	rec            *logging.Recorder
 	rep            *report.Report
 	dry            bool
 
-	env0        *environ.Env // as the container started us
-	env         *environ.Env // what the worker gets
-	cfg         config.Config
-	cfgErr      error
-	python      string // the interpreter, resolved once for every step
-	pythonErr   error
-	fam         abi.Family
-	sel         *overlay.Selection
-	ionic       *libionic.Outcome
-	args        workerargs.Args // the worker command, read once for every step
-	probe       *fsprobe.Prober // touches filesystems that may not answer, with the deadline
-	state       string          // see stateDir
-	statePicked bool
-	early       *patches.Early // the engine probe, started once the worker's environment is composed
+	env0   *environ.Env // as the container started us
+	env    *environ.Env // what the worker gets
+	cfg    config.Config
+	cfgErr error
+	args   workerargs.Args // the worker command, read once for every step
+	probe  *fsprobe.Prober // touches filesystems that may not answer, with the deadline
+	state  string          // the state directory, picked once; "" for --explain or when none is safe
+
+	abi    *abi.Outcome
+	trees  *overlay.Outcome
+	launch *launch.Outcome
+	ionic  *libionic.Outcome
+	early  *patches.Early // the engine probe, started once the worker's environment is composed
 	// restoreGC puts the collector back as the process started (see
 	// collectLater), before infera-exec stays on as the worker's init.
 	restoreGC func()
 }
 
-func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
+func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
 	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr,
 		args: workerargs.Parse(o.Command), probe: fsprobe.New(cfg.PreflightTimeoutDuration())}
 	p.rec = &logging.Recorder{}
@@ -75,252 +70,177 @@ func newPass(o cli.Options, env *environ.Env, cfg config.Config, warns []string,
 	return p
 }
 
-func (p *pass) run() int {
-	steps := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"config", func(context.Context) error { return p.cfgErr }},
-		{"interpreter", p.interpreter},
+// step is one stage of the pass: it returns the outcome to report (nil
+// for none) and, to refuse the start, an error that carries its exit code.
+type step struct {
+	name string
+	run  func(context.Context) (report.Section, error)
+}
+
+func (p *pass) steps() []step {
+	return []step{
+		{"config", func(context.Context) (report.Section, error) { return nil, p.cfgErr }},
+		{"state", p.stateDir},
 		{"abi", p.detectABI},
 		{"payload", p.selectTrees},
 		{"capabilities", p.checkCapabilities},
-		{"environment", p.composeEnv},
-		{"command", p.resolveCommand},
+		{"launch", p.planLaunch},
 		{"probe", p.startProbe},
 		{"libionic", p.hostLibionic},
 		{"preflight", p.preflight},
 		{"patches", p.enginePatches},
-		{"limits", p.limits},
 	}
+}
+
+func (p *pass) run() int {
 	ctx := context.Background()
-	for _, s := range steps {
+	for _, s := range p.steps() {
 		t := time.Now()
-		err := s.fn(ctx)
+		sec, err := s.run(ctx)
 		p.rep.Timings = append(p.rep.Timings, report.Timing{Step: s.name, Micros: time.Since(t).Microseconds()})
+		if sec != nil {
+			p.rep.Add(sec)
+		}
 		if err != nil {
-			return p.finish(exitCode(err), "refused", err)
+			return p.finish(exitCode(err), report.ResultRefused, err)
 		}
 	}
 	if p.dry {
 		if len(p.opt.Command) == 0 {
-			return p.finish(exitUsage, "refused", errors.New("no command given"))
+			return p.finish(exitUsage, report.ResultRefused, &config.UsageError{Msg: "no command given"})
 		}
-		return p.finish(exitOK, "would-start", nil)
+		return p.finish(exitOK, report.ResultWouldStart, nil)
 	}
 	return p.exec()
 }
 
-// interpreter resolves INFERA_PYTHON once, on the PATH the worker gets
-// (the payload's bin/ first) and relative to its working directory; the
-// ABI step and the engine probe both use this answer. A failure here only
-// matters to the steps that need Python, which say so.
-func (p *pass) interpreter(context.Context) error {
-	// Everything below and the chdir before the exec would block on a
-	// working directory that does not answer: nothing to start.
-	if err := p.probe.AllAnswer(p.cfg.Chdir); err != nil {
-		return fmt.Errorf("INFERA_EXEC_CHDIR %w", err)
+// stateDir picks the state directory once, by statedir's rules, for every
+// writer of the run: the load verdicts, the probe cache, the patch record,
+// the RDMA fallback and the report. --explain writes nothing and reads no
+// stale cache: it picks none.
+func (p *pass) stateDir(context.Context) (report.Section, error) {
+	if !p.dry {
+		p.state = statedir.PickLogged(p.cfg.StateDir, p.log)
 	}
-	workerPath := p.env0.Clone()
-	workerPath.Apply(environ.SetDefault("PATH", launch.DefaultPath), environ.Prepend("PATH", overlay.BinDir(p.cfg.PayloadRoot)))
-	// Command resolution (the interpreter's here, the worker's later)
-	// stats every PATH directory; so do the ROCm roots' listings.
-	if err := p.probe.AllAnswer(launch.AbsDirs(workerPath.Value("PATH"))...); err != nil {
-		return fmt.Errorf("a PATH directory %w", err)
-	}
-	if err := p.probe.AllAnswer(p.cfg.ROCmRoots...); err != nil {
-		return fmt.Errorf("a ROCm root (ROCM_PATH, /opt/rocm) %w", err)
-	}
-	p.python, p.pythonErr = abi.Resolve(p.cfg.Python, workerPath.Value("PATH"), p.cfg.WorkDir(), p.probe.AllAnswer)
-	return nil
+	return nil, nil
 }
 
-func (p *pass) detectABI(ctx context.Context) error {
-	if p.pythonErr != nil && p.cfg.ABIFamily == nil {
-		return p.pythonErr
-	}
+func (p *pass) detectABI(ctx context.Context) (report.Section, error) {
 	var err error
-	p.fam, err = abi.Detect(ctx, abi.Input{
-		Override: p.cfg.ABIFamily, ROCmRoots: p.cfg.ROCmRoots,
-		Python: p.cfg.Python, PythonPath: p.python, Env: p.env0,
-		Dir: p.cfg.WorkDir(), Timeout: p.cfg.PythonTimeoutDuration(), Log: p.log,
-	})
-	p.rep.ABI = &p.fam
+	p.abi, err = abi.Run(ctx, abi.Input{Config: p.cfg, Env: p.env0, WorkerPath: overlay.WorkerPath(p.env0, p.cfg.PayloadRoot),
+		Answers: p.probe.AllAnswer, Log: p.log})
+	return p.abi, err
+}
+
+func (p *pass) selectTrees(ctx context.Context) (report.Section, error) {
+	var err error
+	p.trees, err = overlay.Run(ctx, overlay.Input{Config: p.cfg, Family: p.abi.Family, Env: p.env0, StateDir: p.state,
+		Answers: p.probe.AllAnswer, Log: p.log})
 	if err == nil {
-		p.rep.Family = p.fam.Name()
+		p.env.Apply(p.trees.Edits...)
 	}
-	return err
+	return p.trees, err
 }
 
-func (p *pass) selectTrees(context.Context) error {
-	if err := p.probe.AllAnswer(p.cfg.PayloadRoot); err != nil {
-		return fmt.Errorf("payload root %w (payload root from %s)", err, p.cfg.PayloadRootFrom)
-	}
-	img := overlay.ImageAt("/", p.env0.Value("LD_LIBRARY_PATH"))
-	img.CacheDir = p.stateDir()
-	pl, sel, err := overlay.Choose(p.cfg.PayloadRoot, p.cfg.PayloadRootFrom, p.fam, img, p.log)
-	p.rep.Payload, p.rep.Trees, p.sel = pl, sel, sel
-	return err
-}
-
-func (p *pass) checkCapabilities(context.Context) error {
+func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
+	sel := p.trees.Selection
 	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Env: p.env0,
-		Tree: p.sel.NativeCapTree(), NoTreeWhy: p.sel.NoNativeWhy, Available: p.sel.AllNative, Log: p.log}
-	if p.sel.Native != nil {
-		in.Evidence = p.sel.Native.Evidence
+		Tree: sel.NativeCapTree(), NoTreeWhy: sel.NoNativeWhy, Available: sel.AllNative, Log: p.log}
+	if sel.Native != nil {
+		in.Evidence = sel.Native.Evidence
 	}
-	out, err := capability.Decide(in)
-	p.rep.Capabilities = out
-	return err
+	return capability.Run(ctx, in)
 }
 
-func (p *pass) composeEnv(context.Context) error {
-	p.env.Apply(p.sel.Env()...)
-	p.env.Apply(environ.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(p.cfg.ReadyTimeout)))
-	p.log.Info(p.sel.EnvSummary())
+// planLaunch decides how the worker starts before anything touches the
+// disk, so a typo in the command changes nothing; its outcome is the
+// report's last section, added when the pass ends.
+func (p *pass) planLaunch(ctx context.Context) (report.Section, error) {
+	var err error
+	p.launch, err = launch.Run(ctx, launch.Input{Config: p.cfg, Command: p.opt.Command, Env: p.env, DryRun: p.dry})
+	p.env.Apply(p.launch.Edits...)
 	p.log.Info(fmt.Sprintf("engine ready timeout %ds (%s)", p.cfg.ReadyTimeout, p.cfg.ReadyTimeoutFrom))
-	return nil
-}
-
-// resolveCommand finds the worker on the new PATH, relative to the
-// directory it will run in. It runs before anything touches the disk, so
-// a typo in the command changes nothing.
-func (p *pass) resolveCommand(context.Context) error {
-	p.rep.Exec = &report.Exec{Command: p.opt.Command, Cwd: p.cfg.Chdir}
-	switch {
-	case p.opt.InitGroup || p.cfg.InitGroup:
-		p.rep.Exec.Init = "init-group"
-	case p.opt.Init || p.cfg.Init:
-		p.rep.Exec.Init = "init"
+	if n := p.launch.Nofile; n.Err != "" {
+		p.log.Warn(fmt.Sprintf("open-file limit left at %d: %s", n.Soft, n.Err))
+	} else if !p.dry {
+		p.log.Info(fmt.Sprintf("open files: soft limit %d (= hard)", n.Hard))
 	}
-	if err := launch.CheckDir(p.cfg.Chdir); err != nil {
-		return err
-	}
-	if len(p.opt.Command) == 0 {
-		return nil
-	}
-	path, err := launch.Command(p.opt.Command[0], p.env.Value("PATH"), p.cfg.Chdir)
-	if err != nil {
-		return launch.HintRelative(err, p.opt.Command[0], p.cfg.Chdir, p.cfg.StartDir)
-	}
-	p.rep.Exec.Path, p.rep.Exec.Argv = path, p.opt.Command
-	return nil
-}
-
-func (p *pass) hostLibionic(ctx context.Context) error {
-	out, edits := libionic.Run(ctx, libionic.Options{
-		Host: p.cfg.HostLibionic, Name: p.cfg.RDMAProvider, Root: "/", Sysfs: p.cfg.Sysfs, Answers: p.probe.AllAnswer,
-		FallbackDirs: statedir.ProviderDirs(p.cfg.StateDir),
-		DryRun:       p.dry, Explicit: p.cfg.HostLibionicSet,
-	}, p.log)
-	p.ionic, p.rep.Libionic = out, out
-	p.env.Apply(edits...)
-	return nil
-}
-
-// preflight runs the checks on the composed environment; INFERA_PREFLIGHT
-// off skips the step.
-func (p *pass) preflight(context.Context) error {
-	if p.cfg.PreflightOff {
-		p.rep.Preflight = &preflight.Outcome{State: "off", Summary: "INFERA_PREFLIGHT=off"}
-		p.log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
-		return nil
-	}
-	in := preflight.NewInput(p.cfg, p.args, p.env, p.ionic.RDMA, libionic.ProviderABI(p.ionic, "/", p.cfg.RDMAProvider), p.probe)
-	out, edits, err := preflight.Evaluate(in, p.cfg.PreflightSkip)
-	p.rep.Preflight = out
-	out.Log(p.log)
-	p.env.Apply(edits...)
-	return err
+	return nil, err
 }
 
 // startProbe starts the engine probe of the patch step now, beside the
 // steps in between; the patch step takes its answer only if nothing that
 // decides it changed meanwhile.
-func (p *pass) startProbe(ctx context.Context) error {
+func (p *pass) startProbe(ctx context.Context) (report.Section, error) {
 	p.early = patches.StartEarly(ctx, p.patchInput())
-	return nil
+	return nil, nil
 }
 
-func (p *pass) enginePatches(ctx context.Context) error {
+func (p *pass) hostLibionic(ctx context.Context) (report.Section, error) {
+	var err error
+	p.ionic, err = libionic.Run(ctx, libionic.Input{Config: p.cfg, StateDir: p.state, Root: "/", Answers: p.probe.AllAnswer, DryRun: p.dry, Log: p.log})
+	p.env.Apply(p.ionic.Edits...)
+	return p.ionic, err
+}
+
+func (p *pass) preflight(ctx context.Context) (report.Section, error) {
+	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Libionic: p.ionic, Probe: p.probe, Log: p.log})
+	p.env.Apply(out.Edits...)
+	return out, err
+}
+
+func (p *pass) enginePatches(ctx context.Context) (report.Section, error) {
 	in := p.patchInput()
 	in.Early = p.early
 	out, err := patches.Run(ctx, in)
 	p.early.Stop()
-	p.rep.Patches = out
-	return err
+	return out, err
 }
 
 func (p *pass) patchInput() patches.Input {
 	return patches.Input{
 		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
-		Python: p.python, PythonErr: p.pythonErr, Env: p.env, Dir: p.cfg.Chdir,
-		ProbeTimeout: p.cfg.PatchProbeTimeout(), StateDir: p.stateDir(), DryRun: p.dry, Log: p.log,
+		Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, Env: p.env, Dir: p.cfg.Chdir,
+		ProbeTimeout: p.cfg.PatchProbeTimeout(), StateDir: p.state, DryRun: p.dry, Log: p.log,
 	}
 }
 
-// stateDir is where this run keeps its caches, picked once: "" for
-// --explain (it writes nothing and reads no stale cache) and when no
-// candidate is safe (then the steps do their full checks).
-func (p *pass) stateDir() string {
-	if p.dry || p.statePicked {
-		return p.state
-	}
-	p.state, p.statePicked = statedir.PickLogged(p.cfg.StateDir, p.log), true
-	return p.state
-}
-
-func (p *pass) limits(context.Context) error {
-	n, err := launch.RaiseNofile(p.dry)
-	p.rep.Exec.Nofile = n
-	if err != nil {
-		p.log.Warn(fmt.Sprintf("open-file limit left at %d: %v", n.Soft, err))
-	} else if !p.dry {
-		p.log.Info(fmt.Sprintf("open files: soft limit %d (= hard)", n.Hard))
-	}
-	return nil
-}
-
-// exec is the irreversible end: chdir, report, execve.
+// exec is the irreversible end: report, chdir, execve (or the init).
 func (p *pass) exec() int {
 	p.early.Stop()
-	e := p.rep.Exec
-	e.Env = p.env.Slice()
+	l := p.launch
+	p.rep.Add(l)
 	p.rep.EnvChanges = environ.Diff(p.env0, p.env)
-	if err := os.Chdir(e.Cwd); err != nil {
-		return p.finish(exitConfig, "refused", fmt.Errorf("chdir %s (INFERA_EXEC_CHDIR): %w", e.Cwd, err))
+	argv := report.QuoteArgs(report.RedactArgs(l.Argv))
+	result := report.ResultExec
+	if l.Init != config.InitOff {
+		result = report.ResultInit
+		p.log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
+			argv, l.Path, l.Cwd, launch.InitRole()), "path", l.Path)
+	} else {
+		p.log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, l.Path, l.Cwd), "path", l.Path)
 	}
-	if e.Init != "" {
-		return p.init()
-	}
-	p.log.Info(fmt.Sprintf("exec %s (%s) in %s", report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd), "path", e.Path)
-	p.rep.Outcome = report.Outcome{Result: "exec"}
+	p.rep.Outcome = report.Outcome{Result: result}
 	p.writeReport()
-	code, err := launch.Exec(e.Path, e.Argv, e.Env)
-	return p.finish(code, "exec-failed", err)
-}
-
-// init starts the worker as a child and stays its init until it ends
-// (--init, INFERA_EXEC_INIT): the report says so before the start, since
-// nothing is written after it.
-func (p *pass) init() int {
-	e := p.rep.Exec
-	p.log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-		report.QuoteArgs(report.RedactArgs(e.Argv)), e.Path, e.Cwd, launch.InitRole()), "path", e.Path)
-	p.rep.Outcome = report.Outcome{Result: "init"}
-	p.writeReport()
-	if p.restoreGC != nil {
+	if l.Init != config.InitOff && p.restoreGC != nil {
 		p.restoreGC() // from here on a long-lived process
 	}
-	return launch.Become(launch.InitSpec{Path: e.Path, Argv: e.Argv, Env: e.Env, Dir: e.Cwd, Group: e.Init == "init-group"}, p.log)
+	code, err := l.Start(p.env.Slice(), p.log)
+	if err != nil {
+		return p.finish(code, report.ResultExecFailed, err)
+	}
+	return code
 }
 
 // finish ends a run that does not exec: it logs the reason, records the
 // outcome and either prints the plan (explain) or writes the report.
-func (p *pass) finish(code int, result string, err error) int {
+func (p *pass) finish(code int, result report.Result, err error) int {
 	p.early.Stop() // a refusal before the patch step: its interpreter is killed and reaped
-	if p.rep.Exec != nil && p.rep.Exec.Env == nil {
-		p.rep.Exec.Env = p.env.Slice()
+	if p.launch != nil && !p.rep.Has(p.launch) { // exec adds it before starting
+		if p.dry && (p.opt.JSON || p.opt.Verbose) {
+			p.launch.Env = p.env.Slice()
+		}
+		p.rep.Add(p.launch)
 	}
 	if p.rep.EnvChanges == nil {
 		p.rep.EnvChanges = environ.Diff(p.env0, p.env)
@@ -337,7 +257,7 @@ func (p *pass) finish(code int, result string, err error) int {
 		return code
 	}
 	p.rep.Log = p.rec.Entries()
-	if err := report.Print(p.stdout, p.rep, p.opt.JSON, p.opt.Verbose); err != nil {
+	if err := report.Print(p.stdout, p.rep, p.opt.JSON); err != nil {
 		fmt.Fprintf(p.stderr, "infera-exec: encode plan: %v\n", err)
 		return exitSoftware
 	}
@@ -350,7 +270,7 @@ func (p *pass) writeReport() {
 	}
 	p.rep.Log = p.rec.Entries()
 	p.rep.Resources = report.ReadResources()
-	where, err := report.Write(p.rep, p.cfg.ReportPath)
+	where, err := report.Write(p.rep, p.cfg.ReportPath, p.state)
 	if err != nil {
 		p.log.Warn("report not written: " + err.Error())
 		return

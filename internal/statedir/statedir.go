@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 )
@@ -185,8 +186,19 @@ func PickLogged(explicit string, log *slog.Logger) string {
 }
 
 // ProviderDirs are where the host RDMA provider may go when the library
-// directory is read-only, in order: an rdma directory in each state
-// directory, then /dev/shm (a tmpfs in every pod, unless mounted noexec).
-func ProviderDirs(explicit string) []string {
-	return append(Sub(explicit, "rdma"), "/dev/shm/infera-exec-rdma")
+// directory is read-only: rdma/ in the state directory the run picked,
+// then in every other candidate (the provider's directory must not be
+// mounted noexec, which the picked one may be), then a directory in
+// /dev/shm.
+func ProviderDirs(picked, explicit string) []string {
+	var out []string
+	if picked != "" {
+		out = append(out, filepath.Join(picked, "rdma"))
+	}
+	for _, d := range Sub(explicit, "rdma") {
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return append(out, "/dev/shm/infera-exec-rdma")
 }

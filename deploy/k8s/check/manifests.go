@@ -33,7 +33,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/cli"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/workerargs"
@@ -497,7 +496,7 @@ func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Cont
 		return
 	}
 
-	opts, err := cli.Parse(argv[1:])
+	opts, err := config.ParseArgs(argv[1:])
 	if err != nil {
 		c.add(where, "infera-exec would refuse its command line %q: %v", argv, err)
 		return
@@ -525,7 +524,7 @@ func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Cont
 	c.engine(where, spec, ctr, argv, opts, kv, vols, installs)
 }
 
-func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, opts cli.Options, vols map[string]*corev1.Volume, installs map[string]string) {
+func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, opts config.Options, vols map[string]*corev1.Volume, installs map[string]string) {
 	if !isInit {
 		c.add(where, "--install in a regular container copies the payload and exits: the pod would restart it forever; run it as an init container")
 		return
@@ -560,13 +559,13 @@ func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, op
 	c.add(where, "--install %s: no volume is mounted there, so the copy would vanish with the init container", dest)
 }
 
-func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Container, argv []string, opts cli.Options, kv []string, vols map[string]*corev1.Volume, installs map[string]string) {
+func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Container, argv []string, opts config.Options, kv []string, vols map[string]*corev1.Volume, installs map[string]string) {
 	c.stats.Engines++
 	if !path.IsAbs(argv[0]) {
 		c.add(where, "run infera-exec by its absolute path in the payload (e.g. /overlay/bin/infera-exec): the payload root is found from it")
 		return
 	}
-	cfg, warns, err := config.Load(environ.New(kv), argv[0], "/")
+	cfg, warns, err := config.Load(environ.New(kv), argv[0], "/", opts.Flags)
 	if err != nil {
 		c.add(where, "infera-exec would refuse its environment: %v", err)
 		return

@@ -10,19 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"golang.org/x/sys/unix"
 )
-
-func init() {
-	register(Check{
-		Name: "model-dir",
-		What: "the model directory exists, holds readable weights, and loads within the readiness timeout from its filesystem",
-		Run:  checkModelDir,
-	})
-}
 
 // Load rates, from one measurement: a 1.5 TB checkpoint loads in about 8
 // minutes from local NVMe and in about 95 minutes from NFS.
@@ -225,7 +216,7 @@ func pick(files [len(shardGroups)][]shardFile, bad string, why error) shardScan 
 	return scan
 }
 
-func checkModelDir(in *Input) Result {
+func checkModelDir(in *Facts) Result {
 	arg, source := in.Args.Model, in.Args.ModelFrom
 	if source == "" {
 		return skipped("no --model, --model-path or serve argument in the command")
@@ -236,11 +227,7 @@ func checkModelDir(in *Input) Result {
 	full, shown := arg, arg
 	if !filepath.IsAbs(arg) {
 		// Relative to the directory the worker runs in.
-		cwd := in.Chdir
-		if cwd == "" {
-			cwd = config.DefaultChdir
-		}
-		full = filepath.Join(cwd, arg)
+		full = filepath.Join(in.Chdir, arg)
 		shown = fmt.Sprintf("%s (%s)", arg, full)
 	}
 	// Everything that touches the model's filesystem is one operation,
@@ -320,9 +307,6 @@ func checkModelDir(in *Input) Result {
 	}
 	est := time.Duration(float64(scan.Size) / rate * float64(time.Second))
 	timeout := in.ReadyTimeout
-	if timeout <= 0 {
-		timeout = config.DefaultReadyTimeout
-	}
 	limit := float64(timeout)
 	if in.ReadyDefault {
 		limit /= readyHeadroom

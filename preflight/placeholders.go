@@ -6,14 +6,6 @@ import (
 	"strings"
 )
 
-func init() {
-	register(Check{
-		Name: "placeholders",
-		What: "template placeholders such as <MODEL_DIR> left in the command or environment",
-		Run:  checkPlaceholders,
-	})
-}
-
 // placeholders are the template placeholders in s, in order: an
 // upper-case name in angle brackets (<[A-Z][A-Z0-9_]*>), alone or inside
 // a word (/models/<MODEL>/config). Lower-case <foo> and a<b are left
@@ -40,7 +32,7 @@ func placeholders(s string) []string {
 // placeholdersShown is how many findings Seen names before "and N more".
 const placeholdersShown = 5
 
-func checkPlaceholders(in *Input) Result {
+func checkPlaceholders(in *Facts) Result {
 	argv := in.Args.Argv
 	if len(argv) == 0 && len(in.Env) == 0 {
 		return skipped("no command and no environment to look at")

@@ -1,11 +1,12 @@
-package launch
-
-// Command resolution, the way execvp(3) and a POSIX shell do it: "not
-// found" (exit 127) is told from "found but not executable" (exit 126).
+// Package lookpath answers which file a command name runs, the way
+// execvp(3) and a POSIX shell resolve it: "not found" (exit 127) is told
+// from "found but not executable" (exit 126).
+package lookpath
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -29,6 +30,9 @@ type Error struct {
 	Code   int
 	Reason string
 }
+
+// ExitCode is the shell's code for the command: 126 or 127.
+func (e *Error) ExitCode() int { return e.Code }
 
 func (e *Error) Error() string {
 	if strings.HasPrefix(e.Reason, e.Name) {
@@ -144,4 +148,44 @@ func AbsDirs(pathList string) []string {
 		}
 	}
 	return out
+}
+
+// Runnable checks that the kernel will execute path: an ELF file or a
+// script with a #! line. Anything else fails execve with ENOEXEC, which
+// a shell reports as 126; saying so before the start writes anything
+// keeps a wrong command from changing the container. A kernel with
+// binfmt_misc handlers may run other formats too: then nothing is
+// refused here and execve decides.
+func Runnable(path string) error {
+	f, err := boundedread.Open(path, unix.O_RDONLY)
+	if err != nil {
+		// The lookup found it: a file that cannot be opened for reading
+		// may still be executable (mode 0111); execve decides.
+		return nil
+	}
+	defer f.Close()
+	var head [4]byte
+	n, _ := io.ReadFull(f, head[:])
+	switch {
+	case n == 4 && string(head[:]) == "\x7fELF", n >= 2 && string(head[:2]) == "#!":
+		return nil
+	case binfmtHandlers():
+		return nil
+	}
+	return &Error{Name: path, Code: CodeNotExecutable, Reason: path + " is neither an ELF binary nor a script with a #! line, so the kernel will not run it (ENOEXEC); add a #! line such as #!/bin/sh, or run it through its interpreter"}
+}
+
+// binfmtHandlers reports whether the kernel has binfmt_misc formats
+// registered (entries besides register and status).
+func binfmtHandlers() bool {
+	entries, err := os.ReadDir("/proc/sys/fs/binfmt_misc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if n := e.Name(); n != "register" && n != "status" {
+			return true
+		}
+	}
+	return false
 }

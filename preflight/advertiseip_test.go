@@ -40,10 +40,10 @@ var advLo = Interface{Name: "lo", Addrs: []string{"127.0.0.1", "::1"}, Up: true,
 // A Kubernetes node with hostNetwork: the CNI bridge, docker0 and a veth
 // have private addresses and come first, eth0 is physical with a public
 // address only, eth1 is the physical private one.
-func advNode(t *testing.T) *Input {
+func advNode(t *testing.T) *Facts {
 	sysfs := advSysfs(t, []string{"eth0", "eth1"}, []string{"cni0", "docker0", "veth1a2b", "flannel.1"},
 		map[string][]string{"cni0": {"veth1a2b"}})
-	return &Input{Sysfs: sysfs, Env: map[string]string{}, Interfaces: advIfs(
+	return &Facts{Sysfs: sysfs, Env: map[string]string{}, Interfaces: advIfs(
 		advLo,
 		Interface{Name: "cni0", Addrs: []string{"10.244.0.1", "fe80::1"}, Up: true},
 		Interface{Name: "docker0", Addrs: []string{"172.17.0.1"}, Up: true},
@@ -76,7 +76,7 @@ func TestAdvertiseIPSkipsVirtualInterfaces(t *testing.T) {
 func TestAdvertiseIPKernelOrderNotNameOrder(t *testing.T) {
 	sysfs := advSysfs(t, []string{"eno1", "ens9", "ens10", "eth2", "eth3"}, []string{"bond0"},
 		map[string][]string{"bond0": {"eth2", "eth3"}})
-	ip, why := AdvertiseIP(&Input{Sysfs: sysfs, Interfaces: advIfs(
+	ip, why := AdvertiseIP(&Facts{Sysfs: sysfs, Interfaces: advIfs(
 		advLo,
 		Interface{Name: "ens9", Addrs: []string{"192.168.1.9"}, Up: false},  // no carrier
 		Interface{Name: "ens9x", Addrs: []string{"192.168.1.10"}, Up: true}, // no sysfs entry at all
@@ -88,7 +88,7 @@ func TestAdvertiseIPKernelOrderNotNameOrder(t *testing.T) {
 	assert.Contains(t, why, "passed over: ens9 192.168.1.9 (down), ens9x 192.168.1.10 (virtual)")
 
 	// A bond of physical NICs counts as physical; it comes first here.
-	ip, why = AdvertiseIP(&Input{Sysfs: sysfs, Interfaces: advIfs(
+	ip, why = AdvertiseIP(&Facts{Sysfs: sysfs, Interfaces: advIfs(
 		Interface{Name: "bond0", Addrs: []string{"10.1.0.1"}, Up: true},
 		Interface{Name: "eno1", Addrs: []string{"10.0.0.1"}, Up: true},
 	)})
@@ -157,7 +157,7 @@ func TestAdvertiseIPKeptButNotLocal(t *testing.T) {
 func TestAdvertiseIPPodNetworkSkipped(t *testing.T) {
 	// A pod without hostNetwork: eth0 is one end of a veth pair.
 	sysfs := advSysfs(t, nil, []string{"lo", "eth0"}, nil)
-	in := &Input{Sysfs: sysfs, Interfaces: advIfs(advLo,
+	in := &Facts{Sysfs: sysfs, Interfaces: advIfs(advLo,
 		Interface{Name: "eth0", Addrs: []string{"10.244.1.7", "fe80::7"}, Up: true})}
 	ip, why := AdvertiseIP(in)
 	assert.Empty(t, ip)
@@ -172,7 +172,7 @@ func TestAdvertiseIPPodNetworkSkipped(t *testing.T) {
 func TestAdvertiseIPPhysicalWithoutPrivateAddress(t *testing.T) {
 	// 100.64/10 (carrier-grade NAT space) is not taken as private.
 	sysfs := advSysfs(t, []string{"eth0"}, nil, nil)
-	in := &Input{Sysfs: sysfs, Interfaces: advIfs(advLo,
+	in := &Facts{Sysfs: sysfs, Interfaces: advIfs(advLo,
 		Interface{Name: "eth0", Addrs: []string{"100.64.3.4", "203.0.113.9"}, Up: true})}
 	ip, why := AdvertiseIP(in)
 	assert.Empty(t, ip)
@@ -181,7 +181,7 @@ func TestAdvertiseIPPhysicalWithoutPrivateAddress(t *testing.T) {
 }
 
 func TestAdvertiseIPInterfacesError(t *testing.T) {
-	in := &Input{Sysfs: t.TempDir(), Interfaces: func() ([]Interface, error) { return nil, errors.New("netlink: permission denied") }}
+	in := &Facts{Sysfs: t.TempDir(), Interfaces: func() ([]Interface, error) { return nil, errors.New("netlink: permission denied") }}
 	ip, why := AdvertiseIP(in)
 	assert.Empty(t, ip)
 	assert.Equal(t, "network interfaces could not be listed: netlink: permission denied", why)

@@ -1,4 +1,4 @@
-package cli
+package config
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParse(t *testing.T) {
+func TestParseArgs(t *testing.T) {
 	cases := []struct {
 		args []string
 		want Options
@@ -25,13 +25,13 @@ func TestParse(t *testing.T) {
 		{nil, Options{}},
 	}
 	for _, c := range cases {
-		got, err := Parse(c.args)
+		got, err := ParseArgs(c.args)
 		require.NoError(t, err, "%q", c.args)
 		assert.Equal(t, c.want, got, "%q", c.args)
 	}
 }
 
-func TestParseErrors(t *testing.T) {
+func TestParseArgsErrors(t *testing.T) {
 	cases := []struct {
 		args []string
 		want string
@@ -47,7 +47,7 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"--install", "/a", "python3"}, "--install copies the payload and runs no command"},
 	}
 	for _, c := range cases {
-		_, err := Parse(c.args)
+		_, err := ParseArgs(c.args)
 		require.Error(t, err, "%q", c.args)
 		var ue *UsageError
 		assert.ErrorAs(t, err, &ue)
@@ -55,7 +55,7 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-func FuzzParse(f *testing.F) {
+func FuzzParseArgs(f *testing.F) {
 	f.Add("--explain\x00python3\x00-m\x00x")
 	f.Add("--check=/a\x00--json")
 	f.Fuzz(func(t *testing.T, joined string) {
@@ -63,7 +63,7 @@ func FuzzParse(f *testing.F) {
 		for _, a := range splitNUL(joined) {
 			args = append(args, a)
 		}
-		o, err := Parse(args)
+		o, err := ParseArgs(args)
 		if err != nil {
 			return
 		}

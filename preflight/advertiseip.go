@@ -29,14 +29,6 @@ import (
 // AdvertiseVar is the variable AdvertiseIP decides.
 const AdvertiseVar = "INFERA_ADVERTISE_IP"
 
-func init() {
-	register(Check{
-		Name: "advertise-ip",
-		What: "choose " + AdvertiseVar + ": a private IPv4 address of a physical interface",
-		Run:  checkAdvertiseIP,
-	})
-}
-
 // advPrivateV4 returns the private IPv4 addresses among addrs, in order.
 func advPrivateV4(addrs []string) []string {
 	var out []string
@@ -71,7 +63,7 @@ type advIPDecision struct {
 // none, and why says why. The pass sets the variable in the worker's
 // environment when ip is not empty (unless the advertise-ip check is
 // disabled); the check reports the same decision.
-func AdvertiseIP(in *Input) (ip, why string) {
+func AdvertiseIP(in *Facts) (ip, why string) {
 	d := decideAdvertiseIP(in)
 	return d.ip, d.why
 }
@@ -84,7 +76,7 @@ type advListing struct {
 	choice, choiceIf, why string
 }
 
-func listAdvertise(in *Input) *advListing {
+func listAdvertise(in *Facts) *advListing {
 	if in.listing != nil {
 		return in.listing
 	}
@@ -101,7 +93,7 @@ func listAdvertise(in *Input) *advListing {
 	return l
 }
 
-func decideAdvertiseIP(in *Input) advIPDecision {
+func decideAdvertiseIP(in *Facts) advIPDecision {
 	l := listAdvertise(in)
 	d := advIPDecision{ifs: l.ifs, listErr: l.err, choice: l.choice, choiceIf: l.choiceIf, reason: l.why}
 	if v := in.Env[AdvertiseVar]; v != "" {
@@ -206,7 +198,7 @@ func advLocalV4(ifs []Interface) []string {
 	return out
 }
 
-func checkAdvertiseIP(in *Input) Result {
+func checkAdvertiseIP(in *Facts) Result {
 	d := decideAdvertiseIP(in)
 	set := AdvertiseVar + "=" + d.ip
 	switch {

@@ -24,7 +24,7 @@ func TestPlaceholdersRegisteredInOrder(t *testing.T) {
 }
 
 func TestPlaceholdersPass(t *testing.T) {
-	in := &Input{
+	in := &Facts{
 		Args: workerargs.Parse([]string{"python3", "-m", "infera.engine.vllm", "--model", "/models/x", "a<b", "x>y", "<foo>", "<1A>", "<_A>", "<>", "< A >", "<a_B>"}),
 		Env:  map[string]string{"<MODEL_DIR>": "names do not count", "HOST": "node-1", "LESS": "<x>"},
 	}
@@ -32,12 +32,12 @@ func TestPlaceholdersPass(t *testing.T) {
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, "no <UPPER_CASE> placeholder in 13 arguments and 3 environment variables", r.Seen)
 
-	r = checkPlaceholders(&Input{Args: workerargs.Parse([]string{"true"})})
+	r = checkPlaceholders(&Facts{Args: workerargs.Parse([]string{"true"})})
 	assert.Equal(t, "no <UPPER_CASE> placeholder in 1 argument and 0 environment variables", r.Seen)
 }
 
 func TestPlaceholdersSkipped(t *testing.T) {
-	r := checkPlaceholders(&Input{})
+	r := checkPlaceholders(&Facts{})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "no command and no environment to look at", r.Seen)
 }
@@ -70,7 +70,7 @@ func TestPlaceholdersFound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := checkPlaceholders(&Input{Args: workerargs.Parse(tt.argv), Env: tt.env})
+			r := checkPlaceholders(&Facts{Args: workerargs.Parse(tt.argv), Env: tt.env})
 			require.Equal(t, Fail, r.Status)
 			assert.Equal(t, Error, r.Severity)
 			assert.Equal(t, tt.seen, r.Seen)

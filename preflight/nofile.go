@@ -4,18 +4,10 @@ import (
 	"fmt"
 )
 
-func init() {
-	register(Check{
-		Name: "nofile",
-		What: "the open-file hard limit is high enough for a router with many in-flight requests",
-		Run:  checkNofile,
-	})
-}
-
 // rlimInfinity is RLIM_INFINITY as getrlimit(2) returns it in a uint64.
 const rlimInfinity = ^uint64(0)
 
-func checkNofile(in *Input) Result {
+func checkNofile(in *Facts) Result {
 	min, note := in.NofileMin, ""
 	switch hard := in.NofileHard; {
 	case hard == 0:

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/workerargs"
 )
 
@@ -40,11 +41,12 @@ func modelDir(t *testing.T, files map[string]int64) string {
 	return dir
 }
 
-func modelInput(dir string, magic uint32) *Input {
-	return &Input{
+func modelInput(dir string, magic uint32) *Facts {
+	return &Facts{
 		Args:         workerargs.Parse([]string{"python3", "-m", "infera.engine.vllm", "--model", dir, "--tensor-parallel-size", "8"}),
-		ReadyTimeout: 1800,
+		ReadyTimeout: config.DefaultReadyTimeout,
 		ReadyDefault: true,
+		Chdir:        config.DefaultChdir,
 		Statfs:       fakeStatfs(magic),
 	}
 }
@@ -80,12 +82,12 @@ func unprivileged(t *testing.T, fn func()) {
 }
 
 func TestModelDirSkipped(t *testing.T) {
-	r := checkModelDir(&Input{Args: workerargs.Parse([]string{"python3", "-m", "router", "--port", "8000"})})
+	r := checkModelDir(&Facts{Args: workerargs.Parse([]string{"python3", "-m", "router", "--port", "8000"})})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "no --model, --model-path or serve argument in the command", r.Seen)
 
 	for _, id := range []string{"meta-llama/Llama-3.1-8B", "gpt2", "models/x", "~/m"} {
-		r = checkModelDir(&Input{Args: workerargs.Parse([]string{"vllm", "serve", id})})
+		r = checkModelDir(&Facts{Args: workerargs.Parse([]string{"vllm", "serve", id})})
 		assert.Equal(t, Skipped, r.Status, id)
 		assert.Equal(t, id+" (serve) is not a path (absolute, ./ or ../): a Hugging Face repository id, nothing to check", r.Seen)
 	}
@@ -126,11 +128,11 @@ func TestModelDirSubdirectories(t *testing.T) {
 
 func TestModelDirGGUFFile(t *testing.T) {
 	dir := modelDir(t, map[string]int64{"q4.gguf": 4.9e9, "notes.txt": 10})
-	r := checkModelDir(&Input{Args: workerargs.Parse([]string{"vllm", "serve", filepath.Join(dir, "q4.gguf")}), Statfs: fakeStatfs(magicExt4)})
+	r := checkModelDir(&Facts{Args: workerargs.Parse([]string{"vllm", "serve", filepath.Join(dir, "q4.gguf")}), Statfs: fakeStatfs(magicExt4), ReadyTimeout: config.DefaultReadyTimeout, ReadyDefault: true})
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, filepath.Join(dir, "q4.gguf")+" on ext4, 1 shard (a GGUF file), 4.90 GB", r.Seen)
 
-	r = checkModelDir(&Input{Args: workerargs.Parse([]string{"vllm", "serve", filepath.Join(dir, "notes.txt")}), Statfs: fakeStatfs(magicExt4)})
+	r = checkModelDir(&Facts{Args: workerargs.Parse([]string{"vllm", "serve", filepath.Join(dir, "notes.txt")}), Statfs: fakeStatfs(magicExt4), ReadyTimeout: config.DefaultReadyTimeout, ReadyDefault: true})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Error, r.Severity)
 	assert.Equal(t, filepath.Join(dir, "notes.txt")+" (serve) is not a directory", r.Seen)
@@ -157,7 +159,7 @@ func TestModelDirHuggingFaceSnapshotLinks(t *testing.T) {
 
 func TestModelDirMissing(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "models", "llama")
-	r := checkModelDir(&Input{Args: workerargs.Parse([]string{"python3", "-m", "sglang.launch_server", "--model-path", missing})})
+	r := checkModelDir(&Facts{Args: workerargs.Parse([]string{"python3", "-m", "sglang.launch_server", "--model-path", missing})})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Error, r.Severity)
 	assert.Equal(t, missing+" (--model-path) does not exist", r.Seen)
@@ -245,12 +247,6 @@ func TestModelDirNetworkTimesOut(t *testing.T) {
 	r = checkModelDir(in)
 	assert.Equal(t, Pass, r.Status, r.Seen)
 	assert.Equal(t, dir+" on lustre, 3 shards (*.safetensors), 1500 GB; estimated load 1h35m at ~0.26 GB/s over the network", r.Seen)
-
-	// Zero means unset: the default.
-	in = modelInput(dir, magicNFS)
-	in.ReadyTimeout = 0
-	r = checkModelDir(in)
-	assert.Contains(t, r.Seen, "INFERA_ENGINE_READY_TIMEOUT is 30m (the default)")
 }
 
 func TestModelDirNetworkLittleHeadroom(t *testing.T) {

@@ -18,15 +18,7 @@ import (
 // AllowTCPVar, set to 1, turns the missing-RDMA error into a warning.
 const AllowTCPVar = "INFERA_ALLOW_TCP_KV"
 
-func init() {
-	register(Check{
-		Name: "rdma",
-		What: "a prefill/decode worker sees RDMA devices, /dev/infiniband, and a provider that supports their kernel ABI",
-		Run:  checkRDMA,
-	})
-}
-
-func checkRDMA(in *Input) Result {
+func checkRDMA(in *Facts) Result {
 	source := in.Args.RoleFrom
 	if !in.Args.PD() {
 		return skipped("not a prefill/decode worker")
@@ -36,7 +28,10 @@ func checkRDMA(in *Input) Result {
 		return skipped("no RDMA inventory was read for the check")
 	}
 	sysfs, devDir := inv.Sysfs, inv.DevDir
-	allowTCP := in.AllowTCP
+	allowTCP, hostLib := in.AllowTCP, in.HostLibionic
+	if hostLib == "" {
+		hostLib = "the INFERA_HOST_LIBIONIC path"
+	}
 
 	var devs []string
 	var usable int
@@ -118,7 +113,7 @@ func checkRDMA(in *Input) Result {
 			"...\"), so the worker sees no device and the transfer fails far from "+
 			"the cause.")
 		do = append(do, "Mount the libionic build that matches the node's ionic "+
-			"driver at /host-libionic/libionic.so (or set INFERA_HOST_LIBIONIC to "+
+			"driver at "+hostLib+" (or set INFERA_HOST_LIBIONIC to "+
 			"its path) so infera-exec swaps it in; if one is mounted already, it is "+
 			"not the build for this kernel.")
 	}

@@ -9,14 +9,6 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 )
 
-func init() {
-	register(Check{
-		Name: "shm",
-		What: "/dev/shm is large enough for NCCL/RCCL and the engines' IPC, and not mounted noexec",
-		Run:  checkShm,
-	})
-}
-
 const (
 	shmWhySmall = "NCCL/RCCL and the engines' IPC put tensors in /dev/shm; " +
 		"the 64 MiB that Docker and containerd give by default makes " +
@@ -32,7 +24,7 @@ const (
 		"--ipc=host or --tmpfs /dev/shm:exec,size=16g."
 )
 
-func checkShm(in *Input) Result {
+func checkShm(in *Facts) Result {
 	dir := in.ShmDir
 	if dir == "" {
 		dir = "/dev/shm"

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/internal/workerargs"
 )
@@ -123,7 +124,7 @@ func TestRDMA(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sysfs, devDir := rdmaFake(t, tc.devs, tc.entries)
-			r := checkRDMA(&Input{Args: workerargs.Parse(tc.argv), Env: tc.env, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, RDMA: rdma.Read(sysfs, devDir), ProviderABI: tc.provider})
+			r := checkRDMA(&Facts{Args: workerargs.Parse(tc.argv), Env: tc.env, HostLibionic: config.DefaultHostLibionic, AllowTCP: tc.env["INFERA_ALLOW_TCP_KV"] == "1", Sysfs: sysfs, RDMA: rdma.Read(sysfs, devDir), ProviderABI: tc.provider})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {
@@ -147,7 +148,7 @@ func TestRDMA(t *testing.T) {
 // one it has nothing to look at, even with devices in sysfs.
 func TestRDMAWithoutInventory(t *testing.T) {
 	sysfs, _ := rdmaFake(t, rdmaIonic, []string{"uverbs0"})
-	r := checkRDMA(&Input{Args: workerargs.Parse(advSGLang("--host", "10.1.2.3")), Sysfs: sysfs})
+	r := checkRDMA(&Facts{Args: workerargs.Parse(advSGLang("--host", "10.1.2.3")), Sysfs: sysfs})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "no RDMA inventory was read for the check", r.Seen)
 }

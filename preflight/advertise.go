@@ -5,8 +5,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/internal/workerargs"
 	"net/netip"
+
+	"github.com/infera/infera-exec/internal/workerargs"
 )
 
 // The advertise check: a prefill/decode worker tells its peer on the
@@ -14,14 +15,6 @@ import (
 // (0.0.0.0, ::), a loopback one (127.0.0.0/8, ::1, localhost) or an
 // unexpanded Kubernetes $(VAR) cannot be reached from there, and requests
 // hang until the connector's 480 s timeout instead of failing.
-
-func init() {
-	register(Check{
-		Name: "advertise",
-		What: "a prefill/decode worker advertises an address its peer on another node can reach",
-		Run:  checkAdvertise,
-	})
-}
 
 // addrKind is what a configured address is, judged without DNS.
 type addrKind int
@@ -103,7 +96,7 @@ type advFinding struct {
 }
 
 type advCheck struct {
-	in       *Input
+	in       *Facts
 	findings []advFinding
 }
 
@@ -133,7 +126,7 @@ func (a *advCheck) note(seen string) {
 	a.findings = append(a.findings, advFinding{seen: seen})
 }
 
-func checkAdvertise(in *Input) Result {
+func checkAdvertise(in *Facts) Result {
 	if !in.Args.PD() {
 		return skipped("not a prefill/decode worker")
 	}

@@ -24,8 +24,8 @@ func shmStatfs(size uint64, noexec bool) func(string) (FS, error) {
 	}
 }
 
-func shmInput(t *testing.T, size uint64, noexec bool, min ...uint64) *Input {
-	in := &Input{ShmDir: t.TempDir(), Statfs: shmStatfs(size, noexec), ShmMin: config.DefaultShmMin}
+func shmInput(t *testing.T, size uint64, noexec bool, min ...uint64) *Facts {
+	in := &Facts{ShmDir: t.TempDir(), Statfs: shmStatfs(size, noexec), ShmMin: config.DefaultShmMin}
 	if len(min) > 0 {
 		in.ShmMin = min[0]
 	}
@@ -87,25 +87,25 @@ func TestShmMinimum(t *testing.T) {
 
 func TestShmMissingOrBroken(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "shm")
-	r := checkShm(&Input{ShmDir: missing, Statfs: shmStatfs(16<<30, false), ShmMin: config.DefaultShmMin})
+	r := checkShm(&Facts{ShmDir: missing, Statfs: shmStatfs(16<<30, false), ShmMin: config.DefaultShmMin})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Warn, r.Severity)
 	assert.Equal(t, missing+" does not exist", r.Seen)
 
 	file := filepath.Join(t.TempDir(), "shm")
 	require.NoError(t, os.WriteFile(file, nil, 0o644))
-	r = checkShm(&Input{ShmDir: file, Statfs: shmStatfs(16<<30, false), ShmMin: config.DefaultShmMin})
+	r = checkShm(&Facts{ShmDir: file, Statfs: shmStatfs(16<<30, false), ShmMin: config.DefaultShmMin})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, file+" is not a directory", r.Seen)
 
 	dir := t.TempDir()
-	r = checkShm(&Input{ShmDir: dir, Statfs: func(string) (FS, error) { return FS{}, errors.New("boom") }, ShmMin: config.DefaultShmMin})
+	r = checkShm(&Facts{ShmDir: dir, Statfs: func(string) (FS, error) { return FS{}, errors.New("boom") }, ShmMin: config.DefaultShmMin})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "statfs "+dir+": boom", r.Seen)
 }
 
 func TestShmReal(t *testing.T) {
-	r := checkShm(&Input{ShmDir: "/dev/shm", ShmMin: config.DefaultShmMin})
+	r := checkShm(&Facts{ShmDir: "/dev/shm", ShmMin: config.DefaultShmMin})
 	require.NotEqual(t, Skipped, r.Status, r.Seen)
 	assert.True(t, strings.HasPrefix(r.Seen, "/dev/shm "), r.Seen)
 	fs, err := RealStatfs("/dev/shm")
@@ -286,8 +286,8 @@ func statfsChild(t *testing.T, dir string) {
 	require.NoError(t, err)
 	out.Large, err = RealStatfs(large)
 	require.NoError(t, err)
-	out.SmallShm = checkShm(&Input{ShmDir: small, ShmMin: config.DefaultShmMin})
-	out.LargeShm = checkShm(&Input{ShmDir: large, ShmMin: config.DefaultShmMin})
+	out.SmallShm = checkShm(&Facts{ShmDir: small, ShmMin: config.DefaultShmMin})
+	out.LargeShm = checkShm(&Facts{ShmDir: large, ShmMin: config.DefaultShmMin})
 	data, err := json.Marshal(out)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "out.json"), data, 0o644))

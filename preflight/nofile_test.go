@@ -10,18 +10,18 @@ import (
 )
 
 func TestNofile(t *testing.T) {
-	r := checkNofile(&Input{NofileHard: 1048576, NofileMin: config.DefaultNofileMin})
+	r := checkNofile(&Facts{NofileHard: 1048576, NofileMin: config.DefaultNofileMin})
 	assert.Equal(t, Pass, r.Status)
 	assert.Equal(t, "open-file hard limit 1048576 (minimum 65536)", r.Seen)
 
-	r = checkNofile(&Input{NofileHard: 65536, NofileMin: config.DefaultNofileMin}) // exactly the minimum
+	r = checkNofile(&Facts{NofileHard: 65536, NofileMin: config.DefaultNofileMin}) // exactly the minimum
 	assert.Equal(t, Pass, r.Status)
 
-	r = checkNofile(&Input{NofileHard: ^uint64(0), NofileMin: config.DefaultNofileMin})
+	r = checkNofile(&Facts{NofileHard: ^uint64(0), NofileMin: config.DefaultNofileMin})
 	assert.Equal(t, Pass, r.Status)
 	assert.Equal(t, "open-file hard limit unlimited", r.Seen)
 
-	r = checkNofile(&Input{NofileHard: 1024, NofileMin: config.DefaultNofileMin})
+	r = checkNofile(&Facts{NofileHard: 1024, NofileMin: config.DefaultNofileMin})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, Warn, r.Severity)
 	assert.Equal(t, "open-file hard limit 1024, below the 65536 minimum", r.Seen)
@@ -30,17 +30,17 @@ func TestNofile(t *testing.T) {
 }
 
 func TestNofileMinimum(t *testing.T) {
-	r := checkNofile(&Input{NofileHard: 65536, NofileMin: 1048576})
+	r := checkNofile(&Facts{NofileHard: 65536, NofileMin: 1048576})
 	require.Equal(t, Fail, r.Status)
 	assert.Equal(t, "open-file hard limit 65536, below the 1048576 minimum", r.Seen)
 
-	r = checkNofile(&Input{NofileHard: 1024, NofileMin: 1024})
+	r = checkNofile(&Facts{NofileHard: 1024, NofileMin: 1024})
 	assert.Equal(t, Pass, r.Status)
 	assert.Equal(t, "open-file hard limit 1024 (minimum 1024)", r.Seen)
 }
 
 func TestNofileSkipped(t *testing.T) {
-	r := checkNofile(&Input{})
+	r := checkNofile(&Facts{})
 	assert.Equal(t, Skipped, r.Status)
 	assert.Equal(t, "the open-file hard limit is unknown", r.Seen)
 }

@@ -171,7 +171,7 @@ func TestAdvertise(t *testing.T) {
 			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP 127.0.0.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := checkAdvertise(&Input{Args: workerargs.Parse(tc.argv), Env: tc.env})
+			r := checkAdvertise(&Facts{Args: workerargs.Parse(tc.argv), Env: tc.env})
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {

@@ -1,0 +1,167 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Options is a parsed command line: infera-exec's own options, then the
+// worker command.
+type Options struct {
+	Help, Version, Explain, Doctor, JSON, Verbose bool
+	Flags                                                  // --init, --init-group
+	Check                                         string   // --check ROOT
+	Install                                       string   // --install DEST
+	Command                                       []string // the worker command and its arguments
+}
+
+// UsageError is a command line that cannot be run: exit code 64.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// ExitCode is EX_USAGE.
+func (e *UsageError) ExitCode() int { return 64 }
+
+// option is one command-line option: registered once, with its value's
+// name (valued options only) and its --help text.
+type option struct {
+	names []string // the first is the one --help shows first
+	arg   string   // the value's name; "" for a switch
+	usage string
+	field func(o *Options) any // *bool or *string
+}
+
+var options = []option{
+	{[]string{"explain"}, "", "run every detection and check, change nothing, print the plan: the exact argv and cwd, what the environment gains (--verbose or --json: all of it); exit 0 if the worker would start, else the code it would refuse with", func(o *Options) any { return &o.Explain }},
+	{[]string{"json"}, "", "with --explain, --doctor or --check: print the result as JSON", func(o *Options) any { return &o.JSON }},
+	{[]string{"doctor"}, "", "run only the preflight checks on the command that follows; exit 0, 1 (warnings) or 78 (errors)", func(o *Options) any { return &o.Doctor }},
+	{[]string{"install"}, "DEST", "copy the payload this binary belongs to into DEST (an emptyDir), checked against payload.index.json; no command", func(o *Options) any { return &o.Install }},
+	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing; exit 65 if a patch drifted", func(o *Options) any { return &o.Check }},
+	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding signals, reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
+	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group", func(o *Options) any { return &o.InitGroup }},
+	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},
+	{[]string{"version"}, "", "print version, commit and Go version", func(o *Options) any { return &o.Version }},
+	{[]string{"h", "help"}, "", "print this help", func(o *Options) any { return &o.Help }},
+}
+
+// valueWhat says what a valued option needs, for the error when it is
+// missing.
+var valueWhat = map[string]string{
+	"check":   "a directory: an unpacked image root filesystem or a site-packages directory",
+	"install": "the directory to install the payload into (an emptyDir in a pod)",
+}
+
+// ParseArgs splits infera-exec's own options from the command (args
+// without the program name). Options come first; the first word that does
+// not start with '-' begins the command and everything after it belongs to
+// the command, so no worker argument can be taken for an option and no
+// mode can shadow a command name. "--" also ends the options.
+func ParseArgs(args []string) (Options, error) {
+	var o Options
+	fs := flag.NewFlagSet("infera-exec", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, opt := range options {
+		for _, n := range opt.names {
+			switch p := opt.field(&o).(type) {
+			case *bool:
+				fs.BoolVar(p, n, false, opt.usage)
+			case *string:
+				fs.StringVar(p, n, "", opt.usage)
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, usageOf(err, args)
+	}
+	if len(fs.Args()) > 0 {
+		o.Command = fs.Args()
+	}
+	for _, n := range []string{"check", "install"} {
+		if f := fs.Lookup(n); f != nil && f.Value.String() == "" && set(fs, n) {
+			return o, &UsageError{fmt.Sprintf("--%s needs %s", n, valueWhat[n])}
+		}
+	}
+	if o.InitGroup {
+		o.Init = true
+	}
+	return o, o.validate()
+}
+
+// set reports whether the option name was given.
+func set(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
+// usageOf turns the flag package's errors into infera-exec's wording,
+// naming an unknown option as it was written.
+func usageOf(err error, args []string) error {
+	msg := err.Error()
+	if errors.Is(err, flag.ErrHelp) {
+		return &UsageError{"unknown option -help"}
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return &UsageError{fmt.Sprintf("--%s needs %s", name, valueWhat[name])}
+	}
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		for _, a := range args {
+			if given, _, _ := strings.Cut(a, "="); strings.TrimLeft(given, "-") == strings.TrimLeft(name, "-") {
+				name = given
+				break
+			}
+		}
+		return &UsageError{fmt.Sprintf("unknown option %s; options go before the command, and a command that starts with '-' goes after --", name)}
+	}
+	return &UsageError{msg}
+}
+
+// validate refuses the combinations of modes that cannot run together.
+func (o Options) validate() error {
+	modes := 0
+	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Install != ""} {
+		if on {
+			modes++
+		}
+	}
+	switch {
+	case o.JSON && !o.Explain && !o.Doctor && o.Check == "":
+		return &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	case o.Init && (o.Doctor || o.Check != "" || o.Install != ""):
+		return &UsageError{"--init starts a worker and stays as its init; --doctor, --check and --install run no worker"}
+	case o.Doctor && modes > 1:
+		return &UsageError{"--doctor runs the preflight checks on the command that follows it; use it without --explain, --check or --install"}
+	case o.Check != "" && (modes > 1 || len(o.Command) > 0):
+		return &UsageError{"--check evaluates patches against a directory and runs no command; use it alone (with --json if wanted)"}
+	case o.Install != "" && (modes > 1 || len(o.Command) > 0):
+		return &UsageError{"--install copies the payload and runs no command; use it alone"}
+	}
+	return nil
+}
+
+// HelpOptions is the options part of --help, from the one table of them.
+func HelpOptions() string {
+	var b strings.Builder
+	b.WriteString("Options (before COMMAND; the first word that is not an option starts it):\n")
+	for _, opt := range options {
+		var names []string
+		for _, n := range opt.names {
+			if len(n) == 1 {
+				names = append(names, "-"+n)
+			} else {
+				names = append(names, "--"+n)
+			}
+		}
+		head := strings.Join(names, ", ")
+		if opt.arg != "" {
+			head += " " + opt.arg
+		}
+		writeWrapped(&b, head, opt.usage, 17)
+	}
+	writeWrapped(&b, "--", "end of options; use it when COMMAND starts with '-'", 17)
+	return b.String()
+}

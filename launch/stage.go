@@ -1,0 +1,132 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/report"
+)
+
+// Input is what the launch step takes: the decided configuration, the
+// worker command, and the worker's environment as composed so far (its
+// PATH finds the command).
+type Input struct {
+	Config  config.Config
+	Command []string
+	Env     *environ.Env
+	DryRun  bool
+}
+
+// Outcome is what is (or would be) executed: the report's exec section.
+type Outcome struct {
+	Command report.Argv `json:"command"` // as given
+	Path    string      `json:"path,omitempty"`
+	Argv    report.Argv `json:"argv,omitempty"`
+	Cwd     string      `json:"cwd"`
+	// Env is the worker's full environment, shown by --explain only
+	// (--verbose or --json); never in the report file.
+	Env    report.Env `json:"env,omitempty"`
+	Nofile Nofile     `json:"nofile"`
+	// Init is how infera-exec stays as the worker's init ("init", or
+	// "init-group" when signals go to the worker's process group); empty:
+	// it execs the worker and is gone.
+	Init config.InitMode `json:"init,omitempty"`
+	// Edits is what the worker's environment gains:
+	// INFERA_ENGINE_READY_TIMEOUT.
+	Edits []environ.Edit `json:"-"`
+}
+
+// Run decides how the worker starts, before anything touches the disk, so
+// that a typo in the command or the working directory changes nothing:
+// the working directory must be a directory, and the command must resolve
+// on the composed PATH (relative to that directory) to a file the kernel
+// will run (ELF or #!); otherwise the error is a *lookpath.Error (126 or
+// 127) or a *config.Error (78). It also raises the soft open-file limit
+// to the hard limit (dry: only reads it) and passes the readiness timeout.
+func Run(ctx context.Context, in Input) (*Outcome, error) {
+	cfg := in.Config
+	o := &Outcome{Command: in.Command, Cwd: cfg.Chdir, Init: cfg.Init,
+		Edits: []environ.Edit{environ.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(cfg.ReadyTimeout))}}
+	if err := CheckDir(cfg.Chdir); err != nil {
+		return o, &config.Error{Msg: err.Error()}
+	}
+	n, err := RaiseNofile(in.DryRun)
+	o.Nofile = n
+	if err != nil {
+		// Not a refusal: the worker may still run with fewer files.
+		o.Nofile.Err = err.Error()
+	}
+	if len(in.Command) == 0 {
+		return o, nil
+	}
+	env := in.Env.Clone()
+	env.Apply(o.Edits...)
+	path, err := lookpath.Command(in.Command[0], env.Value("PATH"), cfg.Chdir)
+	if err != nil {
+		return o, lookpath.HintRelative(err, in.Command[0], cfg.Chdir, cfg.StartDir)
+	}
+	if err := lookpath.Runnable(path); err != nil {
+		return o, err
+	}
+	o.Path, o.Argv = path, in.Command
+	return o, nil
+}
+
+// Fields and WriteText render the outcome in the report and --explain.
+func (o *Outcome) Fields() []report.Field { return []report.Field{{Key: "exec", Value: o}} }
+
+func (o *Outcome) WriteText(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("Exec:")
+	p("  cwd    %s", o.Cwd)
+	switch {
+	case o.Nofile.Hard == 0:
+		p("  nofile not read: the pass stopped before the launch step")
+	case o.Nofile.Err != "":
+		p("  nofile soft %d, hard %d (%s)", o.Nofile.Soft, o.Nofile.Hard, o.Nofile.Err)
+	default:
+		p("  nofile soft %d, hard %d", o.Nofile.Soft, o.Nofile.Hard)
+	}
+	if o.Path != "" {
+		p("  path   %s", o.Path)
+		p("  argv   %s", report.QuoteArgs(report.RedactArgs(o.Argv)))
+	} else {
+		p("  argv   %s", report.QuoteArgs(report.RedactArgs(o.Command)))
+	}
+	switch o.Init {
+	case config.InitOff:
+		p("  start  exec: infera-exec is replaced by the worker")
+	case config.InitGroup:
+		p("  start  init: infera-exec stays as PID 1 (or subreaper), forwards signals to the worker's process group, reaps zombies")
+	default:
+		p("  start  init: infera-exec stays as PID 1 (or subreaper), forwards signals to the worker, reaps zombies")
+	}
+	if len(o.Env) > 0 {
+		p("  env")
+		for _, kv := range report.RedactEnv(o.Env) {
+			p("    %s", kv)
+		}
+	} else {
+		p("  env    this environment with the changes above (--verbose or --json: in full)")
+	}
+}
+
+// Start is the irreversible end of the pass: chdir, then execve the
+// worker, or, in init mode, start it and stay as its init. It returns the
+// code infera-exec exits with; an exec that succeeds never returns.
+func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
+	if err := os.Chdir(o.Cwd); err != nil {
+		return 78, &config.Error{Msg: fmt.Sprintf("chdir %s (INFERA_EXEC_CHDIR): %v", o.Cwd, err)}
+	}
+	if o.Init != config.InitOff {
+		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup}, log), nil
+	}
+	return Exec(o.Path, o.Argv, env)
+}
