@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -35,13 +36,14 @@ type pass struct {
 	rep            *report.Report
 	dry            bool
 
-	env0   *environ.Env // as the container started us
-	env    *environ.Env // what the worker gets
-	cfg    config.Config
-	cfgErr error
-	args   workerargs.Args // the worker command, read once for every step
-	probe  *fsprobe.Prober // touches filesystems that may not answer, with the deadline
-	state  string          // the state directory, picked once; "" for --explain or when none is safe
+	env0    *environ.Env // as the container started us
+	env     *environ.Env // what the worker gets
+	cfg     config.Config
+	cfgErr  error
+	args    workerargs.Args // the worker command, read once for every step
+	probe   *fsprobe.Prober // touches filesystems that may not answer, with the deadline
+	state   string          // the state directory, picked once; "" for --explain or when none is safe
+	noState string          // why no state directory was picked
 
 	abi    *abi.Outcome
 	trees  *overlay.Outcome
@@ -119,8 +121,22 @@ func (p *pass) run() int {
 // the RDMA fallback and the report. --explain writes nothing and reads no
 // stale cache: it picks none.
 func (p *pass) stateDir(context.Context) (report.Section, error) {
-	if !p.dry {
-		p.state = statedir.PickLogged(p.cfg.StateDir, p.log)
+	if p.dry {
+		return nil, nil
+	}
+	var refused []error
+	p.state, refused = statedir.Pick(p.cfg.StateDir)
+	var why []string
+	for _, err := range refused {
+		if statedir.Unsafe(err) {
+			p.log.Warn("state directory " + err.Error())
+		} else {
+			p.log.Debug("state directory " + err.Error())
+		}
+		why = append(why, err.Error())
+	}
+	if p.state == "" {
+		p.noState = strings.Join(why, "; ")
 	}
 	return nil, nil
 }
@@ -235,7 +251,7 @@ func (p *pass) exec() int {
 // finish ends a run that does not exec: it logs the reason, records the
 // outcome and either prints the plan (explain) or writes the report.
 func (p *pass) finish(code int, result report.Result, err error) int {
-	p.early.Stop() // a refusal before the patch step: its interpreter is killed and reaped
+	p.early.Stop()                               // a refusal before the patch step: its interpreter is killed and reaped
 	if p.launch != nil && !p.rep.Has(p.launch) { // exec adds it before starting
 		if p.dry && (p.opt.JSON || p.opt.Verbose) {
 			p.launch.Env = p.env.Slice()
@@ -266,6 +282,10 @@ func (p *pass) finish(code int, result report.Result, err error) int {
 
 func (p *pass) writeReport() {
 	if p.cfg.ReportOff {
+		return
+	}
+	if p.cfg.ReportPath == "" && p.state == "" {
+		p.log.Warn("report not written: no state directory (" + p.noState + "); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR")
 		return
 	}
 	p.rep.Log = p.rec.Entries()

@@ -14,7 +14,6 @@ package statedir
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 
@@ -168,21 +167,6 @@ func Dir(path string) error {
 		return &Error{path, fmt.Sprintf("can be written by group or others (mode %04o)", st.Mode&0o7777), true}
 	}
 	return nil
-}
-
-// PickLogged is Pick for a run that logs: a candidate refused as unsafe
-// (someone else's, a link, writable by others) is a warning naming it,
-// one merely unusable (read-only, absent parent) a debug line.
-func PickLogged(explicit string, log *slog.Logger) string {
-	dir, refused := Pick(explicit)
-	for _, err := range refused {
-		if Unsafe(err) {
-			log.Warn("state directory " + err.Error())
-		} else {
-			log.Debug("state directory " + err.Error())
-		}
-	}
-	return dir
 }
 
 // ProviderDirs are where the host RDMA provider may go when the library
