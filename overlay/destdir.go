@@ -122,18 +122,20 @@ func (w *dirWalker) close() {
 // directory of another uid is first made the remover's and closed to
 // everyone else (as root), so that its owner cannot keep filling it.
 func removeAllAt(dirfd int, name string, dev uint64) error {
-	err := unix.Unlinkat(dirfd, name, 0)
+	uerr := unix.Unlinkat(dirfd, name, 0)
 	switch {
-	case err == nil, err == unix.ENOENT:
+	case uerr == nil, uerr == unix.ENOENT:
 		return nil
-	case err != unix.EISDIR && err != unix.EPERM:
-		return err
+	case uerr != unix.EISDIR && uerr != unix.EPERM:
+		return uerr
 	}
 	fd, err := openDirAt(dirfd, name)
-	if err == unix.ENOENT {
+	switch {
+	case err == unix.ENOENT:
 		return nil
-	}
-	if err != nil {
+	case err == unix.ENOTDIR || err == unix.ELOOP:
+		return uerr // not a directory: why the unlink failed is the answer
+	case err != nil:
 		return err
 	}
 	defer unix.Close(fd)
