@@ -22,6 +22,12 @@ import (
 // --install copies exactly what it lists and checks every byte against it.
 const IndexName = "payload.index.json"
 
+// OutMarker is the file the build tools (infera-payload) write into a
+// directory they produced, so that a later run may replace it. It is not
+// part of the payload: the index does not list it, so neither --install
+// nor the image carries it.
+const OutMarker = ".infera-payload-out"
+
 // Index lists a payload.
 type Index struct {
 	Schema  int     `json:"schema"`
@@ -54,7 +60,7 @@ func BuildIndex(root string) (*Index, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		if rel == "." || rel == IndexName {
+		if rel == "." || rel == IndexName || rel == OutMarker {
 			return nil
 		}
 		rel = filepath.ToSlash(rel)

@@ -9,12 +9,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
-	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/boundedread"
-	"github.com/infera/infera-exec/internal/digest"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,6 +43,7 @@ type InstallResult struct {
 	Copied    []string `json:"copied,omitempty"`
 	Unchanged int      `json:"unchanged"`
 	Removed   []string `json:"removed,omitempty"` // left by an earlier payload
+	Notes     []string `json:"notes,omitempty"`
 }
 
 // Install copies the payload at src into dest (an emptyDir in a pod), so
@@ -53,71 +54,169 @@ type InstallResult struct {
 // staging directory inside dest and renamed into place only when all of it
 // has been copied and checked. dest stays marked as incomplete until the
 // last rename, so a worker never starts from half a payload.
+//
+// dest is trusted no further than its owner: an emptyDir is 0777 and
+// not sticky, so any uid of the pod could have put links or files in it.
+// It is opened once without following a link and worked on through
+// descriptors (see destdir.go); it is made the installer's and closed to
+// group and others before anything is written; whatever in it another
+// uid owns is removed (an identical file of another uid is not "already
+// identical": its owner could rewrite it later); and every directory in
+// it is left writable by the installer alone. What had to change is said
+// in the result's notes; once DEST is open the result is returned with
+// an error too, for those notes.
 func Install(src, dest string) (*InstallResult, error) {
 	ix, raw, err := ReadIndex(src)
 	if err != nil {
 		return nil, err
 	}
-	r := &InstallResult{Source: src, Dest: dest, Entries: len(ix.Entries)}
-	fi, err := os.Stat(dest)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if err := os.MkdirAll(dest, 0o755); err != nil {
-			return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
-		}
-	case err != nil:
-		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
-	case !fi.IsDir():
-		return nil, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
-	}
-	if same, _ := samePath(src, dest); same {
-		return nil, fmt.Errorf("install destination %s is the payload itself", dest)
-	}
-	if err := os.WriteFile(filepath.Join(dest, installingName), []byte("an infera-exec --install is under way or was interrupted\n"), 0o644); err != nil {
-		return nil, &DestError{fmt.Errorf("install destination %s is not writable: %w", dest, boundedread.BareErr(err))}
-	}
-	removeStages(dest)
-	// Temporary files of the index writes of an install that was killed.
-	atomicfile.RemoveStale(filepath.Join(dest, installedName))
-	atomicfile.RemoveStale(filepath.Join(dest, IndexName))
-	stage, err := os.MkdirTemp(dest, stagePrefix)
+	fd, st, err := openDest(dest)
 	if err != nil {
-		return nil, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
+		return nil, err
 	}
-	defer os.RemoveAll(stage)
+	defer unix.Close(fd)
+	if sfi, err := os.Stat(src); err == nil {
+		if s, ok := sfi.Sys().(*syscall.Stat_t); ok && s.Dev == st.Dev && s.Ino == st.Ino {
+			return nil, fmt.Errorf("install destination %s is the payload itself", dest)
+		}
+	}
+	in := &installer{
+		src: src, dest: dest, ix: ix, raw: raw, fd: fd, dev: st.Dev,
+		euid: uint32(unix.Geteuid()),
+		r:    &InstallResult{Source: src, Dest: dest, Entries: len(ix.Entries)},
+	}
+	return in.r, in.run(st)
+}
 
-	// Copy and check everything that differs into the stage.
-	type staged struct{ e Entry }
-	var todo []staged
-	for _, e := range ix.Entries {
+type installer struct {
+	src, dest string
+	ix        *Index
+	raw       []byte
+	fd        int    // dest, opened once
+	dev       uint64 // dest's filesystem: nothing below it on another is touched
+	euid      uint32
+	r         *InstallResult
+}
+
+// openDest opens dest (creating it and its parents when missing) as a
+// directory, without following a link at its name.
+func openDest(dest string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	fd, err := unix.Open(dest, dirFlags, 0)
+	if err == unix.ENOENT {
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
+		}
+		if err := unix.Mkdir(dest, 0o755); err != nil && err != unix.EEXIST {
+			return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
+		}
+		fd, err = unix.Open(dest, dirFlags, 0)
+	}
+	if err != nil {
+		fi, lerr := os.Lstat(dest)
+		switch {
+		case lerr == nil && fi.Mode()&fs.ModeSymlink != 0:
+			return -1, st, &DestError{fmt.Errorf("install destination %s is a symbolic link; give the directory itself (whoever can change the link would decide where the payload goes)", dest)}
+		case lerr == nil && !fi.IsDir():
+			return -1, st, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
+		}
+		return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
+	}
+	return fd, st, nil
+}
+
+func (in *installer) note(format string, args ...any) {
+	in.r.Notes = append(in.r.Notes, fmt.Sprintf(format, args...))
+}
+
+// at is dest/rel, for messages.
+func (in *installer) at(rel string) string {
+	if rel == "" || rel == "." {
+		return in.dest
+	}
+	return filepath.Join(in.dest, filepath.FromSlash(rel))
+}
+
+// failed is an error of writing rel in dest: a *DestError (exit 73)
+// when it is the destination's problem.
+func (in *installer) failed(op, rel string, err error) error {
+	return destErr(fmt.Errorf("install destination %s: %s %s: %w", in.dest, op, in.at(rel), err))
+}
+
+// installPerm is the mode an entry gets in dest: the payload's, without
+// write access for group and others.
+func installPerm(e Entry) uint32 { return uint32(e.Perm() &^ 0o022) }
+
+func (in *installer) run(st unix.Stat_t) error {
+	in.takeDest(st)
+	if err := replaceFileAt(in.fd, installingName, []byte("an infera-exec --install is under way or was interrupted\n"), in.dev); err != nil {
+		return &DestError{fmt.Errorf("install destination %s is not writable: %w", in.dest, err)}
+	}
+	if err := in.removeLeftovers(); err != nil {
+		return err
+	}
+	if err := in.secure(in.fd, ""); err != nil {
+		return err
+	}
+	stageName, err := in.mkStage()
+	if err != nil {
+		return err
+	}
+	stage, err := openDirAt(in.fd, stageName)
+	if err != nil {
+		return in.failed("open", stageName, err)
+	}
+	defer func() {
+		unix.Close(stage)
+		removeAllAt(in.fd, stageName, in.dev)
+	}()
+
+	// Copy and check everything that differs into the stage. Entries of
+	// dest are compared without following any link on the way: an old
+	// link py39 -> py310 does not make py39/x "already identical".
+	var todo []Entry
+	dw := &dirWalker{root: in.fd}
+	sw := &dirWalker{root: stage, mkdir: true}
+	for _, e := range in.ix.Entries {
 		if e.Type == "dir" {
 			continue
 		}
-		if identical(filepath.Join(dest, filepath.FromSlash(e.Path)), e) {
-			r.Unchanged++
+		dir, name := splitRel(e.Path)
+		if dfd, err := dw.at(dir); err == nil && in.identical(dfd, name, e) {
+			in.r.Unchanged++
 			continue
 		}
-		sp := filepath.Join(stage, filepath.FromSlash(e.Path))
-		if err := os.MkdirAll(filepath.Dir(sp), 0o755); err != nil {
-			return nil, destErr(err)
+		sfd, err := sw.at(dir)
+		if err != nil {
+			dw.close()
+			sw.close()
+			return in.failed("stage", e.Path, err)
 		}
 		switch e.Type {
 		case "file":
-			if err := copyChecked(filepath.Join(src, filepath.FromSlash(e.Path)), sp, e); err != nil {
-				return nil, err
-			}
+			err = in.copyChecked(sfd, name, e)
 		case "symlink":
-			if t, err := os.Readlink(filepath.Join(src, filepath.FromSlash(e.Path))); err != nil || t != e.Target {
-				return nil, fmt.Errorf("payload %s: symlink %s %s (index says -> %s)", src, e.Path, describeLink(t, err), e.Target)
-			}
-			if err := os.Symlink(e.Target, sp); err != nil {
-				return nil, destErr(err)
+			if t, rerr := os.Readlink(filepath.Join(in.src, filepath.FromSlash(e.Path))); rerr != nil || t != e.Target {
+				err = fmt.Errorf("payload %s: symlink %s %s (index says -> %s)", in.src, e.Path, describeLink(t, rerr), e.Target)
+			} else if serr := unix.Symlinkat(e.Target, sfd, name); serr != nil {
+				err = in.failed("stage", e.Path, serr)
 			}
 		}
-		todo = append(todo, staged{e})
+		if err != nil {
+			dw.close()
+			sw.close()
+			return err
+		}
+		todo = append(todo, e)
 	}
-	if err := atomicfile.SyncDir(stage); err != nil {
-		return nil, destErr(err)
+	dw.close()
+	sw.close()
+	if err := unix.Fsync(stage); err != nil && err != unix.EINVAL {
+		return in.failed("fsync", stageName, err)
 	}
 
 	// What an earlier install put there that this payload no longer has
@@ -125,86 +224,231 @@ func Install(src, dest string) (*InstallResult, error) {
 	// old payload is still a directory: once the new links are in place a
 	// stale path could lead through one of them into the new payload (or
 	// out of dest).
-	if r.Removed, err = removeStale(dest, ix); err != nil {
-		return nil, err
+	if in.r.Removed, err = removeStale(in.fd, in.dest, in.ix); err != nil {
+		return err
 	}
 	// From here on, what DEST may hold of ours is the new payload: record
 	// it before placing anything, so that an install killed half-way and
 	// followed by one of another payload still knows what to remove.
-	if err := atomicfile.WriteBytes(filepath.Join(dest, installedName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
-		return nil, destErr(err)
+	if err := writeAtomicAt(in.fd, installedName, in.raw); err != nil {
+		return in.failed("write", installedName, err)
 	}
-
-	// Directories in place (idempotent), then the staged entries renamed
-	// over whatever was there.
-	for _, e := range ix.Entries {
-		if e.Type != "dir" {
-			continue
-		}
-		p := filepath.Join(dest, filepath.FromSlash(e.Path))
-		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
-			if err := os.Remove(p); err != nil {
-				return nil, destErr(err)
-			}
-		}
-		if err := os.MkdirAll(p, e.Perm()|0o700); err != nil {
-			return nil, destErr(fmt.Errorf("install %s: %w", p, boundedread.BareErr(err)))
-		}
+	if err := in.placeDirs(); err != nil {
+		return err
 	}
-	for _, s := range todo {
-		p := filepath.Join(dest, filepath.FromSlash(s.e.Path))
-		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
-			if err := os.RemoveAll(p); err != nil {
-				return nil, destErr(err)
-			}
-		}
-		if err := os.Rename(filepath.Join(stage, filepath.FromSlash(s.e.Path)), p); err != nil {
-			return nil, destErr(fmt.Errorf("install %s: %w", p, boundedread.BareErr(err)))
-		}
-		r.Copied = append(r.Copied, s.e.Path)
+	if err := in.placeStaged(stage, todo); err != nil {
+		return err
 	}
 	// Directory modes last, so a read-only directory was writable while
 	// it was filled.
-	for _, e := range ix.Entries {
-		if e.Type == "dir" {
-			os.Chmod(filepath.Join(dest, filepath.FromSlash(e.Path)), e.Perm())
+	w := &dirWalker{root: in.fd}
+	for _, e := range in.ix.Entries {
+		if e.Type != "dir" {
+			continue
+		}
+		dfd, err := w.at(e.Path)
+		if err == nil {
+			err = unix.Fchmod(dfd, installPerm(e))
+		}
+		if err != nil {
+			w.close()
+			return in.failed("chmod", e.Path, err)
 		}
 	}
-	if err := atomicfile.WriteBytes(filepath.Join(dest, IndexName), raw, atomicfile.Options{Mode: 0o644}); err != nil {
-		return nil, destErr(err)
+	w.close()
+	if err := writeAtomicAt(in.fd, IndexName, in.raw); err != nil {
+		return in.failed("write", IndexName, err)
 	}
 	// The (now empty) stage goes before the marker, so that a finished
 	// install holds exactly the payload.
-	if err := os.RemoveAll(stage); err != nil {
-		return nil, destErr(err)
+	if err := removeAllAt(in.fd, stageName, in.dev); err != nil {
+		return in.failed("remove", stageName, err)
 	}
-	if err := os.Remove(filepath.Join(dest, installingName)); err != nil {
-		return nil, destErr(err)
+	if err := unix.Unlinkat(in.fd, installingName, 0); err != nil {
+		return in.failed("remove", installingName, err)
 	}
-	return r, destErr(atomicfile.SyncDir(dest))
+	if err := unix.Fsync(in.fd); err != nil && err != unix.EINVAL {
+		return in.failed("fsync", "", err)
+	}
+	return nil
 }
 
-// copyChecked copies src to dst with the entry's mode, hashing as it goes;
-// a file that differs from the index in size or content is refused.
-func copyChecked(src, dst string, e Entry) error {
+// takeDest makes dest itself the installer's and not writable by group or
+// others, before anything is written into it: from then on no other uid
+// can add, rename or remove an entry at its top level. When that cannot be
+// done (an installer that is not root, in a directory it does not own),
+// the install goes on and says what it leaves open.
+func (in *installer) takeDest(st unix.Stat_t) {
+	var problems []string
+	if st.Uid != in.euid {
+		if err := unix.Fchown(in.fd, int(in.euid), -1); err != nil {
+			problems = append(problems, fmt.Sprintf("owned by uid %d (chown: %v)", st.Uid, err))
+		} else {
+			in.note("install destination %s was owned by uid %d; made it uid %d's, so that only the installer can change what is installed", in.dest, st.Uid, in.euid)
+			// chown may clear set-id bits; read the mode again.
+			unix.Fstat(in.fd, &st)
+		}
+	}
+	if mode := st.Mode & 0o7777; mode&0o022 != 0 {
+		if err := unix.Fchmod(in.fd, mode&^0o022); err != nil {
+			problems = append(problems, fmt.Sprintf("mode %04o (chmod: %v)", mode, err))
+		} else {
+			in.note("install destination %s was writable by group or others (mode %04o); made it %04o, so that only the installer can change what is installed", in.dest, mode, mode&^0o022)
+		}
+	}
+	if len(problems) > 0 {
+		in.note("warning: install destination %s stays %s: another uid could replace what is installed; run the install as root or as the directory's owner", in.dest, strings.Join(problems, " and "))
+	}
+}
+
+// removeLeftovers removes what an install killed half-way left: its
+// staging directories, and the temporary files of its index writes.
+func (in *installer) removeLeftovers() error {
+	names, err := namesAt(in.fd, in.dest)
+	if err != nil {
+		return in.failed("list", "", err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, stagePrefix) || strings.HasPrefix(n, "."+installedName+".tmp-") || strings.HasPrefix(n, "."+IndexName+".tmp-") {
+			if err := removeAllAt(in.fd, n, in.dev); err != nil {
+				return in.failed("remove", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// secure walks the directory dirfd (rel in dest) without following links:
+// an entry another uid owns is removed, with everything in it (whether
+// the payload has it or not, it is not the installer's to vouch for, and
+// its owner could change it after the install); every directory left is
+// made not writable by group or others before it is entered. Another
+// filesystem mounted inside dest is left as it is, with a warning.
+func (in *installer) secure(dirfd int, rel string) error {
+	names, err := namesAt(dirfd, in.at(rel))
+	if err != nil {
+		return in.failed("list", rel, err)
+	}
+	for _, n := range names {
+		p := path.Join(rel, n)
+		st, err := lstatAt(dirfd, n)
+		if err == unix.ENOENT {
+			continue
+		}
+		if err != nil {
+			return in.failed("stat", p, err)
+		}
+		if isDirMode(st.Mode) && st.Dev != in.dev {
+			in.note("warning: %s is another filesystem mounted in the install destination; left as it is", in.at(p))
+			continue
+		}
+		if st.Uid != in.euid {
+			if err := removeAllAt(dirfd, n, in.dev); err != nil {
+				return in.failed("remove", p, fmt.Errorf("owned by uid %d, which could change it after the install: %w", st.Uid, err))
+			}
+			in.note("removed %s: owned by uid %d, not by uid %d that installs, which could change it after the install", in.at(p), st.Uid, in.euid)
+			continue
+		}
+		if !isDirMode(st.Mode) {
+			continue
+		}
+		sub, err := openDirAt(dirfd, n)
+		if err != nil {
+			return in.failed("open", p, err)
+		}
+		if mode := st.Mode & 0o7777; mode&0o022 != 0 {
+			if err := unix.Fchmod(sub, mode&^0o022); err != nil {
+				unix.Close(sub)
+				return in.failed("chmod", p, err)
+			}
+			in.note("%s was writable by group or others (mode %04o); made it %04o", in.at(p), mode, mode&^0o022)
+		}
+		err = in.secure(sub, p)
+		unix.Close(sub)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mkStage creates a fresh staging directory in dest.
+func (in *installer) mkStage() (string, error) {
+	for i := 0; ; i++ {
+		name := tmpName(stagePrefix)
+		err := unix.Mkdirat(in.fd, name, 0o700)
+		if err == nil {
+			return name, nil
+		}
+		if err != unix.EEXIST || i == 10 {
+			return "", in.failed("create", name, err)
+		}
+	}
+}
+
+// identical reports whether name in the directory dirfd of dest already
+// holds exactly entry e, as the installer's: a file is the installer's
+// own (one link, its owner), of the payload's size, mode and SHA-256; a
+// link is the installer's, with the payload's target.
+func (in *installer) identical(dirfd int, name string, e Entry) bool {
+	st, err := lstatAt(dirfd, name)
+	if err != nil || st.Uid != in.euid {
+		return false
+	}
+	switch e.Type {
+	case "symlink":
+		if !isLinkMode(st.Mode) {
+			return false
+		}
+		buf := make([]byte, len(e.Target)+1)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		return err == nil && string(buf[:n]) == e.Target
+	case "file":
+		if !isRegMode(st.Mode) || st.Size != e.Size || st.Mode&0o7777 != installPerm(e) || st.Nlink != 1 {
+			return false
+		}
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false
+		}
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close()
+		var fst unix.Stat_t
+		if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Dev != st.Dev {
+			return false
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		return err == nil && n == e.Size && hex.EncodeToString(h.Sum(nil)) == e.SHA256
+	}
+	return false
+}
+
+// copyChecked copies the payload's file e into name in the staging
+// directory sfd with the entry's mode (without group or other write),
+// hashing as it goes; a file that differs from the index in size or
+// content is refused. The bytes hashed are the bytes written: the staged
+// copy is what is renamed into place.
+func (in *installer) copyChecked(sfd int, name string, e Entry) error {
+	src := filepath.Join(in.src, filepath.FromSlash(e.Path))
 	// Opened without blocking and checked on the descriptor: a FIFO put
 	// in the payload would otherwise hold the install.
-	in, err := boundedread.Open(src, 0)
+	f, err := boundedread.Open(src, 0)
 	if err != nil {
 		if errors.Is(err, boundedread.ErrNotRegular) {
 			return fmt.Errorf("payload file %s: not a regular file %w", src, errMismatch)
 		}
 		return fmt.Errorf("payload file %s: %w", src, boundedread.Reason(err))
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	defer f.Close()
+	out, err := createAt(sfd, name, 0o600)
 	if err != nil {
-		return destErr(err)
+		return in.failed("stage", e.Path, err)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), in)
+	n, err := io.Copy(io.MultiWriter(out, h), f)
 	if err == nil {
-		err = out.Chmod(e.Perm())
+		err = out.Chmod(fs.FileMode(installPerm(e)))
 	}
 	if err == nil {
 		err = out.Sync()
@@ -218,27 +462,90 @@ func copyChecked(src, dst string, e Entry) error {
 	if got := hex.EncodeToString(h.Sum(nil)); n != e.Size || got != e.SHA256 {
 		return fmt.Errorf("payload file %s %w: %d bytes with SHA-256 %s, the index says %d bytes with %s (tampered or truncated; rebuild the payload)", src, errMismatch, n, got, e.Size, e.SHA256)
 	}
+	if e.Perm()&0o022 != 0 {
+		in.note("%s: the payload's mode %04o lets group or others write it; installed as %04o", in.at(e.Path), uint32(e.Perm()), installPerm(e))
+	}
 	return nil
 }
 
-// identical reports whether dest already holds exactly entry e.
-func identical(p string, e Entry) bool {
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return false
-	}
-	switch e.Type {
-	case "symlink":
-		t, err := os.Readlink(p)
-		return err == nil && t == e.Target
-	case "file":
-		if !fi.Mode().IsRegular() || fi.Size() != e.Size || fi.Mode().Perm() != e.Perm() {
-			return false
+// placeDirs makes every directory of the payload a real directory of the
+// installer in dest (idempotent): a link or file where the payload has a
+// directory is removed first, never followed.
+func (in *installer) placeDirs() error {
+	w := &dirWalker{root: in.fd}
+	defer w.close()
+	for _, e := range in.ix.Entries {
+		if e.Type != "dir" {
+			continue
 		}
-		sum, err := digest.File(p)
-		return err == nil && sum == e.SHA256
+		dir, name := splitRel(e.Path)
+		pfd, err := w.at(dir)
+		if err != nil {
+			return in.failed("open", dir, err)
+		}
+		st, err := lstatAt(pfd, name)
+		if err == nil && (!isDirMode(st.Mode) || st.Uid != in.euid) {
+			if err := removeAllAt(pfd, name, in.dev); err != nil {
+				return in.failed("remove", e.Path, err)
+			}
+			err = unix.ENOENT
+		}
+		switch {
+		case err == unix.ENOENT:
+			if err := unix.Mkdirat(pfd, name, 0o700); err != nil {
+				return in.failed("mkdir", e.Path, err)
+			}
+			st.Mode = 0
+		case err != nil:
+			return in.failed("stat", e.Path, err)
+		}
+		if e.Perm()&0o022 != 0 && st.Mode&0o7777 != installPerm(e) {
+			in.note("%s: the payload's mode %04o lets group or others write it; installed as %04o", in.at(e.Path), uint32(e.Perm()), installPerm(e))
+		}
+		if st.Mode != 0 && st.Mode&0o700 != 0o700 {
+			// A read-only directory of an earlier install: writable by
+			// the installer while it is filled.
+			dfd, err := w.at(e.Path)
+			if err == nil {
+				err = unix.Fchmod(dfd, st.Mode&0o7777|0o700)
+			}
+			if err != nil {
+				return in.failed("chmod", e.Path, err)
+			}
+		}
 	}
-	return false
+	return nil
+}
+
+// placeStaged renames the staged entries over whatever dest has at their
+// paths; a directory there (where the payload now has a file or link) is
+// removed first.
+func (in *installer) placeStaged(stage int, todo []Entry) error {
+	sw := &dirWalker{root: stage}
+	dw := &dirWalker{root: in.fd}
+	defer sw.close()
+	defer dw.close()
+	for _, e := range todo {
+		dir, name := splitRel(e.Path)
+		sfd, err := sw.at(dir)
+		if err != nil {
+			return in.failed("open", stagePrefix+"*/"+dir, err)
+		}
+		dfd, err := dw.at(dir)
+		if err != nil {
+			return in.failed("open", dir, err)
+		}
+		if st, err := lstatAt(dfd, name); err == nil && isDirMode(st.Mode) {
+			if err := removeAllAt(dfd, name, in.dev); err != nil {
+				return in.failed("remove", e.Path, err)
+			}
+		}
+		if err := unix.Renameat(sfd, name, dfd, name); err != nil {
+			return in.failed("install", e.Path, err)
+		}
+		in.r.Copied = append(in.r.Copied, e.Path)
+	}
+	return nil
 }
 
 // removeStale deletes what an earlier install put in dest that the new
@@ -247,13 +554,13 @@ func identical(p string, e Entry) bool {
 // parent directory, reached from dest one O_NOFOLLOW directory at a time,
 // so an entry whose parent is now a link (into the new payload, or out of
 // dest) is not touched.
-func removeStale(dest string, ix *Index) ([]string, error) {
-	data, err := boundedread.FileNoFollow(filepath.Join(dest, installedName), boundedread.Index)
-	if errors.Is(err, fs.ErrNotExist) {
+func removeStale(destfd int, dest string, ix *Index) ([]string, error) {
+	data, err := readFileAt(destfd, installedName, boundedread.Index)
+	if errors.Is(err, unix.ENOENT) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("install destination %w", err)
+		return nil, fmt.Errorf("install destination %s: %w", dest, err)
 	}
 	var old Index
 	if json.Unmarshal(data, &old) != nil {
@@ -269,7 +576,7 @@ func removeStale(dest string, ix *Index) ([]string, error) {
 		if keep[e.Path] || e.check() != nil {
 			continue
 		}
-		err := unlinkBeneath(dest, e.Path, e.Type == "dir")
+		err := unlinkBeneath(destfd, e.Path, e.Type == "dir")
 		switch {
 		case err == nil:
 			removed = append(removed, e.Path)
@@ -280,29 +587,23 @@ func removeStale(dest string, ix *Index) ([]string, error) {
 	return removed, nil
 }
 
-// unlinkBeneath removes dest/rel without following any link on the way:
-// every directory from dest down is opened O_DIRECTORY|O_NOFOLLOW
-// relative to the one before, and the last name is unlinked in it.
-func unlinkBeneath(dest, rel string, dir bool) error {
-	fd, err := unix.Open(dest, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// unlinkBeneath removes rel below the directory destfd without following
+// any link on the way: every directory down is opened
+// O_DIRECTORY|O_NOFOLLOW relative to the one before, and the last name is
+// unlinked in it.
+func unlinkBeneath(destfd int, rel string, dir bool) error {
+	parent, name := splitRel(rel)
+	w := &dirWalker{root: destfd}
+	defer w.close()
+	fd, err := w.at(parent)
 	if err != nil {
 		return err
 	}
-	parts := strings.Split(rel, "/")
-	for _, p := range parts[:len(parts)-1] {
-		next, err := unix.Openat(fd, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(fd)
-		if err != nil {
-			return err
-		}
-		fd = next
-	}
-	defer unix.Close(fd)
 	flags := 0
 	if dir {
 		flags = unix.AT_REMOVEDIR
 	}
-	return unix.Unlinkat(fd, parts[len(parts)-1], flags)
+	return unix.Unlinkat(fd, name, flags)
 }
 
 // destErr marks an error of writing into the destination (a full disk, a
@@ -324,32 +625,11 @@ func destErr(err error) error {
 	return err
 }
 
-func removeStages(dest string) {
-	entries, _ := os.ReadDir(dest)
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), stagePrefix) {
-			os.RemoveAll(filepath.Join(dest, e.Name()))
-		}
-	}
-}
-
 // Interrupted reports whether dir is an install destination whose install
 // did not finish.
 func Interrupted(dir string) bool {
 	_, err := os.Lstat(filepath.Join(dir, installingName))
 	return err == nil
-}
-
-func samePath(a, b string) (bool, error) {
-	fa, err := os.Stat(a)
-	if err != nil {
-		return false, err
-	}
-	fb, err := os.Stat(b)
-	if err != nil {
-		return false, err
-	}
-	return os.SameFile(fa, fb), nil
 }
 
 func describeLink(t string, err error) string {
@@ -365,10 +645,17 @@ func describeLink(t string, err error) string {
 // *DestError, as any destination that cannot be written.
 func InstallAnswering(src, dest string, answers func(paths ...string) error) (*InstallResult, error) {
 	if err := answers(src); err != nil {
-		return nil, fmt.Errorf("payload %w", err)
+		return nil, &Refusal{fmt.Errorf("payload %w", err)}
 	}
 	if err := answers(dest); err != nil {
 		return nil, &DestError{fmt.Errorf("destination %w", err)}
 	}
-	return Install(src, dest)
+	r, err := Install(src, dest)
+	var de *DestError
+	if err != nil && !errors.As(err, &de) {
+		// Not the destination's fault: the payload is not what its
+		// index says.
+		err = &Refusal{err}
+	}
+	return r, err
 }

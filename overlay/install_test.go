@@ -120,6 +120,17 @@ func TestInstallDestinationProblems(t *testing.T) {
 	_, err = Install(src, src)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is the payload itself")
+
+	// A link at DEST's name: whoever can change it would choose where
+	// the payload goes. Refused, nothing written where it leads.
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "overlay")
+	require.NoError(t, os.Symlink(real, link))
+	_, err = Install(src, link)
+	require.ErrorAs(t, err, &de)
+	assert.Contains(t, err.Error(), "is a symbolic link")
+	entries, _ := os.ReadDir(real)
+	assert.Empty(t, entries)
 }
 
 func TestIndexRefusesEscapes(t *testing.T) {

@@ -75,6 +75,13 @@ func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
 		dest = abs
 	}
 	r, err := overlay.InstallAnswering(cfg.PayloadRoot, dest, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer)
+	if r != nil {
+		// What the install had to change in DEST (modes, entries of
+		// another uid), said even when it then failed.
+		for _, n := range r.Notes {
+			fmt.Fprintf(stderr, "infera-exec: %s\n", n)
+		}
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 		return exitCode(err)

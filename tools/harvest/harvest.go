@@ -29,6 +29,7 @@ import (
 	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches"
+	"github.com/infera/infera-exec/tools/outdir"
 )
 
 // TreeFile is the tree's entry for payload.toml, written into the tree:
@@ -60,6 +61,7 @@ type Options struct {
 	Caps     []string // NAME=PACKAGE[,PACKAGE]: capability NAME is proven by those packages; default: one per package
 	Python   string   // the base's interpreter, a path inside Base; "" = the first of Interpreters
 	NoImport bool     // skip the import check (the load check still runs)
+	Force    bool     // replace Out even when an earlier run did not write it
 }
 
 // Interpreters are tried in order in a base root.
@@ -101,6 +103,14 @@ func Run(o Options) (*Result, error) {
 			return nil, fmt.Errorf("root %s is not a directory", d)
 		}
 	}
+	// Out is replaced: it must not hold or sit inside a root, and must be
+	// new, empty or an earlier harvest's (outdir.Check), before anything
+	// is read.
+	out := outdir.Path{Flag: "-out", Path: o.Out}
+	inputs := []outdir.Path{{Flag: "-root", Path: o.Root}, {Flag: "-base", Path: o.Base}}
+	if err := outdir.Check(out, inputs, o.Force); err != nil {
+		return nil, err
+	}
 	if o.Name == "" {
 		o.Name = filepath.Base(filepath.Clean(o.Out))
 	}
@@ -112,7 +122,7 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(o.Out); err != nil {
+	if err := outdir.Replace(out, inputs, o.Force); err != nil {
 		return nil, err
 	}
 	r := &Result{Tree: o.Out, Packages: map[string][]string{}, Granted: map[string][]string{}, Refused: map[string][]string{}}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +13,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/tools/harvest"
+	"github.com/infera/infera-exec/tools/outdir"
 	"github.com/infera/infera-exec/tools/prune"
 )
 
@@ -282,4 +285,37 @@ func elfHash(s string) uint32 {
 		h &^= 0xf0000000
 	}
 	return h
+}
+
+// -out is replaced: one that holds or sits inside a root, or is a
+// non-empty directory no harvest wrote, is refused before anything is
+// read or removed, naming the path and the fix.
+func TestHarvestRefusesAnOutputItDidNotWrite(t *testing.T) {
+	dir := t.TempDir()
+	root, base := filepath.Join(dir, "builder"), filepath.Join(dir, "base")
+	for _, f := range []string{filepath.Join(root, "usr", "lib", "keep"), filepath.Join(base, "usr", "lib", "keep"), filepath.Join(dir, "native", "rocm7-py312", "keep")} {
+		require.NoError(t, os.MkdirAll(filepath.Dir(f), 0o755))
+		require.NoError(t, os.WriteFile(f, []byte("input"), 0o644))
+	}
+	for out, want := range map[string]string{
+		dir:                          "holds -root " + root,
+		root:                         "is -root",
+		filepath.Join(root, "out"):   "is inside -root " + root,
+		filepath.Join(base, "tree"):  "is inside -base " + base,
+		filepath.Join(dir, "native"): "is a non-empty directory that infera-payload did not write",
+		filepath.Join(dir, "new"):    "", // new: accepted (fails later, on the empty root)
+	} {
+		_, err := harvest.Run(harvest.Options{Root: root, Base: base, Packages: []string{"x"}, Out: out, NoImport: true})
+		require.Error(t, err, out)
+		var refused *outdir.Error
+		if want == "" {
+			assert.False(t, errors.As(err, &refused), "%s: %v", out, err)
+			continue
+		}
+		require.ErrorAs(t, err, &refused, out)
+		assert.Contains(t, err.Error(), "-out "+out+": "+want)
+		for _, f := range []string{filepath.Join(root, "usr", "lib", "keep"), filepath.Join(base, "usr", "lib", "keep"), filepath.Join(dir, "native", "rocm7-py312", "keep")} {
+			assert.FileExists(t, f, "-out %s", out)
+		}
+	}
 }

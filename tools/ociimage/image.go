@@ -58,6 +58,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/tools/outdir"
 )
 
 // What the image runs. Dockerfile.overlay states the same; the test
@@ -91,6 +92,7 @@ type Options struct {
 	Arch     string    // config architecture
 	OS       string    // config os
 	Created  time.Time // every timestamp in the image
+	Force    bool      // replace OCI even when an earlier run did not write it
 }
 
 // Result is what was built.
@@ -113,6 +115,7 @@ func (o *Options) Flags(fl *flag.FlagSet) {
 	fl.StringVar(&o.Revision, "revision", "unknown", "image revision label `R` (the commit)")
 	fl.StringVar(&o.Arch, "arch", "amd64", "image architecture `ARCH` (GOARCH names); must match bin/infera-exec")
 	fl.StringVar(&o.OS, "os", "linux", "image operating system `OS`")
+	fl.BoolVar(&o.Force, "force", false, "replace -oci even when it is a non-empty directory an earlier run did not write")
 }
 
 // ArchiveName is the docker-archive's repository:tag: Name, else
@@ -172,6 +175,17 @@ func Build(o Options) (*Result, error) {
 	ref, err := name.NewTag(o.ArchiveName())
 	if err != nil {
 		return nil, fmt.Errorf("-name %q: %w", o.ArchiveName(), err)
+	}
+	// The outputs are replaced: neither may hold or sit inside the
+	// payload, and -oci must be new, empty or an earlier run's.
+	payload := outdir.Path{Flag: "-payload", Path: o.Payload}
+	if o.OCI != "" {
+		if err := outdir.Check(outdir.Path{Flag: "-oci", Path: o.OCI}, []outdir.Path{payload, {Flag: "-archive", Path: o.Archive, Output: true}}, o.Force); err != nil {
+			return nil, err
+		}
+	}
+	if err := outdir.CheckFile(outdir.Path{Flag: "-archive", Path: o.Archive}, []outdir.Path{payload}); err != nil {
+		return nil, err
 	}
 	ix, err := verify(o.Payload)
 	if err != nil {
@@ -474,6 +488,11 @@ func writeLayout(dir string, img v1.Image, o Options) error {
 	}); err != nil {
 		return err
 	}
+	if err := outdir.Mark(tmp); err != nil {
+		return err
+	}
+	// Checked before the build (outdir.Check): dir is new, empty or an
+	// earlier run's.
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}

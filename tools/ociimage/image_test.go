@@ -156,7 +156,7 @@ func TestImage(t *testing.T) {
 		}
 	}
 	assert.True(t, sort.StringsAreSorted(names), "tar entries are not sorted: %v", names)
-	assert.Equal(t, snapshot(t, p), got, "the layer is the payload")
+	assert.Equal(t, snapshot(t, p, overlay.OutMarker), got, "the layer is the payload")
 	assert.Contains(t, got, overlay.IndexName)
 	assert.Contains(t, got, "bin/infera-exec")
 }

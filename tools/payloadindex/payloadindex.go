@@ -31,6 +31,7 @@ import (
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/tools/harvest"
+	"github.com/infera/infera-exec/tools/outdir"
 )
 
 // Options are the inputs of one payload build. The defaults (Flags) are
@@ -43,6 +44,7 @@ type Options struct {
 	Trees   []string // SRC:DEST trees to copy; empty: the demo trees
 	Demo    string   // also make the demo's ROCm, engine and model here; empty: no
 	Engine  string   // with Demo: a vLLM install whose fixes are pending
+	Force   bool     // replace Out (and Demo) even when an earlier run did not write it
 }
 
 // Flags registers the options on fl, with their defaults.
@@ -54,6 +56,34 @@ func (o *Options) Flags(fl *flag.FlagSet) {
 	fl.StringVar(&o.Demo, "demo", "", "also make the demo's fake ROCm 7, engine and model in `DIR`")
 	fl.StringVar(&o.Engine, "engine", "patches/testdata/trees/vllm-pending/site-packages", "with -demo: `DIR`, a vLLM install whose fixes are pending")
 	fl.Var((*trees)(&o.Trees), "tree", "copy the tree SRC to DEST in the payload: `SRC:DEST` (repeatable); default: the demo trees")
+	fl.BoolVar(&o.Force, "force", false, "replace -out and -demo even when they are non-empty directories an earlier run did not write")
+}
+
+// inputs are what a build reads, each with its flag; with exclude, the
+// output of that flag is left out and the other output counted in (an
+// output must not hold, or sit inside, the other).
+func (o Options) inputs(exclude string) []outdir.Path {
+	in := []outdir.Path{{Flag: "-bin", Path: o.Bin}, {Flag: "-patches", Path: o.Patches}}
+	if len(o.Trees) == 0 {
+		in = append(in, outdir.Path{Flag: "-src", Path: o.Src})
+	}
+	for _, t := range o.Trees {
+		if from, _, ok := strings.Cut(t, ":"); ok {
+			in = append(in, outdir.Path{Flag: "-tree", Path: from})
+		}
+	}
+	if o.Demo != "" {
+		in = append(in, outdir.Path{Flag: "-engine", Path: o.Engine})
+	}
+	switch exclude {
+	case "-out":
+		if o.Demo != "" {
+			in = append(in, outdir.Path{Flag: "-demo", Path: o.Demo, Output: true})
+		}
+	case "-demo":
+		in = append(in, outdir.Path{Flag: "-out", Path: o.Out, Output: true})
+	}
+	return in
 }
 
 type trees []string
@@ -78,8 +108,19 @@ var native = map[string]string{
 }
 
 // Build replaces o.Out with a payload and its index. The demo fixtures
-// (o.Demo) are made by Demo, not here.
+// (o.Demo) are made by Demo, not here. o.Out (and o.Demo) are checked
+// first (outdir.Check): neither may hold or sit inside an input or the
+// other, and each must be new, empty or an earlier run's, unless o.Force.
 func Build(o Options) (*Result, error) {
+	out := outdir.Path{Flag: "-out", Path: o.Out}
+	if err := outdir.Check(out, o.inputs("-out"), o.Force); err != nil {
+		return nil, err
+	}
+	if o.Demo != "" {
+		if err := outdir.Check(outdir.Path{Flag: "-demo", Path: o.Demo}, o.inputs("-demo"), o.Force); err != nil {
+			return nil, err
+		}
+	}
 	var notes []string
 	if o.Patches != "" {
 		var err error
@@ -87,7 +128,7 @@ func Build(o Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	if err := os.RemoveAll(o.Out); err != nil {
+	if err := outdir.Replace(out, o.inputs("-out"), o.Force); err != nil {
 		return nil, err
 	}
 	if err := fixture.CopyFile(o.Bin, filepath.Join(o.Out, "bin", "infera-exec"), 0o755); err != nil {
@@ -107,6 +148,11 @@ func Build(o Options) (*Result, error) {
 				return nil, fmt.Errorf("-tree %q: want SRC:DEST with DEST relative, e.g. build/py312:py312", t)
 			}
 			if err := fixture.CopyTree(from, filepath.Join(o.Out, to)); err != nil {
+				return nil, err
+			}
+			// A harvested tree carries the marker of its own output
+			// directory; in the payload it is not an output of its own.
+			if err := os.Remove(filepath.Join(o.Out, to, outdir.Marker)); err != nil && !os.IsNotExist(err) {
 				return nil, err
 			}
 			spec, ok, err := treeEntry(filepath.Join(o.Out, to), filepath.ToSlash(filepath.Clean(to)))
@@ -162,17 +208,19 @@ type DemoDirs struct {
 	ROCm, Engine, Models string
 }
 
-// Demo replaces dir with the demo's stand-ins for the engine image: ROCm 7
-// and a vLLM install (a copy of engine) shaped like the real one, with the
-// anchors of the project's fixes, for infera-exec to patch; and a model
-// directory with one small shard for the model-dir check.
-func Demo(dir, engine string) (*DemoDirs, error) {
+// Demo replaces o.Demo with the demo's stand-ins for the engine image:
+// ROCm 7 and a vLLM install (a copy of o.Engine) shaped like the real one,
+// with the anchors of the project's fixes, for infera-exec to patch; and a
+// model directory with one small shard for the model-dir check. o.Demo is
+// replaced only as Build replaces o.Out (outdir.Replace).
+func Demo(o Options) (*DemoDirs, error) {
+	dir, engine := o.Demo, o.Engine
 	d := &DemoDirs{
 		ROCm:   filepath.Join(dir, "rocm"),
 		Engine: filepath.Join(dir, "engine"),
 		Models: filepath.Join(dir, "models"),
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := outdir.Replace(outdir.Path{Flag: "-demo", Path: dir}, o.inputs("-demo"), o.Force); err != nil {
 		return nil, err
 	}
 	if err := fixture.ROCm(d.ROCm, 7, "7.1.70100"); err != nil {

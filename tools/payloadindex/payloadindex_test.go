@@ -2,6 +2,7 @@ package payloadindex
 
 import (
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 // A payload from given trees and patches: the binary, each tree at its
 // DEST, the patches under patches/, and an index that lists exactly that.
-// An old payload in the way is replaced, not merged.
+// An old payload in the way (an earlier run's) is replaced, not merged.
 func TestBuildFromTrees(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "infera-exec")
@@ -25,7 +26,8 @@ func TestBuildFromTrees(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(patches, "vllm"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(patches, "vllm", "fix.toml"), []byte(guardedFix), 0o644))
 	out := filepath.Join(dir, "payload")
-	require.NoError(t, os.MkdirAll(out, 0o755))
+	_, err := Build(Options{Out: out, Bin: bin, Trees: []string{py + ":py312"}})
+	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(out, "stale"), nil, 0o644))
 
 	r, err := Build(Options{Out: out, Bin: bin, Patches: patches, Trees: []string{py + ":py312"}})
@@ -78,6 +80,7 @@ func TestBuildRefusesPatches(t *testing.T) {
 			out := filepath.Join(dir, "payload")
 			require.NoError(t, os.MkdirAll(out, 0o755))
 			require.NoError(t, os.WriteFile(filepath.Join(out, "old"), []byte("kept"), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(out, ".infera-payload-out"), nil, 0o644)) // an earlier run's
 
 			_, err := Build(Options{Out: out, Bin: bin, Patches: patches})
 			require.Error(t, err)
@@ -118,4 +121,148 @@ func TestBuildRefusesTree(t *testing.T) {
 		require.Error(t, err, tree)
 		assert.Contains(t, err.Error(), "want SRC:DEST with DEST relative", tree)
 	}
+}
+
+// -out is removed before the payload is written, so it must not be able
+// to take anything else with it: a directory holding an input (-out D
+// with -tree D/src deleted the source), one inside an input, the working
+// directory, or a non-empty directory no earlier run wrote (a typo, -out
+// build for build/payload, erased build/wheels and build/native). Each is
+// refused before anything is touched, naming the path and the fix.
+func TestBuildRefusesAnOutputItDidNotWrite(t *testing.T) {
+	type layout struct{ dir, bin, build, tree, native string }
+	mk := func(t *testing.T) layout {
+		d := t.TempDir()
+		l := layout{dir: d, bin: filepath.Join(d, "bin", "infera-exec"), build: filepath.Join(d, "build")}
+		l.tree, l.native = filepath.Join(l.build, "wheels", "py312"), filepath.Join(l.build, "native", "rocm7-py312")
+		for _, f := range []string{l.bin, filepath.Join(l.tree, "pkg", "__init__.py"), filepath.Join(l.native, "lib", "libx.so")} {
+			require.NoError(t, os.MkdirAll(filepath.Dir(f), 0o755))
+			require.NoError(t, os.WriteFile(f, []byte("input"), 0o755))
+		}
+		return l
+	}
+	intact := func(t *testing.T, l layout) {
+		t.Helper()
+		for _, f := range []string{l.bin, filepath.Join(l.tree, "pkg", "__init__.py"), filepath.Join(l.native, "lib", "libx.so")} {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err, "the input %s is still there", f)
+			assert.Equal(t, "input", string(b))
+		}
+	}
+	for name, c := range map[string]struct {
+		opts  func(l layout) Options
+		want  string
+		force bool // -force does not change the refusal
+	}{
+		"-out holds a -tree": {
+			opts: func(l layout) Options {
+				return Options{Out: filepath.Join(l.build, "wheels"), Bin: l.bin, Trees: []string{l.tree + ":py312"}}
+			},
+			want: "holds -tree " + "%TREE%", force: true,
+		},
+		"-out is a typo for build/payload": {
+			opts: func(l layout) Options {
+				return Options{Out: l.build, Bin: l.bin, Trees: []string{l.tree + ":py312", l.native + ":native/rocm7-py312"}}
+			},
+			want: "holds -tree", force: true,
+		},
+		"-out is a non-empty directory no run wrote": {
+			opts: func(l layout) Options {
+				return Options{Out: filepath.Join(l.build, "native"), Bin: l.bin, Trees: []string{l.tree + ":py312"}}
+			},
+			want: "is a non-empty directory that infera-payload did not write (no .infera-payload-out in it)",
+		},
+		"-out holds -bin": {
+			opts: func(l layout) Options {
+				return Options{Out: filepath.Dir(l.bin), Bin: l.bin, Trees: []string{l.tree + ":py312"}}
+			},
+			want: "holds -bin", force: true,
+		},
+		"-out inside a -tree": {
+			opts: func(l layout) Options {
+				return Options{Out: filepath.Join(l.tree, "payload"), Bin: l.bin, Trees: []string{l.tree + ":py312"}}
+			},
+			want: "is inside -tree", force: true,
+		},
+		"-out through a link to a -tree": {
+			opts: func(l layout) Options {
+				link := filepath.Join(l.dir, "link")
+				os.Symlink(filepath.Join(l.build, "wheels"), link)
+				return Options{Out: link, Bin: l.bin, Trees: []string{l.tree + ":py312"}}
+			},
+			want: "holds -tree", force: false,
+		},
+		"-out holds -demo": {
+			opts: func(l layout) Options {
+				return Options{Out: filepath.Join(l.dir, "out"), Bin: l.bin, Trees: []string{l.tree + ":py312"}, Demo: filepath.Join(l.dir, "out", "demo"), Engine: l.native}
+			},
+			want: "holds -demo", force: true,
+		},
+		"-demo holds -out": {
+			opts: func(l layout) Options {
+				return Options{Out: filepath.Join(l.dir, "demo", "payload"), Bin: l.bin, Trees: []string{l.tree + ":py312"}, Demo: filepath.Join(l.dir, "demo"), Engine: l.native}
+			},
+			want: "is inside -demo " + "%DIR%/demo, which the run also replaces", force: true,
+		},
+		"-out is a file": {
+			opts: func(l layout) Options { return Options{Out: l.bin, Bin: filepath.Join(l.tree, "pkg", "__init__.py")} },
+			want: "is a file",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := mk(t)
+			o := c.opts(l)
+			want := strings.NewReplacer("%TREE%", l.tree, "%DIR%", l.dir).Replace(c.want)
+			_, err := Build(o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), want)
+			assert.Contains(t, err.Error(), o.Out, "the message names the path")
+			intact(t, l)
+			if c.force {
+				o.Force = true
+				_, err = Build(o)
+				require.Error(t, err, "-force does not make it safe")
+				intact(t, l)
+			}
+		})
+	}
+
+	// The working directory.
+	l := mk(t)
+	t.Chdir(l.build)
+	_, err := Build(Options{Out: ".", Bin: l.bin, Trees: []string{l.tree + ":py312"}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds the working directory")
+	intact(t, l)
+
+	// -force replaces a directory no run wrote, when no input is in it.
+	_, err = Build(Options{Out: filepath.Join(l.build, "native"), Bin: l.bin, Trees: []string{l.tree + ":py312"}, Force: true})
+	require.NoError(t, err)
+	assert.NoDirExists(t, l.native)
+}
+
+// What a run wrote, a later run replaces without -force: the marker is
+// in the directory, and not in the payload's index.
+func TestBuildReplacesItsOwnOutput(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "infera-exec")
+	require.NoError(t, os.WriteFile(bin, nil, 0o755))
+	py := filepath.Join(dir, "py")
+	require.NoError(t, os.MkdirAll(py, 0o755))
+	out := filepath.Join(dir, "payload")
+	for i := 0; i < 2; i++ {
+		_, err := Build(Options{Out: out, Bin: bin, Trees: []string{py + ":py312"}})
+		require.NoError(t, err, "run %d", i)
+		assert.FileExists(t, filepath.Join(out, ".infera-payload-out"))
+		ix, _, err := overlay.ReadIndex(out)
+		require.NoError(t, err)
+		for _, e := range ix.Entries {
+			assert.NotEqual(t, ".infera-payload-out", path.Base(e.Path))
+		}
+	}
+	// A harvested tree carries its own marker; in the payload it is gone.
+	require.NoError(t, os.WriteFile(filepath.Join(py, ".infera-payload-out"), nil, 0o644))
+	_, err := Build(Options{Out: out, Bin: bin, Trees: []string{py + ":py312"}})
+	require.NoError(t, err)
+	assert.NoFileExists(t, filepath.Join(out, "py312", ".infera-payload-out"))
 }

@@ -412,7 +412,10 @@ func containerTmp(dir string, mounts *[]string) error {
 // mirror recreates the entries of hostDir in dir, except those skip
 // names: symlinks as symlinks with the same text, directories (and, with
 // files, regular files) bound in, each bind appended to mounts. Sockets,
-// FIFOs and devices are left out.
+// FIFOs and devices are left out. Other processes add and remove entries
+// of a shared directory (/tmp) all the time: an entry that is gone by the
+// time it is bound, or is by then another kind of entry under the same
+// name, is left out as one made after the listing would be.
 func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts *[]string) error {
 	entries, err := os.ReadDir(hostDir)
 	if err != nil {
@@ -424,9 +427,13 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 			continue
 		}
 		host, target := filepath.Join(hostDir, name), filepath.Join(dir, name)
-		switch t := e.Type(); {
+		t := e.Type()
+		switch {
 		case t&os.ModeSymlink != 0:
 			if err := copySymlink(host, target); err != nil {
+				if gone(host, t) {
+					continue
+				}
 				return err
 			}
 			continue
@@ -441,11 +448,25 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 			return err
 		}
 		if err := bindMount(host, target, true); err != nil {
+			if gone(host, t) {
+				os.Remove(target) // the empty mount point made for it
+				continue
+			}
 			return err
 		}
 		*mounts = append(*mounts, host)
 	}
 	return nil
+}
+
+// gone reports whether the entry listed at host with type t is no longer
+// there: removed, or replaced by an entry of another type.
+func gone(host string, t os.FileMode) bool {
+	fi, err := os.Lstat(host)
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	return err == nil && fi.Mode().Type() != t.Type()
 }
 
 // copySymlink makes target a symlink with host's text, so it resolves

@@ -42,6 +42,11 @@ missing library or symbol version. TREE_DIR/tree.toml is the tree's
 payload.toml entry (python and rocm from what was found, capabilities with
 evidence globs), which 'infera-payload index' merges.
 
+-out is replaced only when it is new, empty, or a tree an earlier harvest
+wrote (it holds ` + "`.infera-payload-out`" + `); a non-empty directory without
+it needs -force, and one that holds or sits inside -root or -base, or
+holds the working directory, is refused even with -force (exit 64).
+
 Exit status 1 when any capability was refused or any ELF does not load.`,
 	examples: []string{
 		"infera-payload harvest -root build/builder -base build/base -package mooncake -out build/native/rocm7-py312",
@@ -59,6 +64,7 @@ Exit status 1 when any capability was refused or any ELF does not load.`,
 		fl.Var(&caps, "capability", "capability `NAME=PKG[,PKG]` proven by those packages (repeatable; default: one per package, named after it)")
 		fl.StringVar(&o.Python, "python", "", "the base's interpreter, a `PATH` inside -base (default: /usr/bin/python3, ...)")
 		fl.BoolVar(&o.NoImport, "no-import", false, "do not run the import check (the load check still runs)")
+		fl.BoolVar(&o.Force, "force", false, "replace -out even when it is a non-empty directory an earlier run did not write")
 		return func(_ []string, stdout io.Writer) error {
 			o.Packages, o.Caps = pkgs, caps
 			if o.Root == "" || o.Out == "" || len(o.Packages) == 0 {

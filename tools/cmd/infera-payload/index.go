@@ -28,7 +28,14 @@ engine releases that lack the code it fixes.
 
 With -demo it also makes what 'make demo' mounts beside the payload: a
 fake ROCm 7 (rocm/), a vLLM install with pending fixes (engine/) and a
-model directory (models/demo).`,
+model directory (models/demo).
+
+-out and -demo are replaced only when nothing but an earlier output can be
+lost: each must be new, empty, or a directory an earlier run wrote (it
+holds ` + "`.infera-payload-out`" + `, which the index never lists); a non-empty
+directory without it needs -force. One that holds or sits inside an input
+(-bin, -tree SRC, -src, -patches, -engine), the other output or the
+working directory is refused even with -force. Refusals exit 64.`,
 	examples: []string{
 		"infera-payload index -out build/payload -bin bin/infera-exec -tree build/wheels/py312:py312 -tree build/native/rocm7-py312:native/rocm7-py312",
 		"infera-payload index -out build/payload -bin bin/infera-exec -patches my-patches",
@@ -49,7 +56,7 @@ model directory (models/demo).`,
 			if o.Demo == "" {
 				return nil
 			}
-			d, err := payloadindex.Demo(o.Demo, o.Engine)
+			d, err := payloadindex.Demo(o)
 			if err != nil {
 				return err
 			}

@@ -13,9 +13,12 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/tools/harvest"
+	"github.com/infera/infera-exec/tools/outdir"
 )
 
-// Exit codes: 0 done, 1 the build failed, 64 (EX_USAGE) a wrong command line.
+// Exit codes: 0 done, 1 the build failed, 64 (EX_USAGE) a wrong command
+// line, an output directory the tool refuses to replace among them
+// (outdir.Error: it holds an input, or is not an earlier run's).
 const (
 	exitFailed = 1
 	exitUsage  = 64
@@ -93,7 +96,8 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	if err := act(env, stdout); err != nil {
 		fmt.Fprintf(stderr, "infera-payload %s: %v\n", sc.name, err)
 		var u usageError
-		if errors.As(err, &u) {
+		var refused *outdir.Error
+		if errors.As(err, &u) || errors.As(err, &refused) {
 			fmt.Fprint(stderr, hint)
 			return exitUsage
 		}
@@ -133,7 +137,7 @@ Subcommands:
 	for _, sc := range subcommands {
 		fmt.Fprintf(w, "  %s\n", sc.examples[0])
 	}
-	fmt.Fprint(w, "\nExit status: 0 done, 1 the build failed, 64 a wrong command line.\n")
+	fmt.Fprint(w, "\nExit status: 0 done, 1 the build failed, 64 a wrong command line (an output\ndirectory it will not replace among them: one that holds or sits inside an\ninput, or a non-empty directory without the "+outdir.Marker+" an earlier run\nwrote; -force replaces the latter).\n")
 }
 
 // help is the subcommand's page; fl, when given, lists its options with

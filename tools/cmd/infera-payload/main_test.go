@@ -197,3 +197,51 @@ func archiveManifest(t *testing.T, file string) (string, []string) {
 		return m[0].Config, m[0].RepoTags
 	}
 }
+
+// An output the tool will not replace is a wrong command line: exit 64,
+// the message names the path and the fix, and nothing is removed. The
+// same for index -out and -demo, harvest -out and image -oci.
+func TestRefusedOutputsExit64(t *testing.T) {
+	dir := t.TempDir()
+	build := filepath.Join(dir, "build")
+	wheels := filepath.Join(build, "wheels", "py312")
+	require.NoError(t, os.MkdirAll(wheels, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(wheels, "m.py"), []byte("x = 1\n"), 0o644))
+	notes := filepath.Join(dir, "notes")
+	require.NoError(t, os.MkdirAll(notes, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(notes, "todo"), nil, 0o644))
+	bin := shim(t)
+	payload := filepath.Join(dir, "payload")
+	r := runTool([]string{"index", "-out", payload, "-bin", bin, "-tree", wheels + ":py312"})
+	require.Equal(t, 0, r.code, r.stderr)
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"index", "-out", build, "-bin", bin, "-tree", wheels + ":py312"}, "-out " + build + ": holds -tree " + wheels},
+		{[]string{"index", "-out", filepath.Join(build, "wheels"), "-bin", bin, "-tree", payload + ":py312"}, "-out " + filepath.Join(build, "wheels") + ": is a non-empty directory that infera-payload did not write (no .infera-payload-out in it)"},
+		{[]string{"index", "-out", payload, "-bin", bin, "-tree", wheels + ":py312", "-demo", filepath.Join(build, "wheels")}, "-demo " + filepath.Join(build, "wheels") + ": holds -tree " + wheels},
+		{[]string{"index", "-out", payload, "-bin", bin, "-tree", wheels + ":py312", "-demo", notes}, "-demo " + notes + ": is a non-empty directory"},
+		{[]string{"harvest", "-root", dir, "-package", "x", "-out", build}, "-out " + build + ": is inside -root " + dir},
+		{[]string{"image", "-payload", payload, "-oci", build, "-archive", "", "-arch", runtime.GOARCH}, "-oci " + build + ": is a non-empty directory"},
+		{[]string{"image", "-payload", payload, "-oci", filepath.Join(payload, "oci"), "-archive", "", "-arch", runtime.GOARCH}, "-oci " + filepath.Join(payload, "oci") + ": is inside -payload " + payload},
+	} {
+		r := runTool(c.args)
+		assert.Equal(t, exitUsage, r.code, "%v: %s", c.args, r.stderr)
+		assert.Contains(t, r.stderr, c.want, "%v", c.args)
+		assert.FileExists(t, filepath.Join(wheels, "m.py"), "%v", c.args)
+		assert.FileExists(t, filepath.Join(payload, "bin", "infera-exec"), "%v", c.args)
+		assert.FileExists(t, filepath.Join(notes, "todo"), "%v", c.args)
+	}
+	r = runTool([]string{"index", "-out", filepath.Join(build, "wheels"), "-bin", bin, "-tree", payload + ":py312", "-force"})
+	assert.Equal(t, 0, r.code, "-force replaces a directory that holds no input: %s", r.stderr)
+
+	// image -oci replaces its own layout without -force.
+	oci := filepath.Join(dir, "oci")
+	for i := 0; i < 2; i++ {
+		r = runTool([]string{"image", "-payload", payload, "-oci", oci, "-archive", "", "-arch", runtime.GOARCH})
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	assert.Contains(t, runTool([]string{"--help"}).stdout, "64 a wrong command line (an output")
+}
