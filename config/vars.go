@@ -34,7 +34,7 @@ var Vars = []Var{
 	{"SYSFS_PATH", "sysfs root, as libibverbs reads it", DefaultSysfs},
 	{"INFERA_SKIP_ENGINE_PATCHES", "switch: apply no engine patches (v0.2.2: any non-empty value; still on, with a warning)", "off"},
 	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65", ""},
-	{"INFERA_EXEC_STATE_DIR", "cache of the engine location", "/run/infera-exec, else /tmp/infera-exec"},
+	{"INFERA_EXEC_STATE_DIR", "infera-exec's state directory: the engine probe's cache, the patch record, the native load verdicts, and DIR/rdma for the host RDMA provider on a read-only root", "/run/infera-exec, else /tmp/infera-exec"},
 	{"INFERA_PREFLIGHT", "switch: run the preflight checks", "on"},
 	{"INFERA_PREFLIGHT_SKIP", "preflight checks to skip, e.g. rdma,shm", ""},
 	{"INFERA_PREFLIGHT_TIMEOUT", "how long a filesystem that may not answer (NFS, FUSE, ...) may take", DefaultPreflightTimeout.String()},
