@@ -89,7 +89,7 @@ type Input struct {
 // Check is a named check.
 type Check struct {
 	Name string
-	What string // one line, for --help and the README
+	What string // one line describing the check (docs/preflight.md has the full table)
 	Run  func(in *Input) Result
 }
 
