@@ -89,7 +89,7 @@ type Facts struct {
 // Check is a named check.
 type Check struct {
 	Name string
-	What string // one line, for --help and the README
+	What string // one line describing the check (docs/preflight.md has the full table)
 	Run  func(in *Facts) Result
 }
 
@@ -97,37 +97,37 @@ type Check struct {
 // command's own text first, then what it names (the model directory, the
 // addresses), then the node's resources.
 var Checks = []Check{
-	Check{
+	{
 		Name: "placeholders",
 		What: "template placeholders such as <MODEL_DIR> left in the command or environment",
 		Run:  checkPlaceholders,
 	},
-	Check{
+	{
 		Name: "model-dir",
 		What: "the model directory exists, holds readable weights, and loads within the readiness timeout from its filesystem",
 		Run:  checkModelDir,
 	},
-	Check{
+	{
 		Name: "advertise",
 		What: "a prefill/decode worker advertises an address its peer on another node can reach",
 		Run:  checkAdvertise,
 	},
-	Check{
+	{
 		Name: "advertise-ip",
 		What: "choose " + AdvertiseVar + ": a private IPv4 address of a physical interface",
 		Run:  checkAdvertiseIP,
 	},
-	Check{
+	{
 		Name: "rdma",
 		What: "a prefill/decode worker sees RDMA devices, /dev/infiniband, and a provider that supports their kernel ABI",
 		Run:  checkRDMA,
 	},
-	Check{
+	{
 		Name: "shm",
 		What: "/dev/shm is large enough for NCCL/RCCL and the engines' IPC, and not mounted noexec",
 		Run:  checkShm,
 	},
-	Check{
+	{
 		Name: "nofile",
 		What: "the open-file hard limit is high enough for a router with many in-flight requests",
 		Run:  checkNofile,
