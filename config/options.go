@@ -129,6 +129,8 @@ func (o Options) validate() error {
 		}
 	}
 	switch {
+	case len(o.Command) == 0 && modes == 0 && !o.Help && !o.Version:
+		return &UsageError{"no command given: infera-exec prepares the container and then runs a worker command (infera-exec [OPTIONS] [--] COMMAND [ARG...])"}
 	case o.JSON && !o.Explain && !o.Doctor && o.Check == "":
 		return &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
 	case o.Init && (o.Doctor || o.Check != "" || o.Install != ""):

@@ -22,7 +22,8 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"--doctor", "--json", "python3", "-m", "x"}, Options{Doctor: true, JSON: true, Command: []string{"python3", "-m", "x"}}},
 		{[]string{"-"}, Options{Command: []string{"-"}}},
 		{[]string{"install", "/overlay"}, Options{Command: []string{"install", "/overlay"}}}, // a command named like a mode is a command
-		{nil, Options{}},
+		{[]string{"--explain"}, Options{Explain: true}}, // the plan says "no command given"
+		{[]string{"--help"}, Options{Help: true}},
 	}
 	for _, c := range cases {
 		got, err := ParseArgs(c.args)
@@ -36,6 +37,8 @@ func TestParseArgsErrors(t *testing.T) {
 		args []string
 		want string
 	}{
+		{nil, "no command given"},
+		{[]string{"--verbose"}, "no command given"},
 		{[]string{"--frob", "x"}, "unknown option --frob"},
 		{[]string{"--json", "x"}, "--json goes with --explain, --doctor or --check"},
 		{[]string{"--doctor", "--explain", "x"}, "--doctor runs the preflight checks"},
@@ -59,10 +62,7 @@ func FuzzParseArgs(f *testing.F) {
 	f.Add("--explain\x00python3\x00-m\x00x")
 	f.Add("--check=/a\x00--json")
 	f.Fuzz(func(t *testing.T, joined string) {
-		var args []string
-		for _, a := range splitNUL(joined) {
-			args = append(args, a)
-		}
+		args := splitNUL(joined)
 		o, err := ParseArgs(args)
 		if err != nil {
 			return

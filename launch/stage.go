@@ -22,6 +22,7 @@ type Input struct {
 	Command []string
 	Env     *environ.Env
 	DryRun  bool
+	Log     *slog.Logger
 }
 
 // Outcome is what is (or would be) executed: the report's exec section.
@@ -57,11 +58,16 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	if err := CheckDir(cfg.Chdir); err != nil {
 		return o, &config.Error{Msg: err.Error()}
 	}
+	in.Log.Info(fmt.Sprintf("engine ready timeout %ds (%s)", cfg.ReadyTimeout, cfg.ReadyTimeoutFrom))
 	n, err := RaiseNofile(in.DryRun)
 	o.Nofile = n
-	if err != nil {
+	switch {
+	case err != nil:
 		// Not a refusal: the worker may still run with fewer files.
 		o.Nofile.Err = err.Error()
+		in.Log.Warn(fmt.Sprintf("open-file limit left at %d: %v", n.Soft, err))
+	case !in.DryRun:
+		in.Log.Info(fmt.Sprintf("open files: soft limit %d (= hard)", n.Hard))
 	}
 	if len(in.Command) == 0 {
 		return o, nil
@@ -116,6 +122,17 @@ func (o *Outcome) WriteText(w io.Writer) {
 	} else {
 		p("  env    this environment with the changes above (--verbose or --json: in full)")
 	}
+}
+
+// Announce logs the start about to happen: the line operators grep for.
+func (o *Outcome) Announce(log *slog.Logger) {
+	argv := report.QuoteArgs(report.RedactArgs(o.Argv))
+	if o.Init != config.InitOff {
+		log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
+			argv, o.Path, o.Cwd, InitRole()), "path", o.Path)
+		return
+	}
+	log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, o.Path, o.Cwd), "path", o.Path)
 }
 
 // Start is the irreversible end of the pass: chdir, then execve the

@@ -313,6 +313,9 @@ func wrap(lines []string, width int) []string {
 
 // WriteText prints the audit under a title line, for --doctor and --check.
 func (a *Audit) WriteText(w io.Writer, title string) {
+	if a == nil {
+		return
+	}
 	fmt.Fprintf(w, "\n%s\n", title)
 	for _, l := range a.TextLines() {
 		fmt.Fprintln(w, l)
@@ -332,6 +335,13 @@ func InstalledAudit(dest string) []string {
 		return nil
 	}
 	return audit.TextLines()
+}
+
+// Lines are what --install says when it is done: the counts, then the
+// installed payload's audit against this image.
+func (r *InstallResult) Lines() []string {
+	return append([]string{fmt.Sprintf("installed the payload %s into %s: %d entries, %d copied, %d already identical, %d removed",
+		r.Source, r.Dest, r.Entries, len(r.Copied), r.Unchanged, len(r.Removed))}, InstalledAudit(r.Dest)...)
 }
 
 // AuditImageRoot audits the payload against an unpacked image root

@@ -253,6 +253,17 @@ func readableDir(d string) error {
 }
 
 // NativeCapTree is the selected native tree for capability checks, or nil.
+// CapabilityInput is what the capability step takes from the selection:
+// the native tree with its evidence, why there is none, and every native
+// tree of the payload.
+func (s *Selection) CapabilityInput() capability.Input {
+	in := capability.Input{Tree: s.NativeCapTree(), NoTreeWhy: s.NoNativeWhy, Available: s.AllNative}
+	if s.Native != nil {
+		in.Evidence = s.Native.Evidence
+	}
+	return in
+}
+
 func (s *Selection) NativeCapTree() *capability.Tree {
 	if s.Native == nil {
 		return nil

@@ -14,9 +14,10 @@ import (
 
 	"github.com/infera/infera-exec/internal/fileid"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
-	"golang.org/x/sys/unix"
 )
 
 // Result is what happened to one patch.

@@ -16,6 +16,16 @@ type CheckReport struct {
 	Drift    bool      `json:"drift"`
 }
 
+// CheckAnswering is Check after asking, through answers, whether the
+// filesystems of root and payloadRoot answer in time: the walk would
+// otherwise block on a dead mount.
+func CheckAnswering(root, payloadRoot string, answers func(paths ...string) error) (*CheckReport, error) {
+	if err := answers(root, payloadRoot); err != nil {
+		return nil, &ConfigError{err}
+	}
+	return Check(root, payloadRoot)
+}
+
 // Check evaluates the built-in and the payload's definitions against root
 // without Python and without writing, so a payload build can catch an
 // upstream change before anything is deployed.

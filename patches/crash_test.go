@@ -15,9 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/atomicfile"
 )
 
 // The test binary doubles as a patching process for the crash and

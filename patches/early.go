@@ -33,14 +33,14 @@ type Early struct {
 // no interpreter, definitions that do not load: Run says why). Stop must
 // be called when the pass ends without Run taking the answer.
 func StartEarly(ctx context.Context, in Input) *Early {
-	if in.Skip || in.Python == "" {
+	if in.Config.SkipEnginePatches || in.Python == "" {
 		return nil
 	}
-	set, err := LoadSet(in.PayloadRoot)
+	set, err := LoadSet(in.Config.PayloadRoot)
 	if err != nil {
 		return nil
 	}
-	scripts := payloadScripts(set, in.PayloadRoot)
+	scripts := payloadScripts(set, in.Config.PayloadRoot)
 	names := probeNames(set, scripts)
 	if len(names) == 0 {
 		return nil
@@ -48,7 +48,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	in.Env = in.Env.Clone() // the pass goes on editing its own
 	l := locator(in, set.dists(names))
 	ctx, cancel := context.WithCancel(ctx)
-	e := &Early{payloadRoot: in.PayloadRoot, set: set, scripts: scripts, names: names, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
+	e := &Early{payloadRoot: in.Config.PayloadRoot, set: set, scripts: scripts, names: names, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
 	if loc, ok := l.fromCache(names, e.settings, start); ok {
 		// A restart: the answer is at hand, and a goroutine would only

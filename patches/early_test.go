@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/launch"
 )
 
 // countingPython is an interpreter that records each start in log, then
@@ -41,8 +44,8 @@ func starts(t *testing.T, log string) int {
 // of its own: the built-in set, whose packages (vllm, sglang) are looked
 // for on PYTHONPATH=site.
 func earlyInput(t *testing.T, py, site string) Input {
-	return Input{PayloadRoot: t.TempDir(), Python: py, Env: envWith("PYTHONPATH", site), Dir: "/",
-		ProbeTimeout: 30 * time.Second, DryRun: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return Input{Config: config.Config{PayloadRoot: t.TempDir()}, Python: py, Env: envWith("PYTHONPATH", site), Worker: &launch.Outcome{Cwd: "/"},
+		DryRun: true, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
 // The probe started ahead answers the patch step: one interpreter start.
@@ -97,9 +100,9 @@ func TestEarlyProbeStopped(t *testing.T) {
 func TestEarlyProbeNotStarted(t *testing.T) {
 	py, log := countingPython(t, "0")
 	in := earlyInput(t, py, t.TempDir())
-	in.Skip = true
+	in.Config.SkipEnginePatches = true
 	assert.Nil(t, StartEarly(context.Background(), in))
-	in.Skip, in.Python = false, ""
+	in.Config.SkipEnginePatches, in.Python = false, ""
 	assert.Nil(t, StartEarly(context.Background(), in))
 	assert.Equal(t, 0, starts(t, log))
 }

@@ -7,9 +7,10 @@ import (
 	"io/fs"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fileid"
-	"golang.org/x/sys/unix"
 )
 
 // Identity is a file's identity (package fileid), the key of the record

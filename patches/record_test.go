@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/launch"
 )
 
 // recorded sets up package demo with one pending patch and a state
@@ -188,8 +191,8 @@ func TestRequiredShadowedRefuses(t *testing.T) {
 	write(t, filepath.Join(payload, "patches/demo/fix.toml"), "id = \"demo-fix\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n[[edit]]\nfile = \"a.py\"\nanchor = \"    a, _ = x\\n\"\nreplacement = \"    a = x[0]\\n\"\n")
 	removeFile = func(p string) error { return &os.PathError{Op: "remove", Path: p, Err: syscall.EROFS} }
 	t.Cleanup(func() { removeFile = os.Remove })
-	out, err := Run(t.Context(), Input{PayloadRoot: payload, Require: []string{"demo-fix"}, Python: py,
-		Env: envWith("PYTHONPATH", site), Dir: "/", Log: discardLog()})
+	out, err := Run(t.Context(), Input{Config: config.Config{PayloadRoot: payload, RequirePatches: []string{"demo-fix"}}, Python: py,
+		Env: envWith("PYTHONPATH", site), Worker: &launch.Outcome{Cwd: "/"}, Log: discardLog()})
 	var req *RequiredError
 	require.True(t, errors.As(err, &req), "%v", err)
 	assert.Contains(t, err.Error(), "demo-fix is shadowed")

@@ -8,28 +8,28 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/report"
 )
 
 // Input is what the engine-patch step takes from the decided configuration
 // and the earlier steps.
 type Input struct {
-	PayloadRoot  string
-	Skip         bool     // INFERA_SKIP_ENGINE_PATCHES
-	Require      []string // INFERA_REQUIRE_PATCHES
-	Python       string   // the interpreter, resolved once for the whole pass; "" when it cannot run
-	PythonErr    error    // why there is no interpreter
-	Env          *environ.Env
-	Dir          string        // the worker's working directory
-	ProbeTimeout time.Duration // for the interpreter's answer
-	StateDir     string        // infera-exec's trusted state directory: the probe cache and the patch record; "" = neither
-	DryRun       bool
-	Log          *slog.Logger
-	Early        *Early // the probe started ahead (StartEarly), or nil
+	// Config gives the payload root, INFERA_SKIP_ENGINE_PATCHES,
+	// INFERA_REQUIRE_PATCHES and the probe's deadline.
+	Config    config.Config
+	Python    string // the interpreter, resolved once for the whole pass; "" when it cannot run
+	PythonErr error  // why there is no interpreter
+	Env       *environ.Env
+	Worker    *launch.Outcome // how the worker starts: the probe runs in its working directory
+	StateDir  string          // infera-exec's trusted state directory: the probe cache and the patch record; "" = neither
+	DryRun    bool
+	Log       *slog.Logger
+	Early     *Early // the probe started ahead (StartEarly), or nil
 }
 
 // StepState is how the patch step ended.
@@ -109,12 +109,12 @@ func LoadSetFrom(dir string) (*Set, error) {
 func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o := &Outcome{}
 	log := in.Log
-	if in.Skip {
+	if in.Config.SkipEnginePatches {
 		o.State, o.Summary = StepSkipped, "INFERA_SKIP_ENGINE_PATCHES is set"
 		log.Info("engine patches skipped: INFERA_SKIP_ENGINE_PATCHES is set")
 		return o, nil
 	}
-	set, err := in.Early.loadSet(in.PayloadRoot)
+	set, err := in.Early.loadSet(in.Config.PayloadRoot)
 	if err != nil {
 		return o, &ConfigError{err}
 	}
@@ -123,7 +123,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(n)
 	}
 	require := map[string]bool{}
-	for _, id := range in.Require {
+	for _, id := range in.Config.RequirePatches {
 		if set.Lookup(id) == nil {
 			var known []string
 			for _, d := range set.Defs {
@@ -133,7 +133,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 		require[id] = true
 	}
-	scripts, names := in.Early.scriptsAndNames(set, in.PayloadRoot)
+	scripts, names := in.Early.scriptsAndNames(set, in.Config.PayloadRoot)
 	if len(names) == 0 {
 		o.State, o.Summary = StepNone, "no patch definitions"
 		return o, nil
@@ -216,7 +216,7 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 }
 
 func locator(in Input, dists map[string]string) *Locator {
-	return &Locator{Python: in.Python, Env: in.Env, Dir: in.Dir, Timeout: in.ProbeTimeout, CacheDir: in.StateDir, Dists: dists}
+	return &Locator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists}
 }
 
 // dists names the distribution whose version decides each import name's

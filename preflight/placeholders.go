@@ -6,12 +6,12 @@ import (
 	"strings"
 )
 
-// placeholders are the template placeholders in s, in order: an
+// Placeholders are the template placeholders in s, in order: an
 // upper-case name in angle brackets (<[A-Z][A-Z0-9_]*>), alone or inside
 // a word (/models/<MODEL>/config). Lower-case <foo> and a<b are left
 // alone. Plain string code: every start scans every variable and
 // argument, and a regular expression costs more to compile than that.
-func placeholders(s string) []string {
+func Placeholders(s string) []string {
 	var out []string
 	for i := 0; i < len(s); i++ {
 		if s[i] != '<' || i+1 >= len(s) || s[i+1] < 'A' || s[i+1] > 'Z' {
@@ -76,7 +76,7 @@ func checkPlaceholders(in *Facts) Result {
 // uniqueTokens are the placeholders in s, each once, in order.
 func uniqueTokens(s string) []string {
 	var out []string
-	for _, tok := range placeholders(s) {
+	for _, tok := range Placeholders(s) {
 		dup := false
 		for _, o := range out {
 			dup = dup || o == tok

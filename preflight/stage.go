@@ -12,6 +12,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/report"
@@ -90,6 +91,21 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o, err := evaluate(newFacts(in), in.Config.PreflightSkip)
 	o.log(in.Log)
 	return o, err
+}
+
+// Doctor runs the checks for --doctor, on the command that follows and
+// this process's environment, whatever INFERA_PREFLIGHT says: no swap has
+// run, so the container's own provider serves the RDMA devices, read when
+// sysfs answers in time. Nothing is logged; the caller prints.
+func Doctor(ctx context.Context, cfg config.Config, args workerargs.Args, env *environ.Env, probe *fsprobe.Prober) *Outcome {
+	var inv *rdma.Inventory
+	if probe.AllAnswer(cfg.Sysfs, rdma.DevDir) == nil {
+		inv = rdma.Read(cfg.Sysfs, rdma.DevDir)
+	}
+	cfg.PreflightOff = false
+	out, _ := Run(ctx, Input{Config: cfg, Args: args, Env: env, Libionic: libionic.ContainerProvider("/", cfg.RDMAProvider, inv),
+		Probe: probe, Log: slog.New(slog.DiscardHandler)})
+	return out
 }
 
 // newFacts is what the checks look at in a real run.

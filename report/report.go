@@ -221,18 +221,18 @@ func Marshal(r *Report) ([]byte, error) {
 }
 
 // Write stores r for operators at path, or, when path is empty, as
-// report.json in stateDir, the state directory the run picked. It
-// returns where the report went.
-func Write(r *Report, path, stateDir string) (string, error) {
+// report.json in stateDir, the state directory the run picked (noState
+// says why there is none). It returns where the report went.
+func Write(r *Report, path, stateDir, noState string) (string, error) {
+	if path == "" {
+		if stateDir == "" {
+			return "", fmt.Errorf("no state directory (%s); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR", noState)
+		}
+		path = filepath.Join(stateDir, Name)
+	}
 	data, err := Marshal(r)
 	if err != nil {
 		return "", fmt.Errorf("encode report: %w", err)
-	}
-	if path == "" {
-		if stateDir == "" {
-			return "", errors.New("no state directory to write it in (see the warning above); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR")
-		}
-		path = filepath.Join(stateDir, Name)
 	}
 	if err := writeOne(path, data); err != nil {
 		return "", err

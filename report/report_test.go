@@ -81,7 +81,7 @@ func TestWriteExplicitPath(t *testing.T) {
 	path := filepath.Join(dir, "nested", "deeper", "report.json") // directories do not exist yet
 	r := sampleReport()
 
-	got, err := Write(r, path, "")
+	got, err := Write(r, path, "", "")
 	require.NoError(t, err)
 	assert.Equal(t, path, got)
 
@@ -135,7 +135,7 @@ func TestWriteWithoutExec(t *testing.T) {
 	r.Sections = nil
 	r.Outcome = Outcome{Result: ResultRefused, Code: 69, Reason: "capability hipfile missing"}
 
-	_, err := Write(r, path, "")
+	_, err := Write(r, path, "", "")
 	require.NoError(t, err)
 	var m map[string]any
 	data, err := os.ReadFile(path)
@@ -149,10 +149,10 @@ func TestWriteReplacesPreviousReport(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "report.json")
 	old := sampleReport()
 	old.PID = 4242
-	_, err := Write(old, path, "")
+	_, err := Write(old, path, "", "")
 	require.NoError(t, err)
 
-	_, err = Write(sampleReport(), path, "")
+	_, err = Write(sampleReport(), path, "", "")
 	require.NoError(t, err)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -175,7 +175,7 @@ func TestWriteReplacesOnlyAReport(t *testing.T) {
 	} {
 		path := filepath.Join(dir, name)
 		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
-		_, err := Write(sampleReport(), path, "")
+		_, err := Write(sampleReport(), path, "", "")
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), "not an infera-exec report; not replacing it", name)
 		got, err := os.ReadFile(path)
@@ -184,11 +184,11 @@ func TestWriteReplacesOnlyAReport(t *testing.T) {
 	}
 	// Not a regular file: a directory, a link.
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "d"), 0o755))
-	_, err := Write(sampleReport(), filepath.Join(dir, "d"), "")
+	_, err := Write(sampleReport(), filepath.Join(dir, "d"), "", "")
 	assert.ErrorContains(t, err, "not a report; not replacing it")
 	target := filepath.Join(dir, "config.json")
 	require.NoError(t, os.Symlink(target, filepath.Join(dir, "link.json")))
-	_, err = Write(sampleReport(), filepath.Join(dir, "link.json"), "")
+	_, err = Write(sampleReport(), filepath.Join(dir, "link.json"), "", "")
 	assert.ErrorContains(t, err, "not a report; not replacing it")
 	fi, err := os.Lstat(filepath.Join(dir, "link.json"))
 	require.NoError(t, err)
@@ -198,10 +198,10 @@ func TestWriteReplacesOnlyAReport(t *testing.T) {
 		t.Skip("the other-uid case needs root (chown); run the tests as root")
 	}
 	theirs := filepath.Join(dir, "theirs.json")
-	_, err = Write(sampleReport(), theirs, "")
+	_, err = Write(sampleReport(), theirs, "", "")
 	require.NoError(t, err)
 	require.NoError(t, os.Chown(theirs, 4242, 4242))
-	_, err = Write(sampleReport(), theirs, "")
+	_, err = Write(sampleReport(), theirs, "", "")
 	assert.ErrorContains(t, err, "belongs to uid 4242")
 }
 
@@ -211,7 +211,7 @@ func TestWriteExplicitPathFailure(t *testing.T) {
 	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
 	state := filepath.Join(dir, "state")
 
-	got, err := Write(sampleReport(), filepath.Join(blocker, "report.json"), state)
+	got, err := Write(sampleReport(), filepath.Join(blocker, "report.json"), state, "")
 	require.Error(t, err)
 	assert.Equal(t, "", got)
 	assert.Contains(t, err.Error(), "report "+filepath.Join(blocker, "report.json"))
@@ -224,13 +224,13 @@ func TestWriteExplicitPathFailure(t *testing.T) {
 func TestWriteInStateDir(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	require.NoError(t, os.Mkdir(state, 0o700))
-	got, err := Write(sampleReport(), "", state)
+	got, err := Write(sampleReport(), "", state, "")
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(state, "report.json"), got)
 	assert.FileExists(t, got)
 
-	got, err = Write(sampleReport(), "", "")
-	assert.ErrorContains(t, err, "no state directory")
+	got, err = Write(sampleReport(), "", "", "/run/infera-exec: read-only file system")
+	assert.ErrorContains(t, err, "no state directory (/run/infera-exec: read-only file system); set INFERA_EXEC_REPORT")
 	assert.Equal(t, "", got)
 }
 
@@ -240,7 +240,7 @@ func TestWriteRefusesSymlinkedDirInTmp(t *testing.T) {
 	require.NoError(t, os.Symlink(target, link))
 	t.Cleanup(func() { os.Remove(link) })
 
-	_, err := Write(sampleReport(), filepath.Join(link, "report.json"), "")
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"), "", "")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is a symbolic link")
 	assert.NoFileExists(t, filepath.Join(target, "report.json"))
@@ -254,14 +254,14 @@ func TestWriteRefusesDirectoriesItDoesNotOwn(t *testing.T) {
 	require.NoError(t, os.Mkdir(target, 0o755))
 	link := filepath.Join(base, "link")
 	require.NoError(t, os.Symlink(target, link))
-	_, err := Write(sampleReport(), filepath.Join(link, "report.json"), "")
+	_, err := Write(sampleReport(), filepath.Join(link, "report.json"), "", "")
 	assert.ErrorContains(t, err, "is a symbolic link")
 	assert.NoFileExists(t, filepath.Join(target, "report.json"))
 
 	shared := filepath.Join(base, "shared")
 	require.NoError(t, os.Mkdir(shared, 0o755))
 	require.NoError(t, os.Chmod(shared, 0o777))
-	_, err = Write(sampleReport(), filepath.Join(shared, "report.json"), "")
+	_, err = Write(sampleReport(), filepath.Join(shared, "report.json"), "", "")
 	assert.ErrorContains(t, err, "written by group or others")
 	assert.NoFileExists(t, filepath.Join(shared, "report.json"))
 
@@ -271,7 +271,7 @@ func TestWriteRefusesDirectoriesItDoesNotOwn(t *testing.T) {
 	foreign := filepath.Join(base, "foreign")
 	require.NoError(t, os.Mkdir(foreign, 0o755))
 	require.NoError(t, os.Chown(foreign, 4242, 4242))
-	_, err = Write(sampleReport(), filepath.Join(foreign, "report.json"), "")
+	_, err = Write(sampleReport(), filepath.Join(foreign, "report.json"), "", "")
 	assert.ErrorContains(t, err, "owned by uid 4242")
 	assert.NoFileExists(t, filepath.Join(foreign, "report.json"))
 }
@@ -382,7 +382,7 @@ func TestSecretsAreRedacted(t *testing.T) {
 	v := "sk-env-5678"
 	r.EnvChanges = append(r.EnvChanges, environ.Change{Name: "VLLM_API_KEY", After: &v})
 	path := filepath.Join(t.TempDir(), "report.json")
-	_, err := Write(r, path, "")
+	_, err := Write(r, path, "", "")
 	require.NoError(t, err)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)

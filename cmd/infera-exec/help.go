@@ -1,50 +1,17 @@
 package main
 
-import "github.com/infera/infera-exec/config"
+import (
+	_ "embed"
+	"strings"
 
-// helpText is the usage: the fixed parts below around the options and the
-// environment, which config renders from its one table of each.
+	"github.com/infera/infera-exec/config"
+)
+
+//go:embed help.txt
+var helpTemplate string
+
+// helpText is the usage: help.txt, with the options and the environment
+// rendered by config from its one table of each.
 func helpText() string {
-	return helpHead + config.HelpOptions() + "\n" + config.HelpEnvironment() + helpTail
+	return strings.NewReplacer("{{options}}", config.HelpOptions(), "{{environment}}", config.HelpEnvironment()).Replace(helpTemplate)
 }
-
-const helpHead = `Usage: infera-exec [OPTIONS] [--] COMMAND [ARG...]
-
-Prepare a stock vLLM or SGLang ROCm container from the overlay payload
-mounted beside it, then replace this process with COMMAND (execve), so the
-worker keeps infera-exec's PID and nothing stays resident.
-
-  infera-exec python3 -m infera.engine.vllm --model /models/X
-  infera-exec --explain python3 -m infera.engine.sglang --model-path /m
-
-In one pass, before exec:
-  1. detect the ABI family: ROCm major from the SONAME of
-     $ROCM_PATH or /opt/rocm lib/libamdhip64.so*, CPython minor of the
-     interpreter (from its name, symlink chain or pyvenv.cfg; else asked once)
-  2. pick the payload trees: py3XX/ and native/rocmN-py3XX/; refuse when a
-     capability the deployment requires is missing
-  3. compose the worker's environment (PYTHONPATH, LD_LIBRARY_PATH, PATH,
-     INFERA_ENGINE_READY_TIMEOUT)
-  4. swap in the host's RDMA provider (when /host-libionic/libionic.so is
-     mounted and will load)
-  5. run the preflight checks (a misconfiguration that would hang is refused)
-  6. apply the engine patches (anchored fixes to the installed vLLM/SGLang
-     source, located by one interpreter run)
-  7. chdir, raise the open-file soft limit to the hard limit, write a report,
-     exec COMMAND (with --init: start it and stay as its init)
-
-`
-
-const helpTail = `
-Exit codes (the worker's own once it runs):
-  64   usage: unknown option, no command
-  65   a required engine patch is not in force (--check: a patch drifted)
-  69   a required capability is unavailable
-  70   internal error in infera-exec
-  73   --install: the destination cannot be written
-  78   payload, interpreter or configuration unusable, or a preflight
-       check failed with an error
-  126  the command was found but cannot be executed
-  127  the command was not found on the composed PATH
-  With --init: the worker's exit status, or 128+N when signal N killed it.
-`

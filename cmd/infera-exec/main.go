@@ -28,8 +28,7 @@ var (
 )
 
 // The exit codes main decides itself (sysexits.h style); a refusal's code
-// is its own (ExitCode). The worker's exit code is whatever the worker
-// returns, since infera-exec is gone by then.
+// is its own (ExitCode).
 const (
 	exitOK       = 0
 	exitWarnings = 1  // --doctor: only warnings failed
@@ -39,12 +38,10 @@ const (
 	exitConfig   = 78 // EX_CONFIG: payload, interpreter or configuration unusable
 )
 
-// coded is a refusal: every error a stage refuses with carries the code
-// infera-exec exits with.
+// coded is a refusal: every error a stage refuses with carries its code.
 type coded interface{ ExitCode() int }
 
-// exitCode is the code of a refusal. An error without one is a bug in
-// infera-exec: a stage returned something it did not mean as a refusal.
+// exitCode is the code of a refusal; an error without one is a bug (70).
 func exitCode(err error) int {
 	var c coded
 	if errors.As(err, &c) {
@@ -62,17 +59,13 @@ func main() {
 	os.Exit(run(os.Args, os.Environ(), os.Stdout, os.Stderr))
 }
 
-// startMemoryLimit bounds the heap while the collector is off.
-const startMemoryLimit = 256 << 20
-
-// collectLater turns the collector off for the start, with a memory
-// limit as the backstop (or the environment's GOMEMLIMIT, if lower): a
-// start allocates a few megabytes and is over in milliseconds, and a
-// collection in the middle of it only costs time.
+// collectLater turns the collector off for the start, with a 256 MiB
+// limit as the backstop (or GOMEMLIMIT, if lower): a start allocates a few
+// megabytes in milliseconds, and a collection in it only costs time.
 func collectLater() (restore func()) {
 	pct := debug.SetGCPercent(-1)
 	lim := debug.SetMemoryLimit(-1)
-	debug.SetMemoryLimit(min(lim, startMemoryLimit))
+	debug.SetMemoryLimit(min(lim, 256<<20))
 	return func() {
 		debug.SetGCPercent(pct)
 		debug.SetMemoryLimit(lim)
@@ -92,9 +85,6 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	case o.Version:
 		fmt.Fprintf(stdout, "infera-exec %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
-	case len(o.Command) == 0 && !o.Explain && !o.Doctor && o.Check == "" && o.Install == "":
-		fmt.Fprintf(stderr, "infera-exec: no command given: infera-exec prepares the container and then runs a worker command\nUsage: infera-exec [OPTIONS] [--] COMMAND [ARG...]; run 'infera-exec --help' for more.\n")
-		return exitUsage
 	}
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/abi"
@@ -50,9 +49,8 @@ type pass struct {
 	launch *launch.Outcome
 	ionic  *libionic.Outcome
 	early  *patches.Early // the engine probe, started once the worker's environment is composed
-	// restoreGC puts the collector back as the process started (see
-	// collectLater), before infera-exec stays on as the worker's init.
-	restoreGC func()
+
+	restoreGC func() // the collector back as the process started, before the init stays on (collectLater)
 }
 
 func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
@@ -61,8 +59,7 @@ func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []stri
 	p.rec = &logging.Recorder{}
 	logTo := stderr
 	if p.dry && !o.Verbose {
-		// The plan lists every warning; the log lines would say it twice.
-		logTo = io.Discard
+		logTo = io.Discard // the plan lists every warning; the log lines would say it twice
 	}
 	p.log = logging.New(logTo, cfg.LogJSON, o.Verbose, p.rec)
 	for _, w := range warns {
@@ -72,8 +69,7 @@ func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []stri
 	return p
 }
 
-// step is one stage of the pass: it returns the outcome to report (nil
-// for none) and, to refuse the start, an error that carries its exit code.
+// step is one stage: its outcome to report (nil: none) and its refusal.
 type step struct {
 	name string
 	run  func(context.Context) (report.Section, error)
@@ -82,12 +78,24 @@ type step struct {
 func (p *pass) steps() []step {
 	return []step{
 		{"config", func(context.Context) (report.Section, error) { return nil, p.cfgErr }},
-		{"state", p.stateDir},
+		{"state", func(context.Context) (report.Section, error) {
+			// Picked once, for every writer of the run; --explain writes
+			// nothing and reads no stale cache: it picks none.
+			if !p.dry {
+				p.state, p.noState = statedir.Choose(p.cfg.StateDir, p.log)
+			}
+			return nil, nil
+		}},
 		{"abi", p.detectABI},
 		{"payload", p.selectTrees},
 		{"capabilities", p.checkCapabilities},
 		{"launch", p.planLaunch},
-		{"probe", p.startProbe},
+		{"probe", func(ctx context.Context) (report.Section, error) {
+			// Started now, beside the steps in between; the patch step
+			// takes its answer only if nothing that decides it changed.
+			p.early = patches.StartEarly(ctx, p.patchInput())
+			return nil, nil
+		}},
 		{"libionic", p.hostLibionic},
 		{"preflight", p.preflight},
 		{"patches", p.enginePatches},
@@ -116,31 +124,6 @@ func (p *pass) run() int {
 	return p.exec()
 }
 
-// stateDir picks the state directory once, by statedir's rules, for every
-// writer of the run: the load verdicts, the probe cache, the patch record,
-// the RDMA fallback and the report. --explain writes nothing and reads no
-// stale cache: it picks none.
-func (p *pass) stateDir(context.Context) (report.Section, error) {
-	if p.dry {
-		return nil, nil
-	}
-	var refused []error
-	p.state, refused = statedir.Pick(p.cfg.StateDir)
-	var why []string
-	for _, err := range refused {
-		if statedir.Unsafe(err) {
-			p.log.Warn("state directory " + err.Error())
-		} else {
-			p.log.Debug("state directory " + err.Error())
-		}
-		why = append(why, err.Error())
-	}
-	if p.state == "" {
-		p.noState = strings.Join(why, "; ")
-	}
-	return nil, nil
-}
-
 func (p *pass) detectABI(ctx context.Context) (report.Section, error) {
 	var err error
 	p.abi, err = abi.Run(ctx, abi.Input{Config: p.cfg, Env: p.env0, WorkerPath: overlay.WorkerPath(p.env0, p.cfg.PayloadRoot),
@@ -159,12 +142,8 @@ func (p *pass) selectTrees(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
-	sel := p.trees.Selection
-	in := capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Env: p.env0,
-		Tree: sel.NativeCapTree(), NoTreeWhy: sel.NoNativeWhy, Available: sel.AllNative, Log: p.log}
-	if sel.Native != nil {
-		in.Evidence = sel.Native.Evidence
-	}
+	in := p.trees.Selection.CapabilityInput()
+	in.Requirement, in.Args, in.Env, in.Log = p.cfg.RequireNative, p.args, p.env0, p.log
 	return capability.Run(ctx, in)
 }
 
@@ -173,23 +152,9 @@ func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
 // report's last section, added when the pass ends.
 func (p *pass) planLaunch(ctx context.Context) (report.Section, error) {
 	var err error
-	p.launch, err = launch.Run(ctx, launch.Input{Config: p.cfg, Command: p.opt.Command, Env: p.env, DryRun: p.dry})
+	p.launch, err = launch.Run(ctx, launch.Input{Config: p.cfg, Command: p.opt.Command, Env: p.env, DryRun: p.dry, Log: p.log})
 	p.env.Apply(p.launch.Edits...)
-	p.log.Info(fmt.Sprintf("engine ready timeout %ds (%s)", p.cfg.ReadyTimeout, p.cfg.ReadyTimeoutFrom))
-	if n := p.launch.Nofile; n.Err != "" {
-		p.log.Warn(fmt.Sprintf("open-file limit left at %d: %s", n.Soft, n.Err))
-	} else if !p.dry {
-		p.log.Info(fmt.Sprintf("open files: soft limit %d (= hard)", n.Hard))
-	}
 	return nil, err
-}
-
-// startProbe starts the engine probe of the patch step now, beside the
-// steps in between; the patch step takes its answer only if nothing that
-// decides it changed meanwhile.
-func (p *pass) startProbe(ctx context.Context) (report.Section, error) {
-	p.early = patches.StartEarly(ctx, p.patchInput())
-	return nil, nil
 }
 
 func (p *pass) hostLibionic(ctx context.Context) (report.Section, error) {
@@ -214,11 +179,8 @@ func (p *pass) enginePatches(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) patchInput() patches.Input {
-	return patches.Input{
-		PayloadRoot: p.cfg.PayloadRoot, Skip: p.cfg.SkipEnginePatches, Require: p.cfg.RequirePatches,
-		Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, Env: p.env, Dir: p.cfg.Chdir,
-		ProbeTimeout: p.cfg.PatchProbeTimeout(), StateDir: p.state, DryRun: p.dry, Log: p.log,
-	}
+	return patches.Input{Config: p.cfg, Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, Env: p.env, Worker: p.launch,
+		StateDir: p.state, DryRun: p.dry, Log: p.log}
 }
 
 // exec is the irreversible end: report, chdir, execve (or the init).
@@ -227,15 +189,11 @@ func (p *pass) exec() int {
 	l := p.launch
 	p.rep.Add(l)
 	p.rep.EnvChanges = environ.Diff(p.env0, p.env)
-	argv := report.QuoteArgs(report.RedactArgs(l.Argv))
 	result := report.ResultExec
 	if l.Init != config.InitOff {
 		result = report.ResultInit
-		p.log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-			argv, l.Path, l.Cwd, launch.InitRole()), "path", l.Path)
-	} else {
-		p.log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, l.Path, l.Cwd), "path", l.Path)
 	}
+	l.Announce(p.log)
 	p.rep.Outcome = report.Outcome{Result: result}
 	p.writeReport()
 	if l.Init != config.InitOff && p.restoreGC != nil {
@@ -284,13 +242,9 @@ func (p *pass) writeReport() {
 	if p.cfg.ReportOff {
 		return
 	}
-	if p.cfg.ReportPath == "" && p.state == "" {
-		p.log.Warn("report not written: no state directory (" + p.noState + "); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR")
-		return
-	}
 	p.rep.Log = p.rec.Entries()
 	p.rep.Resources = report.ReadResources()
-	where, err := report.Write(p.rep, p.cfg.ReportPath, p.state)
+	where, err := report.Write(p.rep, p.cfg.ReportPath, p.state, p.noState)
 	if err != nil {
 		p.log.Warn("report not written: " + err.Error())
 		return

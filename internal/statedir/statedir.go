@@ -14,8 +14,10 @@ package statedir
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +36,7 @@ func Candidates(explicit string) []string {
 }
 
 // Pick returns the first candidate that Dir accepts and that this process
-// can write, or "" when none is; whys say why each refused candidate was
+// can write, or "" when none is; refused says why each candidate was
 // not used, naming the path (and its owner when that was the reason).
 func Pick(explicit string) (dir string, refused []error) {
 	for _, d := range Candidates(explicit) {
@@ -167,6 +169,26 @@ func Dir(path string) error {
 		return &Error{path, fmt.Sprintf("can be written by group or others (mode %04o)", st.Mode&0o7777), true}
 	}
 	return nil
+}
+
+// Choose is Pick for a start: a candidate refused as unsafe is a warning
+// (someone else's directory where ours should be), one merely unusable a
+// debug line; without a directory, why says why none was taken.
+func Choose(explicit string, log *slog.Logger) (dir, why string) {
+	dir, refused := Pick(explicit)
+	var whys []string
+	for _, err := range refused {
+		if Unsafe(err) {
+			log.Warn("state directory " + err.Error())
+		} else {
+			log.Debug("state directory " + err.Error())
+		}
+		whys = append(whys, err.Error())
+	}
+	if dir != "" {
+		return dir, ""
+	}
+	return "", strings.Join(whys, "; ")
 }
 
 // ProviderDirs are where the host RDMA provider may go when the library

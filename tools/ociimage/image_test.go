@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -273,32 +272,6 @@ func dynamicELF(t *testing.T) string {
 	}
 	t.Skip("no dynamically linked executable on this machine")
 	return ""
-}
-
-// readArchiveManifest reads manifest.json of a docker-archive.
-func readArchiveManifest(t *testing.T, file string) []struct {
-	Config   string
-	RepoTags []string
-	Layers   []string
-} {
-	f, err := os.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		require.NoError(t, err, "manifest.json not found in %s", file)
-		if h.Name != "manifest.json" {
-			continue
-		}
-		var m []struct {
-			Config   string
-			RepoTags []string
-			Layers   []string
-		}
-		require.NoError(t, json.NewDecoder(tr).Decode(&m))
-		return m
-	}
 }
 
 func TestTagSafe(t *testing.T) {

@@ -36,6 +36,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/workerargs"
+	"github.com/infera/infera-exec/preflight"
 )
 
 // The overlay image: FROM scratch, the payload as its root filesystem,
@@ -135,14 +136,12 @@ func knownKinds() string {
 	return strings.Join(ks, ", ")
 }
 
-var placeholderRE = regexp.MustCompile(`<[A-Z_]+>`)
-
 // Placeholders reports template placeholders such as <NODE> left in a file,
-// comments included.
+// comments included, as infera-exec's placeholders check sees them.
 func Placeholders(file string, data []byte) []string {
 	var out []string
 	for n, line := range strings.Split(string(data), "\n") {
-		for _, m := range placeholderRE.FindAllString(line, -1) {
+		for _, m := range preflight.Placeholders(line) {
 			out = append(out, fmt.Sprintf("%s:%d: template placeholder %s left in", file, n+1, m))
 		}
 	}
@@ -435,7 +434,7 @@ func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Cont
 	var kv []string
 	for _, e := range ctr.Env {
 		c.invalid(where, "env name", e.Name, validation.IsEnvVarName(e.Name))
-		val := e.Value
+		var val string
 		switch {
 		case e.ValueFrom == nil:
 			var undef []string
