@@ -22,7 +22,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"--doctor", "--json", "python3", "-m", "x"}, Options{Doctor: true, JSON: true, Command: []string{"python3", "-m", "x"}}},
 		{[]string{"-"}, Options{Command: []string{"-"}}},
 		{[]string{"install", "/overlay"}, Options{Command: []string{"install", "/overlay"}}}, // a command named like a mode is a command
-		{[]string{"--explain"}, Options{Explain: true}}, // the plan says "no command given"
+		{[]string{"--explain"}, Options{Explain: true}},                                      // the plan says "no command given"
 		{[]string{"--help"}, Options{Help: true}},
 	}
 	for _, c := range cases {

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/overlay"
 )
 

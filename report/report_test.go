@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/logging"
-	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/launch"
 	. "github.com/infera/infera-exec/report"
 )
