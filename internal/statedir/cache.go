@@ -1,10 +1,13 @@
 package statedir
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
@@ -41,8 +44,8 @@ func WriteCache(dir, name string, b []byte) {
 	prune(dir, name[:i+1], filepath.Ext(name), KeepPerKind)
 }
 
-// prune removes the regular files named prefix*ext in dir beyond the keep
-// most recently modified.
+// prune removes, of the files in dir that are provably ours and named
+// prefix<key>ext, those beyond the keep most recently modified.
 func prune(dir, prefix, ext string, keep int) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -55,10 +58,11 @@ func prune(dir, prefix, ext string, keep int) {
 	var files []file
 	for _, e := range ents {
 		n := e.Name()
-		if !e.Type().IsRegular() || !strings.HasPrefix(n, prefix) || !strings.HasSuffix(n, ext) {
+		key, ok := strings.CutPrefix(n, prefix)
+		if !ok || !strings.HasSuffix(key, ext) || !isKey(strings.TrimSuffix(key, ext)) || !e.Type().IsRegular() {
 			continue
 		}
-		if fi, err := e.Info(); err == nil {
+		if fi, err := e.Info(); err == nil && ours(filepath.Join(dir, n), fi) {
 			files = append(files, file{n, fi.ModTime()})
 		}
 	}
@@ -69,6 +73,94 @@ func prune(dir, prefix, ext string, keep int) {
 	for _, f := range files[keep:] {
 		os.Remove(filepath.Join(dir, f.name))
 	}
+}
+
+// isKey reports whether k is a cache file's key as infera-exec writes it:
+// hexadecimal digits of a digest, at least 16 of them.
+func isKey(k string) bool {
+	if len(k) < 16 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ours reports whether the file at path, with info fi, is one infera-exec
+// wrote: owned by this process's user and holding a JSON object. A name is
+// no proof: a user's own probe-*.json in a shared directory is left alone.
+func ours(path string, fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) != os.Geteuid() {
+		return false
+	}
+	data, err := boundedread.FileNoFollow(path, maxOurs)
+	if err != nil {
+		return false
+	}
+	data = bytes.TrimSpace(data)
+	return len(data) > 0 && data[0] == '{' && json.Valid(data)
+}
+
+// maxOurs bounds the read of a file that may be ours: infera-exec's own
+// state files are well under it.
+const maxOurs = 16 << 20
+
+// StaleAfter is how old a temporary file of ours must be before Sweep
+// takes it for one a killed start left: a write takes milliseconds, so a
+// younger one may belong to a start at work right now.
+const StaleAfter = time.Minute
+
+// Sweep removes, from dir, the temporary files of infera-exec's own
+// writes (".NAME.tmp-N" of a report or a cache file) that a start killed
+// between creating and renaming left behind: only regular files of this
+// user, older than StaleAfter. It returns what it removed.
+func Sweep(dir string) []string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range ents {
+		n := e.Name()
+		base, rest, ok := strings.Cut(strings.TrimPrefix(n, "."), ".tmp-")
+		if !ok || !strings.HasPrefix(n, ".") || !e.Type().IsRegular() || !ourName(base) || !allDigits(rest) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < StaleAfter {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, n)) == nil {
+			removed = append(removed, n)
+		}
+	}
+	return removed
+}
+
+// ourName reports whether name is one infera-exec gives a file in its
+// state directory: the report, or a cache file of some kind with its key.
+func ourName(name string) bool {
+	if name == "report.json" {
+		return true
+	}
+	i := strings.LastIndexByte(name, '-')
+	return i > 0 && strings.HasSuffix(name, ".json") && isKey(strings.TrimSuffix(name[i+1:], ".json"))
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ReadCache returns the cache file dir/name when it can be believed: dir

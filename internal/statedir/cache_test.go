@@ -1,9 +1,9 @@
 package statedir
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -18,39 +18,106 @@ func TestWriteCachePrunesOldestOfItsKind(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	require.NoError(t, Dir(dir))
 	old := time.Now().Add(-time.Hour)
-	write := func(name string, age int) {
+	write := func(name, content string, age int) {
 		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, []byte("{}"), 0o644))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 		m := old.Add(time.Duration(age) * time.Minute)
 		require.NoError(t, os.Chtimes(p, m, m))
 	}
+	key := func(i int) string { return fmt.Sprintf("%016x", i) }
 	for i := 0; i < KeepPerKind+3; i++ {
-		write("probe-"+strconv.Itoa(i)+".json", i) // probe-0 is the oldest
-		write("patches-"+strconv.Itoa(i)+".json", i)
+		write("probe-"+key(i)+".json", "{}", i) // probe-...0 is the oldest
+		write("patches-"+key(i)+".json", "{}", i)
 	}
-	write("probe-notes.txt", 0)
-	require.NoError(t, os.Mkdir(filepath.Join(dir, "probe-dir.json"), 0o755))
-	require.NoError(t, os.Symlink("probe-1.json", filepath.Join(dir, "probe-link.json")))
+	// Named like ours, older than all of them, but not provably ours: a
+	// key that is no digest, content that is no JSON object.
+	write("probe-notes.json", "{}", -5)
+	write("probe-"+key(99)+".json", "user data, not JSON", -5)
+	write("probe-notes.txt", "x", -5)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "probe-"+key(98)+".json"), 0o755))
+	require.NoError(t, os.Symlink("probe-"+key(1)+".json", filepath.Join(dir, "probe-"+key(97)+".json")))
 
-	WriteCache(dir, "probe-new.json", []byte(`{"new":true}`))
+	WriteCache(dir, "probe-"+key(1000)+".json", []byte(`{"new":true}`))
 
-	data, err := os.ReadFile(filepath.Join(dir, "probe-new.json"))
+	data, err := os.ReadFile(filepath.Join(dir, "probe-"+key(1000)+".json"))
 	require.NoError(t, err)
 	assert.Equal(t, `{"new":true}`, string(data))
 	for i := 0; i < KeepPerKind+3; i++ {
-		_, err := os.Stat(filepath.Join(dir, "probe-"+strconv.Itoa(i)+".json"))
+		_, err := os.Stat(filepath.Join(dir, "probe-"+key(i)+".json"))
 		// The new file and the KeepPerKind-1 newest old ones stay.
 		if i < KeepPerKind+3-(KeepPerKind-1) {
 			assert.True(t, os.IsNotExist(err), "probe-%d should be pruned: %v", i, err)
 		} else {
 			assert.NoError(t, err, "probe-%d should stay", i)
 		}
-		_, err = os.Stat(filepath.Join(dir, "patches-"+strconv.Itoa(i)+".json"))
+		_, err = os.Stat(filepath.Join(dir, "patches-"+key(i)+".json"))
 		assert.NoError(t, err, "another kind is not pruned")
 	}
-	for _, n := range []string{"probe-notes.txt", "probe-dir.json", "probe-link.json"} {
+	for _, n := range []string{"probe-notes.json", "probe-" + key(99) + ".json", "probe-notes.txt", "probe-" + key(98) + ".json", "probe-" + key(97) + ".json"} {
 		_, err := os.Lstat(filepath.Join(dir, n))
-		assert.NoError(t, err, n)
+		assert.NoError(t, err, "%s is not provably ours: kept", n)
+	}
+}
+
+// Another user's file is never pruned, whatever its name and content.
+func TestWriteCacheKeepsAnotherUsersFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file to another uid (chown); run the tests as root")
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, Dir(dir))
+	theirs := filepath.Join(dir, "probe-0000000000000000.json")
+	require.NoError(t, os.WriteFile(theirs, []byte("{}"), 0o644))
+	require.NoError(t, os.Chown(theirs, 4242, 4242))
+	old := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(theirs, old, old))
+	for i := 1; i <= KeepPerKind+2; i++ {
+		WriteCache(dir, fmt.Sprintf("probe-%016x.json", i), []byte("{}"))
+	}
+	assert.FileExists(t, theirs)
+}
+
+// Sweep removes the temporary files a killed write of ours left, and
+// nothing else: not a young one (a start at work), not another user's,
+// not a name of someone else's.
+func TestSweepRemovesOnlyStaleTempFilesOfOurs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, Dir(dir))
+	stale := time.Now().Add(-2 * StaleAfter)
+	mk := func(name string, old bool) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte("{"), 0o644))
+		if old {
+			require.NoError(t, os.Chtimes(p, stale, stale))
+		}
+		return p
+	}
+	gone := []string{
+		mk(".report.json.tmp-123456", true),
+		mk(".probe-0123456789abcdef.json.tmp-42", true),
+		mk(".native-load-0123456789abcdef.json.tmp-7", true),
+	}
+	kept := []string{
+		mk(".report.json.tmp-99", false),         // young: a start may be writing it now
+		mk(".notes.txt.tmp-1", true),             // not a name of ours
+		mk(".probe-notes.json.tmp-1", true),      // no key
+		mk("report.json.tmp-1", true),            // not hidden: not how we name them
+		mk(".report.json.tmp-abc", true),         // not the random suffix CreateTemp gives
+		mk(".probe-0123456789abcdef.json", true), // not a temporary file
+	}
+	removed := Sweep(dir)
+	assert.Len(t, removed, len(gone))
+	for _, p := range gone {
+		assert.NoFileExists(t, p)
+	}
+	for _, p := range kept {
+		assert.FileExists(t, p)
+	}
+	if os.Geteuid() == 0 {
+		theirs := mk(".report.json.tmp-5", true)
+		require.NoError(t, os.Chown(theirs, 4242, 4242))
+		Sweep(dir)
+		assert.FileExists(t, theirs, "another user's file stays")
 	}
 }
 

@@ -186,6 +186,9 @@ func Choose(explicit string, log *slog.Logger) (dir, why string) {
 		whys = append(whys, err.Error())
 	}
 	if dir != "" {
+		for _, n := range Sweep(dir) {
+			log.Debug("state directory: removed " + n + ", left by a start that was killed while writing it")
+		}
 		return dir, ""
 	}
 	return "", strings.Join(whys, "; ")
