@@ -82,27 +82,98 @@ func Unsafe(err error) bool {
 
 func (e *Error) Error() string { return e.Path + ": " + e.Why + "; not using it" }
 
-// safeAncestors refuses a directory whose ancestors someone other than
-// root or this uid could change: the owner of a parent (whatever its
-// mode) or anyone who can write a non-sticky parent can rename a checked
-// directory away and put their own in its place.
-func safeAncestors(dir string) error {
+// maxLinks bounds the symbolic links followed on the way to a directory,
+// as the kernel's own limit does (ELOOP).
+const maxLinks = 40
+
+// openSafe opens dir, a directory that will hold infera-exec's own, by
+// walking its path from / one component at a time without following links
+// implicitly: a link is followed only when root or this uid owns it (as
+// /var/run -> /run), and every directory on the way must be one nobody
+// else can change: owned by root or this uid, and not writable by others
+// unless sticky (as /tmp). Otherwise the owner of a link or of a parent
+// could steer where infera-exec writes, or rename a checked directory
+// away and put their own in its place. The error is ENOENT (wrapped) when
+// a component does not exist.
+func openSafe(dir string) (int, error) {
 	euid := uint32(unix.Geteuid())
-	for p := dir; ; p = filepath.Dir(p) {
-		var st unix.Stat_t
-		if err := unix.Stat(p, &st); err != nil {
-			return fmt.Errorf("cannot stat its parent %s: %v", p, err)
-		}
-		if st.Uid != 0 && st.Uid != euid {
-			return fmt.Errorf("its parent %s is owned by uid %d", p, st.Uid)
-		}
-		if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
-			return fmt.Errorf("its parent %s (owner uid %d, mode %04o) can be written by others and is not sticky", p, st.Uid, st.Mode&0o7777)
-		}
-		if p == "/" {
-			return nil
-		}
+	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("cannot open /: %v", err)
 	}
+	cur, rest, links := "/", strings.Split(strings.TrimPrefix(filepath.Clean(dir), "/"), "/"), 0
+	for len(rest) > 0 {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		if err := checkDir(fd, cur, euid); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		next := filepath.Join(cur, name)
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("cannot stat %s: %w", next, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if st.Uid != 0 && st.Uid != euid {
+				unix.Close(fd)
+				return -1, fmt.Errorf("%s on the way is a symbolic link owned by uid %d", next, st.Uid)
+			}
+			if links++; links > maxLinks {
+				unix.Close(fd)
+				return -1, fmt.Errorf("too many symbolic links on the way to %s", dir)
+			}
+			buf := make([]byte, unix.PathMax)
+			n, err := unix.Readlinkat(fd, name, buf)
+			if err != nil {
+				unix.Close(fd)
+				return -1, fmt.Errorf("cannot read the link %s: %v", next, err)
+			}
+			target := string(buf[:n])
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(cur, target)
+			}
+			// Start again from / along the link's target, then the rest.
+			unix.Close(fd)
+			if fd, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+				return -1, fmt.Errorf("cannot open /: %v", err)
+			}
+			cur = "/"
+			rest = append(strings.Split(strings.TrimPrefix(filepath.Clean(target), "/"), "/"), rest...)
+			continue
+		}
+		nfd, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("cannot open %s: %w", next, err)
+		}
+		fd, cur = nfd, next
+	}
+	if err := checkDir(fd, cur, euid); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// checkDir refuses a directory on the way that someone other than root or
+// this uid could change.
+func checkDir(fd int, path string, euid uint32) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("cannot stat its parent %s: %v", path, err)
+	}
+	if st.Uid != 0 && st.Uid != euid {
+		return fmt.Errorf("its parent %s is owned by uid %d", path, st.Uid)
+	}
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		return fmt.Errorf("its parent %s (owner uid %d, mode %04o) can be written by others and is not sticky", path, st.Uid, st.Mode&0o7777)
+	}
+	return nil
 }
 
 // Dir makes path one of infera-exec's own directories, or says why it
@@ -110,10 +181,10 @@ func safeAncestors(dir string) error {
 // mkdirat, which never follows a link at the name; then the name is
 // opened O_DIRECTORY|O_NOFOLLOW and fstat must show a real directory
 // owned by the effective uid and writable by nobody else, below parents
-// that nobody else can rename it out of (owned by root or this uid, and
-// not writable by others unless sticky, as /tmp is). Anything else (a link, a directory made first by
-// another uid, a group- or world-writable one) is refused: the caller
-// skips it with a warning.
+// reached without following a link another uid owns and that nobody else
+// can rename it out of (openSafe). Anything else (a link, a directory
+// made first by another uid, a group- or world-writable one) is refused:
+// the caller skips it with a warning.
 func Dir(path string) error {
 	path = filepath.Clean(path)
 	if !filepath.IsAbs(path) {
@@ -123,7 +194,7 @@ func Dir(path string) error {
 		return &Error{path, "the root directory", false}
 	}
 	parent, name := filepath.Dir(path), filepath.Base(path)
-	pfd, err := unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	pfd, err := openSafe(parent)
 	if errors.Is(err, unix.ENOENT) {
 		if err := Dir(parent); err != nil {
 			var e *Error
@@ -132,15 +203,12 @@ func Dir(path string) error {
 			}
 			return err
 		}
-		pfd, err = unix.Open(parent, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		pfd, err = openSafe(parent)
 	}
 	if err != nil {
-		return &Error{path, fmt.Sprintf("cannot open its parent %s: %v", parent, err), false}
+		return &Error{path, err.Error(), !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EACCES)}
 	}
 	defer unix.Close(pfd)
-	if err := safeAncestors(parent); err != nil {
-		return &Error{path, err.Error(), true}
-	}
 	if err := unix.Mkdirat(pfd, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 		return &Error{path, fmt.Sprintf("cannot create it: %v", err), false}
 	}

@@ -89,3 +89,39 @@ func TestPickSkipsRefusedCandidates(t *testing.T) {
 	assert.Equal(t, good, d)
 	assert.Empty(t, whys)
 }
+
+// A link anywhere on the way, not only at the last component, is followed
+// only when root or this uid owns it: /tmp/infera-exec planted as a link
+// by another uid must not steer /tmp/infera-exec/rdma into its target.
+func TestDirRefusesALinkOfAnotherUidOnTheWay(t *testing.T) {
+	if unix.Geteuid() != 0 {
+		t.Skip("needs root to give a link to another uid (lchown); run the tests as root")
+	}
+	base := t.TempDir()
+	require.NoError(t, os.Chmod(base, os.ModeSticky|0o777)) // as /tmp
+	target := filepath.Join(t.TempDir(), "target")
+	require.NoError(t, os.Mkdir(target, 0o755))
+	planted := filepath.Join(base, "infera-exec")
+	require.NoError(t, os.Symlink(target, planted))
+	require.NoError(t, os.Lchown(planted, 4242, 4242))
+
+	err := Dir(filepath.Join(planted, "rdma"))
+	require.Error(t, err)
+	assert.ErrorContains(t, err, planted+" on the way is a symbolic link owned by uid 4242")
+	assert.True(t, Unsafe(err), "worth a warning: someone else's link where ours should be")
+	assert.NoDirExists(t, filepath.Join(target, "rdma"), "nothing created in the link's target")
+
+	// The same link owned by root names a place root chose (as
+	// /var/run -> /run): followed.
+	require.NoError(t, os.Lchown(planted, 0, 0))
+	require.NoError(t, Dir(filepath.Join(planted, "rdma")))
+	assert.DirExists(t, filepath.Join(target, "rdma"))
+
+	// A link owned by another uid further up, with a relative target.
+	deep := filepath.Join(base, "deep")
+	require.NoError(t, os.Mkdir(deep, 0o755))
+	rel := filepath.Join(deep, "rel")
+	require.NoError(t, os.Symlink("../infera-exec", rel))
+	require.NoError(t, os.Lchown(rel, 4242, 4242))
+	assert.ErrorContains(t, Dir(filepath.Join(rel, "x", "y")), "owned by uid 4242")
+}
