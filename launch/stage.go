@@ -10,6 +10,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/inheritfd"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/report"
 )
@@ -142,6 +143,7 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 	if err := os.Chdir(o.Cwd); err != nil {
 		return 78, &config.Error{Msg: fmt.Sprintf("chdir %s (INFERA_EXEC_CHDIR): %v", o.Cwd, err)}
 	}
+	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
 		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup}, log), nil
 	}

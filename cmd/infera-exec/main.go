@@ -19,13 +19,11 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/inheritfd"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
-var (
-	version = "dev"
-	commit  = "unknown"
-)
+var version, commit = "dev", "unknown"
 
 // The exit codes main decides itself (sysexits.h style); a refusal's code
 // is its own (ExitCode).
@@ -86,6 +84,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "infera-exec %s (commit %s, %s, %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return exitOK
 	}
+	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
 	if o.Doctor || o.Check != "" || o.Install != "" {
