@@ -125,15 +125,17 @@ func (o *Outcome) WriteText(w io.Writer) {
 	}
 }
 
-// Announce logs the start about to happen: the line operators grep for.
-func (o *Outcome) Announce(log *slog.Logger) {
+// Announce logs the start about to happen (the line operators grep for)
+// and says how the run ends, for the report.
+func (o *Outcome) Announce(log *slog.Logger) report.Result {
 	argv := report.QuoteArgs(report.RedactArgs(o.Argv))
 	if o.Init != config.InitOff {
 		log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
 			argv, o.Path, o.Cwd, InitRole()), "path", o.Path)
-		return
+		return report.ResultInit
 	}
 	log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, o.Path, o.Cwd), "path", o.Path)
+	return report.ResultExec
 }
 
 // Start is the irreversible end of the pass: chdir, then execve the

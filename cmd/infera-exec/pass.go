@@ -13,6 +13,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/interrupt"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/internal/workerargs"
@@ -25,8 +26,7 @@ import (
 )
 
 // pass is one start: each step runs its stage with the configuration and
-// what earlier stages decided, applies the environment edits the outcome
-// carries, and adds the outcome to the report; none reaches back.
+// earlier outcomes, applies the edits its outcome carries, and reports it.
 type pass struct {
 	opt            config.Options
 	stdout, stderr io.Writer
@@ -41,8 +41,8 @@ type pass struct {
 	cfgErr  error
 	args    workerargs.Args // the worker command, read once for every step
 	probe   *fsprobe.Prober // touches filesystems that may not answer, with the deadline
-	state   string          // the state directory, picked once; "" for --explain or when none is safe
-	noState string          // why no state directory was picked
+	state   string          // the state directory, picked once; "" for --explain or when none is safe (noState says why)
+	noState string
 
 	abi    *abi.Outcome
 	trees  *overlay.Outcome
@@ -93,7 +93,7 @@ func (p *pass) steps() []step {
 		{"probe", func(ctx context.Context) (report.Section, error) {
 			// Started now, beside the steps in between; the patch step
 			// takes its answer only if nothing that decides it changed.
-			p.early = patches.StartEarly(ctx, p.patchInput())
+			p.early = patches.StartEarly(ctx, p.patchInput(nil))
 			return nil, nil
 		}},
 		{"libionic", p.hostLibionic},
@@ -103,13 +103,17 @@ func (p *pass) steps() []step {
 }
 
 func (p *pass) run() int {
-	ctx := context.Background()
+	ctx, stop := interrupt.Start(context.Background()) // TERM, INT, HUP: the step ends, nothing more is done
+	defer stop.Stop()
 	for _, s := range p.steps() {
 		t := time.Now()
 		sec, err := s.run(ctx)
 		p.rep.Timings = append(p.rep.Timings, report.Timing{Step: s.name, Micros: time.Since(t).Microseconds()})
 		if sec != nil {
 			p.rep.Add(sec)
+		}
+		if sig := stop.Signal(); sig != nil {
+			return p.finish(interrupt.Code(sig), report.ResultInterrupted, fmt.Errorf("stopped by %v during the %s step; nothing more was done", sig, s.name))
 		}
 		if err != nil {
 			return p.finish(exitCode(err), report.ResultRefused, err)
@@ -121,6 +125,7 @@ func (p *pass) run() int {
 		}
 		return p.finish(exitOK, report.ResultWouldStart, nil)
 	}
+	stop.Stop()
 	return p.exec()
 }
 
@@ -171,16 +176,14 @@ func (p *pass) preflight(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) enginePatches(ctx context.Context) (report.Section, error) {
-	in := p.patchInput()
-	in.Early = p.early
-	out, err := patches.Run(ctx, in)
+	out, err := patches.Run(ctx, p.patchInput(p.early))
 	p.early.Stop()
 	return out, err
 }
 
-func (p *pass) patchInput() patches.Input {
+func (p *pass) patchInput(early *patches.Early) patches.Input {
 	return patches.Input{Config: p.cfg, Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, Env: p.env, Worker: p.launch,
-		StateDir: p.state, DryRun: p.dry, Log: p.log}
+		StateDir: p.state, DryRun: p.dry, Log: p.log, Early: early}
 }
 
 // exec is the irreversible end: report, chdir, execve (or the init).
@@ -189,12 +192,7 @@ func (p *pass) exec() int {
 	l := p.launch
 	p.rep.Add(l)
 	p.rep.EnvChanges = environ.Diff(p.env0, p.env)
-	result := report.ResultExec
-	if l.Init != config.InitOff {
-		result = report.ResultInit
-	}
-	l.Announce(p.log)
-	p.rep.Outcome = report.Outcome{Result: result}
+	p.rep.Outcome = report.Outcome{Result: l.Announce(p.log)}
 	p.writeReport()
 	if l.Init != config.InitOff && p.restoreGC != nil {
 		p.restoreGC() // from here on a long-lived process
