@@ -13,7 +13,7 @@ ARCHIVE   := build/overlay.tar
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 TREES     ?=
 
-.PHONY: all build demo payload overlay-image test bench fuzz vet clean
+.PHONY: all build demo payload overlay-image test test-long bench fuzz vet clean
 
 all: build
 
@@ -81,17 +81,26 @@ test: build
 	@mkdir -p build && rm -f $(SUMSTATE)
 	CGO_ENABLED=0 $(GO) build -o $(SUMMARY) ./internal/testsupport/testsummary
 	@st=0; \
-	echo "INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./..."; \
-	{ INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	echo "INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -short -count=1 ./..."; \
+	{ INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -short -json -count=1 ./... 2>&1; echo "$$?" > build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
 	[ "$$(cat build/test-status)" = 0 ] || st=1; \
-	echo "cd tools && $(GO) test -count=1 ./..."; \
-	{ cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	echo "cd tools && $(GO) test -short -count=1 ./..."; \
+	{ cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -short -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
 	[ "$$(cat build/test-status)" = 0 ] || st=1; \
 	echo "cd deploy/k8s/check && $(GO) test -count=1 ./..."; \
 	{ cd deploy/k8s/check && $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
 	[ "$$(cat build/test-status)" = 0 ] || st=1; \
 	$(SUMMARY) -state $(SUMSTATE) -final; \
 	exit $$st
+
+# What make test samples, in full: every kill -9 and race loop at its
+# whole length (go test without -short: testsupport.Rounds), then each
+# fuzz target for FUZZTIME_LONG inputs beyond its seed corpus. About 5
+# minutes on 2 cores; .ci/run runs it after make test.
+FUZZTIME_LONG ?= 2000x
+test-long: build
+	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run 'Kill|Crash|TwoStarts|Hostile|Concurrent' ./patches/ ./libionic/ ./overlay/
+	$(MAKE) fuzz FUZZTIME=$(FUZZTIME_LONG)
 
 # Start-up cost, side by side in one run (see BenchmarkStart): the worker
 # alone, the floor (a static Go execve), infera-exec restart and first

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/testsupport"
 )
 
 // The test binary doubles as a swapping process for the kill -9 test:
@@ -40,10 +41,7 @@ func TestSwapKilledMidWayLeavesWholeFiles(t *testing.T) {
 	require.NoError(t, err)
 	h2 := append(append([]byte(nil), h1...), 7)
 	allowed := map[string]bool{digest.Bytes(orig): true, digest.Bytes(h1): true, digest.Bytes(h2): true}
-	iterations := 100
-	if testing.Short() {
-		iterations = 20
-	}
+	iterations := testsupport.Rounds(100, 20)
 	// The kill lands anywhere in a whole run: from exec to exit, as long
 	// as one uninterrupted run takes here.
 	span := timeChild(t, "INFERA_SWAP_CHILD="+root)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/testsupport"
 )
 
 const aarch64Lib = "/usr/aarch64-linux-gnu/lib/libgcc_s.so.1"
@@ -107,7 +108,7 @@ func TestHostSwappedDuringTheSwapNeverInstallsWhatWasNotChecked(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 
 	replaced := 0
-	for i := 0; i < 200; i++ {
+	for i := 0; i < testsupport.Rounds(200, 25); i++ {
 		require.NoError(t, os.WriteFile(real+".tmp", orig, 0o644))
 		require.NoError(t, os.Rename(real+".tmp", real))
 		r := Swap(context.Background(), opts(root))

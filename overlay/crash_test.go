@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/testsupport"
 )
 
 // The test binary doubles as an installing process for the kill -9 test:
@@ -57,10 +59,7 @@ func TestInstallKilledMidWayNeverLeavesAHalfPayloadUnmarked(t *testing.T) {
 	dest := filepath.Join(base, "dest")
 	beside := filepath.Join(base, "beside")
 	require.NoError(t, os.WriteFile(beside, []byte("keep"), 0o644))
-	iterations := 100
-	if testing.Short() {
-		iterations = 20
-	}
+	iterations := testsupport.Rounds(100, 20)
 	// The kill lands anywhere in a whole run: from exec to exit, as long
 	// as one uninterrupted run takes here.
 	span := timeChild(t, "INFERA_INSTALL_CHILD="+a+"\n"+dest)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/testsupport"
 )
 
 // The test binary doubles as a patching process for the crash and
@@ -137,7 +138,7 @@ func TestKillDuringWrites(t *testing.T) {
 	}
 	rng := rand.New(rand.NewSource(1))
 	states := map[string]int{}
-	for i := 0; i < 200; i++ {
+	for i := 0; i < testsupport.Rounds(200, 25); i++ {
 		reset()
 		cmd := child(dir)
 		require.NoError(t, cmd.Start())
@@ -173,7 +174,7 @@ func TestKillDuringWrites(t *testing.T) {
 // Two starts at once patch once: the second waits for the first's lock and
 // then finds everything applied.
 func TestTwoStartsAtOnce(t *testing.T) {
-	for i := 0; i < 20; i++ {
+	for i := 0; i < testsupport.Rounds(20, 5); i++ {
 		dir, valid := crashTree(t)
 		a, b := child(dir), child(dir)
 		var outA, outB strings.Builder
