@@ -389,6 +389,8 @@ func sources(vs corev1.VolumeSource) int {
 func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Container, isInit bool, vols map[string]*corev1.Volume, installs map[string]string) {
 	if ctr.Image == "" {
 		c.add(where, "no image")
+	} else if ph := imagePlaceholders(ctr.Image); len(ph) > 0 {
+		c.add(where, "image %q still holds the placeholder %s: replace it before applying", ctr.Image, strings.Join(ph, " and "))
 	} else if !hasTagOrDigest(ctr.Image) {
 		c.add(where, "image %q has no tag or digest; pin one", ctr.Image)
 	}
@@ -589,7 +591,9 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 		switch {
 		case v.Image != nil:
 			c.stats.ImageVols++
-			if !isOverlayImage(v.Image.Reference) {
+			if ph := imagePlaceholders(v.Image.Reference); len(ph) > 0 {
+				c.add(where, "image volume %q: reference %q still holds the placeholder %s: replace it before applying", mount.Name, v.Image.Reference, strings.Join(ph, " and "))
+			} else if !isOverlayImage(v.Image.Reference) {
 				c.add(where, "image volume %q at the payload root is %q, not the overlay image (%s)", mount.Name, v.Image.Reference, OverlayRepo)
 			} else if !hasTagOrDigest(v.Image.Reference) {
 				c.add(where, "image volume %q: reference %q has no tag or digest", mount.Name, v.Image.Reference)
@@ -613,6 +617,12 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 	// What the worker's own arguments need must be required, or the pod
 	// starts without it and fails at the first transfer.
 	req := cfg.RequireNative
+	for _, n := range req.Names {
+		if config.Capabilities[n] == "" {
+			c.add(where, "INFERA_REQUIRE_NATIVE names %q, which is no capability infera-exec knows (%s)%s; unless the payload's tree declares it, the start is refused",
+				n, strings.Join(config.KnownCapabilities(), ", "), config.SuggestCapability(n))
+		}
+	}
 	implied := capability.Implied(workerargs.Parse(opts.Command), environ.New(kv))
 	for _, im := range implied {
 		if !im.Optional && !req.All && !req.Auto && !slices.Contains(req.Names, im.Capability) {
@@ -629,15 +639,17 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 		}
 	}
 
-	// Probes: ready on /health, and the kubelet must wait at least as long
-	// as the worker does.
+	// Probes: ready on /health, and the kubelet must wait longer than the
+	// worker does, by a margin, so that the worker's own timeout reports
+	// (in its log and the pod's status) before the kubelet kills it.
 	if p := ctr.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/health" {
 		c.add(where, "no readinessProbe on /health")
 	}
 	if p := ctr.StartupProbe; p == nil {
 		c.add(where, "no startupProbe: loading a model outlasts any liveness probe")
-	} else if w := probeWindow(p); w < cfg.ReadyTimeout {
-		c.add(where, "startupProbe allows %d s but the worker waits up to %d s for the engine (%s): the kubelet would kill it first", w, cfg.ReadyTimeout, cfg.ReadyTimeoutFrom)
+	} else if w, want := probeWindow(p), cfg.ReadyTimeout+probeMargin(cfg.ReadyTimeout); w < want {
+		c.add(where, "startupProbe allows %d s but the worker waits up to %d s for the engine (%s): allow at least %d s (failureThreshold x periodSeconds), so the worker's own timeout reports before the kubelet kills it",
+			w, cfg.ReadyTimeout, cfg.ReadyTimeoutFrom, want)
 	}
 
 	// PyTorch and RCCL need more than the runtime's 64 MiB /dev/shm.
@@ -688,6 +700,31 @@ func mountedFrom(ctr *corev1.Container, vols map[string]*corev1.Volume, at strin
 		}
 	}
 	return false
+}
+
+// probeMargin is how much longer than the worker's readiness timeout the
+// startup probe must allow: 5 %, at least two minutes.
+func probeMargin(ready int) int { return max(120, ready/20) }
+
+// placeholderWord is a word of a template the operator replaces: REGISTRY,
+// OVERLAY_TAG.
+var placeholderWord = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// imagePlaceholders are the template words left in an image reference:
+// an upper-case first path component (REGISTRY/...) or tag (:VLLM_TAG).
+// Registries, repositories and tags as they really are contain lower-case
+// letters or digits.
+func imagePlaceholders(ref string) []string {
+	var out []string
+	if first, _, ok := strings.Cut(ref, "/"); ok && placeholderWord.MatchString(first) {
+		out = append(out, first)
+	}
+	if repo := repository(ref); repo != ref && !strings.Contains(ref, "@") {
+		if tag := ref[len(repo)+1:]; placeholderWord.MatchString(tag) {
+			out = append(out, tag)
+		}
+	}
+	return out
 }
 
 // probeWindow is how long the kubelet lets a probe fail before it gives up

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -25,6 +26,17 @@ func testContext(t *testing.T) Context {
 		ids[d.ID] = true
 	}
 	return Context{PatchIDs: ids}
+}
+
+// filled is a file's content with its template placeholders replaced, as
+// the files' headers tell the operator to do before applying.
+func filled(data []byte) []byte {
+	return regexp.MustCompile(`\bREGISTRY/|:[A-Z][A-Z0-9_]*_TAG\b`).ReplaceAllFunc(data, func(m []byte) []byte {
+		if m[0] == ':' {
+			return []byte(":v1.0.0")
+		}
+		return []byte("registry.example.com/")
+	})
 }
 
 // checkFile runs every check on one file's content.
@@ -51,7 +63,7 @@ func TestManifests(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)
 			require.NoError(t, err)
-			problems, stats := checkFile(t, f, data)
+			problems, stats := checkFile(t, f, filled(data))
 			for _, p := range problems {
 				t.Error(p)
 			}
@@ -66,6 +78,30 @@ func TestManifests(t *testing.T) {
 	}
 	assert.Positive(t, total.Installers, "no init container installs the overlay")
 	assert.Positive(t, total.ImageVols, "no engine runs from an image volume")
+}
+
+// As shipped, the examples' images are templates (REGISTRY/...:X_TAG):
+// the check catches every one, so a file applied without replacing them
+// fails the check instead of the pull.
+func TestPlaceholderImagesAreCaught(t *testing.T) {
+	files, err := ManifestFiles(manifestDir)
+	require.NoError(t, err)
+	caught := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		problems, _ := checkFile(t, f, data)
+		for _, p := range problems {
+			if strings.Contains(p, "still holds the placeholder REGISTRY") {
+				caught++
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, caught, 6, "every template image of the examples is reported")
+	assert.Empty(t, imagePlaceholders("registry.example.com/rocm/vllm:v0.11.0"))
+	assert.Empty(t, imagePlaceholders("rocm/vllm@sha256:0123"))
+	assert.Equal(t, []string{"REGISTRY", "VLLM_TAG"}, imagePlaceholders("REGISTRY/rocm/vllm:VLLM_TAG"))
+	assert.Equal(t, []string{"TAG"}, imagePlaceholders("localhost:5000/infera/overlay:TAG"))
 }
 
 // TestNoPlaceholders: no file under deploy/k8s other than this module's
@@ -138,7 +174,7 @@ spec:
               path: /health
               port: http
             periodSeconds: 10
-            failureThreshold: 180
+            failureThreshold: 192
           readinessProbe:
             httpGet:
               path: /health
@@ -206,7 +242,10 @@ func TestChecksCatch(t *testing.T) {
 		{"mooncake without RDMA wiring", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: mooncake\n", "needs hostNetwork: true"},
 		{"malformed capability list", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: moon-cake!\n", "infera-exec would refuse its environment"},
 		{"malformed ready timeout", `value: "1800"`, `value: "soon"`, "infera-exec would warn: INFERA_ENGINE_READY_TIMEOUT"},
-		{"startup probe shorter than the ready timeout", "failureThreshold: 180", "failureThreshold: 60", "startupProbe allows 600 s but the worker waits up to 1800 s"},
+		{"startup probe shorter than the ready timeout", "failureThreshold: 192", "failureThreshold: 60", "startupProbe allows 600 s but the worker waits up to 1800 s"},
+		{"startup probe as long as the ready timeout, without a margin", "failureThreshold: 192", "failureThreshold: 180", "startupProbe allows 1800 s but the worker waits up to 1800 s for the engine (INFERA_ENGINE_READY_TIMEOUT=1800): allow at least 1920 s"},
+		{"placeholder image", "image: registry.example.com/rocm/vllm:v1", "image: REGISTRY/rocm/vllm:VLLM_TAG", `image "REGISTRY/rocm/vllm:VLLM_TAG" still holds the placeholder REGISTRY and VLLM_TAG`},
+		{"misspelt capability", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: mooncak\n", `INFERA_REQUIRE_NATIVE names "mooncak", which is no capability infera-exec knows (hipfile, mooncake); did you mean mooncake?`},
 		{"unknown required patch", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_PATCHES\n              value: no-such-patch\n", `names "no-such-patch", which is no built-in patch`},
 		{"service port that does not exist", "      targetPort: http", "      targetPort: web", `targetPort web is not a container port`},
 		{"selector that misses the template", "      labels:\n        app: worker\n", "      labels:\n        app: wroker\n", "does not select the pod template's labels"},
