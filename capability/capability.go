@@ -12,6 +12,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/closest"
 )
 
 // knownList is the names of the capabilities infera-exec knows, in a
@@ -216,16 +217,21 @@ func Check(req config.Requirement, tree *Tree, noTreeWhy string, available []Tre
 // any tree of the payload declares: a typo, not a missing capability, so
 // a configuration error (78) rather than 69.
 type UnknownNameError struct {
-	Raw  string
-	Name string
+	Raw      string
+	Name     string
+	Declared []string // the names the payload's trees declare, for the suggestion
 }
 
 // ExitCode is EX_CONFIG: the requirement names nothing anyone provides.
 func (e *UnknownNameError) ExitCode() int { return 78 }
 
 func (e *UnknownNameError) Error() string {
+	hint := config.SuggestCapability(e.Name)
+	if c := closest.Name(e.Name, e.Declared); hint == "" && c != "" {
+		hint = "; did you mean " + c + " (declared by the payload)?"
+	}
 	return fmt.Sprintf("INFERA_REQUIRE_NATIVE=%s: %q is not a capability name: infera-exec knows %s and no tree of the payload declares it%s",
-		e.Raw, e.Name, knownList(), config.SuggestCapability(e.Name))
+		e.Raw, e.Name, knownList(), hint)
 }
 
 // unknownNames refuses an explicitly required name that is no known
@@ -244,7 +250,11 @@ func unknownNames(req config.Requirement, tree *Tree, available []Tree) error {
 			declared = declared || t.Caps.Has(n)
 		}
 		if !declared {
-			return &UnknownNameError{Raw: req.Raw, Name: n}
+			var all []string
+			for _, t := range available {
+				all = append(all, t.Caps...)
+			}
+			return &UnknownNameError{Raw: req.Raw, Name: n, Declared: newSet(all)}
 		}
 	}
 	return nil

@@ -347,3 +347,13 @@ func TestDecideNamesWithdrawnCapability(t *testing.T) {
 	assert.Contains(t, err.Error(), "; the tree declares mooncake but it was withdrawn: mooncake/engine.so does not load: needs libmooncake_transfer.so.2")
 	assert.NotContains(t, err.Error(), "declares hipfile")
 }
+
+// A name close to one a tree of the payload declares is suggested too:
+// a payload may declare capabilities infera-exec does not know.
+func TestUnknownNameSuggestsDeclaredNames(t *testing.T) {
+	trees := []Tree{{Name: "rocm7-py312", Caps: Set{"mooncake", "numpy"}}}
+	_, err := Check(mustReq(t, "numpi"), &trees[0], "", trees)
+	var u *UnknownNameError
+	require.ErrorAs(t, err, &u)
+	assert.Contains(t, err.Error(), "did you mean numpy (declared by the payload)?")
+}

@@ -74,7 +74,7 @@ func ParseArgs(args []string) (Options, error) {
 			}
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(valuesAfterSwitches(args)); err != nil {
 		return o, usageOf(err, args)
 	}
 	if len(fs.Args()) > 0 {
@@ -89,6 +89,41 @@ func ParseArgs(args []string) (Options, error) {
 		o.Init = true
 	}
 	return o, o.validate()
+}
+
+// valuesAfterSwitches lets a valued option's switches come between it and
+// its value, as in --check --json ROOT: the switches move before it, so
+// that ROOT, not --json, is its value. Only the options part changes.
+func valuesAfterSwitches(args []string) []string {
+	isSwitch := func(a string) bool {
+		for _, opt := range options {
+			for _, n := range opt.names {
+				if _, b := opt.field(&Options{}).(*bool); b && (a == "-"+n || a == "--"+n) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return append(out, args[i:]...)
+		}
+		if name := strings.TrimLeft(a, "-"); valueWhat[name] != "" && !strings.Contains(a, "=") {
+			j := i + 1
+			for j < len(args) && isSwitch(args[j]) {
+				out = append(out, args[j])
+				j++
+			}
+			out = append(out, a)
+			i = j - 1
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // set reports whether the option name was given.

@@ -17,6 +17,8 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"--verbose", "--", "--weird"}, Options{Verbose: true, Command: []string{"--weird"}}},
 		{[]string{"--check", "/img"}, Options{Check: "/img"}},
 		{[]string{"--check=/img", "--json"}, Options{Check: "/img", JSON: true}},
+		{[]string{"--check", "--json", "/img"}, Options{Check: "/img", JSON: true}}, // switches between an option and its value
+		{[]string{"--install", "--verbose", "/overlay"}, Options{Install: "/overlay", Verbose: true}},
 		{[]string{"--install", "/overlay"}, Options{Install: "/overlay"}},
 		{[]string{"--install=/overlay"}, Options{Install: "/overlay"}},
 		{[]string{"--doctor", "--json", "python3", "-m", "x"}, Options{Doctor: true, JSON: true, Command: []string{"python3", "-m", "x"}}},

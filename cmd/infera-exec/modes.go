@@ -85,6 +85,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
+	fmt.Fprintf(stderr, "infera-exec: checking %s against the built-in patch definitions and those of the payload %s (%s)\n", root, cfg.PayloadRoot, cfg.PayloadRootFrom)
 	// An image root on a filesystem that does not answer would block the
 	// walk: it is asked first, with the deadline.
 	rep, err := patches.CheckAnswering(root, cfg.PayloadRoot, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer)

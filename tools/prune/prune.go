@@ -173,7 +173,7 @@ func (r *Result) WriteText(w io.Writer, dry bool) {
 			fmt.Fprintf(w, "%s %s %s (%d files): the base has the same version\n", verb, m.Name, m.TreeVersion, m.Files)
 		}
 	}
-	fmt.Fprintf(w, "%s: %d distributions %s, %d left (compared with %s)\n", r.Tree, removed, verb, r.Left, strings.Join(r.Sites, ", "))
+	fmt.Fprintf(w, "%s: %d distribution%s %s, %d left (compared with %s)\n", r.Tree, removed, map[bool]string{true: "", false: "s"}[removed == 1], verb, r.Left, strings.Join(r.Sites, ", "))
 }
 
 // Shadows are the matches at another version than the base's.
