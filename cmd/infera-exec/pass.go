@@ -62,6 +62,7 @@ func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []stri
 		logTo = io.Discard // the plan lists every warning; the log lines would say it twice
 	}
 	p.log = logging.New(logTo, cfg.LogJSON, o.Verbose, p.rec)
+	p.probe.Log = p.log // --verbose says why a deadline helper runs
 	for _, w := range warns {
 		p.log.Warn(w)
 	}

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"sync"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/internal/mountinfo"
+	"golang.org/x/sys/unix"
 )
 
 // EnvVar marks a helper child; its value names the operation. It is set
@@ -171,11 +173,23 @@ type Prober struct {
 	Table func() (*mountinfo.Table, error)
 	// Exe is the binary the helper runs; empty: /proc/self/exe.
 	Exe string
+	// Log, when set, gets a debug line for each mount a helper first runs
+	// for, saying why (--verbose).
+	Log *slog.Logger
+	// Statfs is statfs(2)'s f_type of a path; nil: the real one. A seam
+	// for tests.
+	Statfs func(path string) (uint32, error)
 
 	once     sync.Once
 	table    *mountinfo.Table
 	tableErr error
 	canBlock bool // the table has a mount that is not local
+	// rootLocal: no mount entry covers / (a chroot, some sandboxes), and
+	// the filesystem this process runs from is one known to be local; a
+	// path no entry covers is on it.
+	rootLocal bool
+	rootWhy   string
+	told      map[string]bool // mounts a helper was explained for
 
 	mu     sync.Mutex
 	dead   map[string]*DeadlineError // by mount point
@@ -210,9 +224,13 @@ func (p *Prober) Where(path string) (mountinfo.Mount, bool) {
 			p.table, p.tableErr = mountinfo.Read(mountinfo.SelfPath)
 		}
 		p.canBlock = p.tableErr == nil && p.table.CanBlock()
+		p.rootLocal, p.rootWhy = p.judgeRoot()
 	})
 	if p.tableErr != nil {
 		return mountinfo.Mount{Kind: mountinfo.Unknown}, true
+	}
+	if _, covered := p.table.Lookup(path); !covered && p.rootLocal {
+		return mountinfo.Mount{Point: "/", Kind: mountinfo.Local}, false
 	}
 	if !p.canBlock {
 		// Every mount is local: wherever links lead, the path answers.
@@ -223,6 +241,65 @@ func (p *Prober) Where(path string) (mountinfo.Mount, bool) {
 	_, m, kind := p.table.Where(path)
 	m.Kind = kind
 	return m, kind != mountinfo.Local
+}
+
+// judgeRoot decides, once per start, whether paths no mount entry covers
+// can be touched directly: with no entry for / (a chroot without a mount
+// of its own), they lie on the filesystem this process was started from,
+// which answered to load it; statfs(2) of / tells its type. Only a type
+// known to be local counts: NFS or an unknown magic keeps the helper.
+func (p *Prober) judgeRoot() (bool, string) {
+	if p.tableErr != nil {
+		return false, ""
+	}
+	if _, ok := p.table.Lookup("/"); ok {
+		return false, ""
+	}
+	statfs := p.Statfs
+	if statfs == nil {
+		statfs = func(path string) (uint32, error) {
+			var st unix.Statfs_t
+			err := unix.Statfs(path, &st)
+			return uint32(st.Type), err
+		}
+	}
+	magic, err := statfs("/")
+	if err != nil {
+		return false, fmt.Sprintf("no mount entry covers / and statfs(/) failed (%v)", err)
+	}
+	name, _ := mountinfo.Magic(magic)
+	if !mountinfo.KnownLocal(magic) {
+		return false, fmt.Sprintf("no mount entry covers / and its filesystem (%s) is not one known to be local", name)
+	}
+	return true, ""
+}
+
+// explain logs, once per mount, why touching a path there needs a helper.
+func (p *Prober) explain(path string, m mountinfo.Mount) {
+	if p.Log == nil {
+		return
+	}
+	key := m.Point + "\x00" + m.Source
+	p.mu.Lock()
+	if p.told == nil {
+		p.told = map[string]bool{}
+	}
+	first := !p.told[key]
+	p.told[key] = true
+	p.mu.Unlock()
+	if !first {
+		return
+	}
+	why := fmt.Sprintf("its filesystem (%s at %s, %s) may stop answering", m.FSType, m.Point, m.Kind)
+	switch {
+	case p.tableErr != nil:
+		why = fmt.Sprintf("the mount table cannot be read (%v)", p.tableErr)
+	case m.Point == "" && p.rootWhy != "":
+		why = p.rootWhy
+	case m.Point == "":
+		why = "no mount entry covers it"
+	}
+	p.Log.Debug(fmt.Sprintf("deadline helper for %s: %s; touched with a %s deadline from a child process", path, why, p.Timeout))
 }
 
 // Call runs op on arg, which accesses path: directly when path is on a
@@ -270,6 +347,7 @@ func (p *Prober) run(name, path string, m mountinfo.Mount, arg any) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
+	p.explain(path, m)
 	deadline := time.Now().Add(p.Timeout)
 	out, err := p.spawn(name, argJSON, deadline)
 	if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -185,11 +187,39 @@ func TestLinksFollowedOnlyWhenAMountCanBlock(t *testing.T) {
 	assert.Equal(t, os.Getpid(), r.PID)
 	assert.Equal(t, "ext4", acc.Mount.FSType)
 
-	// Local mounts that do not hold the path: nothing says it answers.
-	noRoot := &Prober{Timeout: 10 * time.Second, Table: func() (*mountinfo.Table, error) {
+}
+
+// With no mount entry for / (a chroot, some sandboxes), a path no entry
+// covers lies on the filesystem infera-exec was started from: statfs(/)
+// decides once, for every such path, whether it is known to be local. A
+// helper that runs says why in a debug line (--verbose).
+func TestNoRootEntryDecidedOnceByStatfs(t *testing.T) {
+	noRoot := func() (*mountinfo.Table, error) {
 		return &mountinfo.Table{Mounts: []mountinfo.Mount{{Point: "/proc", FSType: "proc", Source: "proc", Kind: mountinfo.Local}}}, nil
-	}}
-	_, acc, err = Call(noRoot, whoOp, "/usr", "x")
+	}
+	calls := 0
+	statfsAs := func(magic uint32) func(string) (uint32, error) {
+		return func(string) (uint32, error) { calls++; return magic, nil }
+	}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+	local := &Prober{Timeout: 10 * time.Second, Table: noRoot, Statfs: statfsAs(0xEF53), Log: log}
+	for _, path := range []string{"/usr", "/etc", "/opt/models"} {
+		r, acc, err := Call(local, whoOp, path, "x")
+		require.NoError(t, err)
+		assert.False(t, acc.Helper, "%s: the root is ext4", path)
+		assert.Equal(t, os.Getpid(), r.PID)
+	}
+	assert.Equal(t, 1, calls, "decided once per start")
+	assert.Empty(t, logs.String(), "no helper, nothing to explain")
+
+	remote := &Prober{Timeout: 10 * time.Second, Table: noRoot, Statfs: statfsAs(0x6969), Log: log}
+	_, acc, err := Call(remote, whoOp, "/usr", "x")
 	require.NoError(t, err)
-	assert.True(t, acc.Helper)
+	assert.True(t, acc.Helper, "the root is NFS: the helper stays")
+	assert.Contains(t, logs.String(), "deadline helper for /usr: no mount entry covers / and its filesystem (nfs) is not one known to be local")
+	_, _, err = Call(remote, whoOp, "/etc", "x")
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(logs.String(), "deadline helper"), "explained once per mount")
 }

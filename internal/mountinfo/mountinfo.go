@@ -350,3 +350,42 @@ func (t *Table) Where(path string) (resolved string, m Mount, kind Kind) {
 	m, kind = t.KindOf(done)
 	return done, m, kind
 }
+
+// magics maps statfs(2) f_type magics (linux/magic.h and the filesystems'
+// own headers) to names; network: reads cross a network (or, for FUSE, a
+// userspace daemon that usually fetches over one).
+var magics = map[uint32]struct {
+	name    string
+	network bool
+}{
+	0x6969:     {"nfs", true},
+	0xFF534D42: {"cifs", true},
+	0xFE534D42: {"smb2", true},
+	0x65735546: {"fuse", true},
+	0x00C36400: {"ceph", true},
+	0x0BD00BD0: {"lustre", true},
+	0x47504653: {"gpfs", true},
+	0x01021997: {"9p", true},
+	0x794c7630: {"overlay", false},
+	0x01021994: {"tmpfs", false},
+	0xEF53:     {"ext4", false}, // also ext2 and ext3: one magic
+	0x58465342: {"xfs", false},
+	0x9123683E: {"btrfs", false},
+	0x2FC12FC1: {"zfs", false},
+	0x73717368: {"squashfs", false},
+}
+
+// Magic names a statfs(2) filesystem magic and says whether reads on it
+// cross a network; an unknown magic is named by its hex value.
+func Magic(magic uint32) (name string, network bool) {
+	if k, ok := magics[magic]; ok {
+		return k.name, k.network
+	}
+	return fmt.Sprintf("0x%x", magic), false
+}
+
+// KnownLocal reports whether magic names a filesystem known to be local.
+func KnownLocal(magic uint32) bool {
+	k, ok := magics[magic]
+	return ok && !k.network
+}
