@@ -11,7 +11,7 @@ import (
 // Options is a parsed command line: infera-exec's own options, then the
 // worker command.
 type Options struct {
-	Help, Version, Explain, Doctor, JSON, Verbose bool
+	Help, Version, Explain, Doctor, JSON, Verbose, Quiet bool
 	Flags                                                  // --init, --init-group
 	Check                                         string   // --check ROOT
 	Install                                       string   // --install DEST
@@ -44,6 +44,7 @@ var options = []option{
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding signals, reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group", func(o *Options) any { return &o.InitGroup }},
 	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},
+	{[]string{"q", "quiet"}, "", "with --install: no progress lines, only the summary", func(o *Options) any { return &o.Quiet }},
 	{[]string{"version"}, "", "print version, commit and Go version", func(o *Options) any { return &o.Version }},
 	{[]string{"h", "help"}, "", "print this help", func(o *Options) any { return &o.Help }},
 }

@@ -337,6 +337,15 @@ func InstalledAudit(dest string) []string {
 	return audit.TextLines()
 }
 
+// NoteLines are what the install had to change in DEST (modes, entries of
+// another uid); none for a nil result.
+func (r *InstallResult) NoteLines() []string {
+	if r == nil {
+		return nil
+	}
+	return r.Notes
+}
+
 // Lines are what --install says when it is done: the counts, then the
 // installed payload's audit against this image.
 func (r *InstallResult) Lines() []string {

@@ -14,8 +14,10 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/infera/infera-exec/internal/boundedread"
 	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/progress"
 )
 
 // Marker files in an install destination. While the first exists an
@@ -65,7 +67,10 @@ type InstallResult struct {
 // it is left writable by the installer alone. What had to change is said
 // in the result's notes; once DEST is open the result is returned with
 // an error too, for those notes.
-func Install(src, dest string) (*InstallResult, error) {
+func Install(src, dest string) (*InstallResult, error) { return install(src, dest, nil) }
+
+// install is Install, saying how far along it is through say (nil: quiet).
+func install(src, dest string, say func(string)) (*InstallResult, error) {
 	ix, raw, err := ReadIndex(src)
 	if err != nil {
 		return nil, err
@@ -85,6 +90,13 @@ func Install(src, dest string) (*InstallResult, error) {
 		euid: uint32(unix.Geteuid()),
 		r:    &InstallResult{Source: src, Dest: dest, Entries: len(ix.Entries)},
 	}
+	if say != nil {
+		var size int64
+		for _, e := range ix.Entries {
+			size += e.Size
+		}
+		in.meter = progress.New("install", int64(len(ix.Entries)), size, say)
+	}
 	return in.r, in.run(st)
 }
 
@@ -96,6 +108,7 @@ type installer struct {
 	dev       uint64 // dest's filesystem: nothing below it on another is touched
 	euid      uint32
 	r         *InstallResult
+	meter     *progress.Meter // nil: quiet
 }
 
 // openDest opens dest (creating it and its parents when missing) as a
@@ -186,6 +199,7 @@ func (in *installer) run(st unix.Stat_t) error {
 			continue
 		}
 		dir, name := splitRel(e.Path)
+		in.meter.Add(1, e.Size)
 		if dfd, err := dw.at(dir); err == nil && in.identical(dfd, name, e) {
 			in.r.Unchanged++
 			continue
@@ -642,15 +656,16 @@ func describeLink(t string, err error) string {
 // InstallAnswering is Install after asking, through answers, whether the
 // filesystems of src and dest answer in time: the copy would otherwise
 // block on a dead mount. A destination that does not answer is a
-// *DestError, as any destination that cannot be written.
-func InstallAnswering(src, dest string, answers func(paths ...string) error) (*InstallResult, error) {
+// *DestError, as any destination that cannot be written. say, unless nil,
+// gets a line at most every progress.Interval on how far the copy is.
+func InstallAnswering(src, dest string, answers func(paths ...string) error, say func(string)) (*InstallResult, error) {
 	if err := answers(src); err != nil {
 		return nil, &Refusal{fmt.Errorf("payload %w", err)}
 	}
 	if err := answers(dest); err != nil {
 		return nil, &DestError{fmt.Errorf("destination %w", err)}
 	}
-	r, err := Install(src, dest)
+	r, err := install(src, dest, say)
 	var de *DestError
 	if err != nil && !errors.As(err, &de) {
 		// Not the destination's fault: the payload is not what its

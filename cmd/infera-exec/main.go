@@ -101,7 +101,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	case o.Doctor:
 		return runDoctor(cfg, o, e, stdout, stderr)
 	case o.Install != "":
-		return runInstall(cfg, o.Install, stderr)
+		return runInstall(cfg, o.Install, o.Quiet, stderr)
 	case o.Check != "":
 		return runCheck(cfg, o.Check, o.JSON, stdout, stderr)
 	}

@@ -50,24 +50,24 @@ func runDoctor(cfg config.Config, o config.Options, env *environ.Env, stdout, st
 
 // runInstall copies the payload this binary belongs to into dest: what the
 // overlay image's init container runs, so the image needs no shell.
-func runInstall(cfg config.Config, dest string, stderr io.Writer) int {
+func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) int {
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
-	r, err := overlay.InstallAnswering(cfg.PayloadRoot, dest, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer)
-	if r != nil {
-		// What the install had to change in DEST (modes, entries of
-		// another uid), said even when it then failed.
-		for _, n := range r.Notes {
-			fmt.Fprintf(stderr, "infera-exec: %s\n", n)
-		}
+	say, progress := func(l string) { fmt.Fprintf(stderr, "infera-exec: %s\n", l) }, (func(string))(nil)
+	if !quiet {
+		progress = say
+	}
+	r, err := overlay.InstallAnswering(cfg.PayloadRoot, dest, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer, progress)
+	for _, n := range r.NoteLines() { // what had to change in DEST, said even when it then failed
+		say(n)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 		return exitCode(err)
 	}
 	for _, l := range r.Lines() {
-		fmt.Fprintf(stderr, "infera-exec: %s\n", l)
+		say(l)
 	}
 	return exitOK
 }

@@ -1,0 +1,73 @@
+// Package progress answers "how far along is it?" for work that takes
+// long enough to look stuck (an install of 20,000 files, an image of
+// gigabytes): a line at most every Interval with the files and bytes done
+// of the total, so that kubectl logs on an init container is never silent
+// for minutes.
+package progress
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Interval is how often a Meter says how far along it is, at most.
+const Interval = 2 * time.Second
+
+// Meter counts work done against a total and reports it through Say.
+// A nil *Meter counts nothing and says nothing (quiet).
+type Meter struct {
+	What         string // "install", "index", ...
+	Files, Bytes int64  // the totals; 0: unknown
+	Say          func(line string)
+	Now          func() time.Time // nil: time.Now; a seam for tests
+
+	mu                   sync.Mutex
+	start, last          time.Time
+	doneFiles, doneBytes int64
+}
+
+// New is a Meter for what, with the totals known up front.
+func New(what string, files, bytes int64, say func(string)) *Meter {
+	m := &Meter{What: what, Files: files, Bytes: bytes, Say: say}
+	m.start = m.now()
+	m.last = m.start
+	return m
+}
+
+func (m *Meter) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// Add counts files and bytes done, and says so when Interval has passed
+// since the last line.
+func (m *Meter) Add(files, bytes int64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.doneFiles += files
+	m.doneBytes += bytes
+	if now := m.now(); now.Sub(m.last) >= Interval {
+		m.last = now
+		m.Say(m.line(now))
+	}
+}
+
+func (m *Meter) line(now time.Time) string {
+	s := fmt.Sprintf("%s: %d", m.What, m.doneFiles)
+	if m.Files > 0 {
+		s += fmt.Sprintf(" of %d", m.Files)
+	}
+	s += fmt.Sprintf(" files, %s", mb(m.doneBytes))
+	if m.Bytes > 0 {
+		s += " of " + mb(m.Bytes)
+	}
+	return s + fmt.Sprintf(" (%s)", now.Sub(m.start).Round(time.Second))
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
