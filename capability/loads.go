@@ -204,3 +204,16 @@ func (e Evidence) Refusal() string {
 	}
 	return fmt.Sprintf("%s does not load: %s%s", files[0], strings.Join(first, "; "), more)
 }
+
+// FirstFailure is the first file (by name) that does not load, and why.
+func (v *LoadVerdict) FirstFailure() string {
+	files := make([]string, 0, len(v.Failed))
+	for f := range v.Failed {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return ""
+	}
+	return files[0] + ": " + strings.Join(v.Failed[files[0]], "; ")
+}

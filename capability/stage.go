@@ -22,11 +22,14 @@ type Input struct {
 	Requirement config.Requirement
 	Args        workerargs.Args // the worker command, read once
 	Tree        *Tree           // nil: no native tree
-	Evidence    []Evidence      // why the tree's capabilities were granted
-	NoTreeWhy   string          // why there is none
-	Available   []Tree          // every native tree of the payload
-	Env         *environ.Env    // the container's environment as it started infera-exec: the engine's own switches
-	Log         *slog.Logger
+	Evidence    []Evidence      // why the tree's capabilities are declared
+	// Load is the load check of the tree's ELF files against the image;
+	// nil: none (no tree, or no check asked for).
+	Load      *LoadInput
+	NoTreeWhy string       // why there is none
+	Available []Tree       // every native tree of the payload
+	Env       *environ.Env // the container's environment as it started infera-exec: the engine's own switches
+	Log       *slog.Logger
 }
 
 // Outcome is the step's section of the report.
@@ -34,7 +37,8 @@ type Outcome struct {
 	Tree        string             `json:"tree,omitempty"`
 	Provided    Set                `json:"provided"`
 	Evidence    []Evidence         `json:"evidence,omitempty"`
-	Implied     []Implication      `json:"implied,omitempty"` // by the worker's arguments
+	Implied     []Implication      `json:"implied,omitempty"`    // by the worker's arguments
+	Loads       *LoadVerdict       `json:"load_check,omitempty"` // the tree's ELF files against the image
 	Requirement config.Requirement `json:"requirement"`
 	Required    Set                `json:"required"`
 }
@@ -45,7 +49,11 @@ type Outcome struct {
 func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o := &Outcome{Provided: Set{}}
 	if in.Tree != nil {
+		tree := *in.Tree
+		in.Tree = &tree // the load check may withdraw capabilities: the caller's tree stays as read
+		in.Evidence = checkLoads(in, o)
 		o.Tree, o.Provided, o.Evidence = in.Tree.Name, in.Tree.Caps, in.Evidence
+		in.Log.Info(fmt.Sprintf("native tree %s (capabilities: %s)", in.Tree.Dir, in.Tree.Caps))
 	}
 	env := in.Env
 	if env == nil {
@@ -121,4 +129,36 @@ func (o *Outcome) WriteText(w io.Writer) {
 	for _, i := range o.Implied {
 		p("  implied by the worker's arguments: %s (%s)", i.Capability, i.Source)
 	}
+}
+
+// checkLoads runs the load check on the tree and withdraws the
+// capabilities whose evidence does not load; it returns the evidence as
+// it then stands. Trees of the v0.2.2 layout name no evidence: a file
+// that does not load is a warning.
+func checkLoads(in Input, o *Outcome) []Evidence {
+	if in.Load == nil {
+		return in.Evidence
+	}
+	v := CheckLoads(*in.Load)
+	o.Loads = v
+	if v.Cached {
+		in.Log.Debug("native tree load check: cached verdict (payload and libraries unchanged)")
+	}
+	ev := in.Evidence
+	if ev != nil {
+		before := in.Tree.Caps
+		in.Tree.Caps, ev = ApplyLoads(in.Tree.Dir, ev, v)
+		for _, e := range ev {
+			if r := e.Refusal(); r != "" && before.Has(e.Capability) {
+				in.Log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, in.Tree.Name, r))
+			}
+		}
+	}
+	switch {
+	case v.Error != "":
+		in.Log.Warn(fmt.Sprintf("native tree %s: load check failed: %s", in.Tree.Name, v.Error))
+	case len(v.Failed) > 0 && ev == nil:
+		in.Log.Warn(fmt.Sprintf("native tree %s: %d of %d ELF files do not load against the image: %s", in.Tree.Name, len(v.Failed), v.Checked, v.FirstFailure()))
+	}
+	return ev
 }

@@ -117,44 +117,15 @@ func Shadows(trees []string, imageRoot, py string) []Shadow {
 	return out
 }
 
-// checkLoads runs the load check on the selected native tree and
-// withdraws the capabilities whose evidence does not load. Trees of the
-// v0.2.2 layout name no evidence: a file that does not load is a warning.
-func (s *Selection) checkLoads(img Image) {
+// loadInput is the load check of the selection's native tree against
+// img: the tree's library directories first, as the worker's
+// LD_LIBRARY_PATH will have them.
+func (s *Selection) loadInput(img Image) *capability.LoadInput {
 	if s.Native == nil {
-		return
+		return nil
 	}
 	libPath := append(append([]string{}, s.LibraryPath...), img.LibraryPath...)
-	v := capability.CheckLoads(capability.LoadInput{Dir: s.Native.Dir, ImageRoot: img.Root, LibraryPath: libPath, IndexFile: img.IndexFile, CacheDir: img.CacheDir})
-	s.Loads = v
-	if s.Native.Evidence != nil {
-		before := s.Native.Caps
-		s.Native.Caps, s.Native.Evidence = capability.ApplyLoads(s.Native.Dir, s.Native.Evidence, v)
-		for _, e := range s.Native.Evidence {
-			if r := e.Refusal(); r != "" && before.Has(e.Capability) {
-				s.Warnings = append(s.Warnings, fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, s.Native.Name, r))
-			}
-		}
-	}
-	if v.Error != "" {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("native tree %s: load check failed: %s", s.Native.Name, v.Error))
-		return
-	}
-	if n := len(v.Failed); n > 0 && s.Native.Evidence == nil {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("native tree %s: %d of %d ELF files do not load against the image: %s", s.Native.Name, n, v.Checked, firstFailure(v)))
-	}
-}
-
-func firstFailure(v *capability.LoadVerdict) string {
-	files := make([]string, 0, len(v.Failed))
-	for f := range v.Failed {
-		files = append(files, f)
-	}
-	sort.Strings(files)
-	if len(files) == 0 {
-		return ""
-	}
-	return files[0] + ": " + strings.Join(v.Failed[files[0]], "; ")
+	return &capability.LoadInput{Dir: s.Native.Dir, ImageRoot: img.Root, LibraryPath: libPath, IndexFile: img.IndexFile, CacheDir: img.CacheDir}
 }
 
 // Audit is what --doctor, --check and --install say about a payload's
@@ -218,11 +189,14 @@ func AuditPayload(root string, img Image) (*Audit, error) {
 		} else if d := filepath.Join(t.Dir, "lib"); isDir(d) {
 			s.LibraryPath = []string{d}
 		}
-		s.checkLoads(Image{Root: img.Root, LibraryPath: img.LibraryPath})
-		a.Loads = append(a.Loads, s.Loads)
-		for _, e := range s.Native.Evidence {
-			if r := e.Refusal(); r != "" {
-				a.Withdrawn[t.Name] = append(a.Withdrawn[t.Name], e.Capability+": "+r)
+		v := capability.CheckLoads(*s.loadInput(Image{Root: img.Root, LibraryPath: img.LibraryPath}))
+		a.Loads = append(a.Loads, v)
+		if t.Evidence != nil {
+			_, ev := capability.ApplyLoads(t.Dir, t.Evidence, v)
+			for _, e := range ev {
+				if r := e.Refusal(); r != "" {
+					a.Withdrawn[t.Name] = append(a.Withdrawn[t.Name], e.Capability+": "+r)
+				}
 			}
 		}
 	}

@@ -135,19 +135,20 @@ func Open(root string) (*Payload, error) {
 
 // Selection is what the payload gives this container.
 type Selection struct {
-	Family      string                  `json:"family"`
-	PyTree      string                  `json:"python_tree"`           // directory
-	Native      *NativeTree             `json:"native_tree,omitempty"` // nil: none for this family
-	NoNativeWhy string                  `json:"no_native_tree_why,omitempty"`
-	Bin         string                  `json:"bin,omitempty"`
-	PythonPath  []string                `json:"pythonpath"`      // to prepend, in order
-	LibraryPath []string                `json:"ld_library_path"` // to prepend
-	Path        []string                `json:"path"`            // to prepend
-	Warnings    []string                `json:"warnings,omitempty"`
-	Considered  []Candidate             `json:"considered,omitempty"`
-	Shadows     []Shadow                `json:"shadows,omitempty"`    // payload distributions at another version than the image's
-	Loads       *capability.LoadVerdict `json:"load_check,omitempty"` // the native tree's ELF files against the image
-	AllNative   []capability.Tree       `json:"-"`
+	Family      string            `json:"family"`
+	PyTree      string            `json:"python_tree"`           // directory
+	Native      *NativeTree       `json:"native_tree,omitempty"` // nil: none for this family
+	NoNativeWhy string            `json:"no_native_tree_why,omitempty"`
+	Bin         string            `json:"bin,omitempty"`
+	PythonPath  []string          `json:"pythonpath"`      // to prepend, in order
+	LibraryPath []string          `json:"ld_library_path"` // to prepend
+	Path        []string          `json:"path"`            // to prepend
+	Warnings    []string          `json:"warnings,omitempty"`
+	Considered  []Candidate       `json:"considered,omitempty"`
+	Shadows     []Shadow          `json:"shadows,omitempty"` // payload distributions at another version than the image's
+	AllNative   []capability.Tree `json:"-"`
+
+	load *capability.LoadInput // the native tree's load check, for the capability step
 }
 
 // Select picks the trees for f. A missing Python tree is an error listing
@@ -254,10 +255,10 @@ func readableDir(d string) error {
 
 // NativeCapTree is the selected native tree for capability checks, or nil.
 // CapabilityInput is what the capability step takes from the selection:
-// the native tree with its evidence, why there is none, and every native
-// tree of the payload.
+// the native tree with its evidence and the load check against the image,
+// why there is none, and every native tree of the payload.
 func (s *Selection) CapabilityInput() capability.Input {
-	in := capability.Input{Tree: s.NativeCapTree(), NoTreeWhy: s.NoNativeWhy, Available: s.AllNative}
+	in := capability.Input{Tree: s.NativeCapTree(), NoTreeWhy: s.NoNativeWhy, Available: s.AllNative, Load: s.load}
 	if s.Native != nil {
 		in.Evidence = s.Native.Evidence
 	}

@@ -91,18 +91,13 @@ func choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payl
 			img.IndexFile = filepath.Join(root, IndexName)
 		}
 	}
-	sel.checkLoads(img)
+	sel.load = sel.loadInput(img)
 	sel.Shadows = Shadows(sel.PythonPath, img.Root, f.Python.Version())
 	for _, sh := range sel.Shadows {
 		sel.Warnings = append(sel.Warnings, sh.String())
 	}
-	if sel.Loads != nil && sel.Loads.Cached {
-		log.Debug("native tree load check: cached verdict (payload and libraries unchanged)")
-	}
 	log.Info("python tree " + sel.PyTree)
-	if sel.Native != nil {
-		log.Info(fmt.Sprintf("native tree %s (capabilities: %s)", sel.Native.Dir, sel.Native.Caps))
-	} else if !f.ROCm.Found {
+	if sel.Native == nil && !f.ROCm.Found {
 		log.Info("no native tree: " + sel.NoNativeWhy)
 	}
 	for _, w := range sel.Warnings {

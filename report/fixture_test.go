@@ -53,11 +53,11 @@ func realisticReport() *Report {
 			{Name: "rocm7-py312", Kind: "native", Dir: "/overlay/native/rocm7-py312", Matched: true, Chosen: true, Why: "rocm 7, python 3.12"},
 			{Name: "rocm6-py312", Kind: "native", Dir: "/overlay/native/rocm6-py312", Why: "rocm 6 <> 7"},
 		},
-		Loads: &capability.LoadVerdict{Tree: "/overlay/native/rocm7-py312", Root: "/", Checked: 214, Cached: true},
 	}
 	caps := &capability.Outcome{Tree: "rocm7-py312", Provided: capability.Set{"deepep", "mooncake"}, Evidence: native.Evidence,
 		Implied:     []capability.Implication{{Capability: "mooncake", Source: "--kv-transfer-config MooncakeConnector"}},
-		Requirement: r.Config.RequireNative, Required: capability.Set{"mooncake"}}
+		Requirement: r.Config.RequireNative, Required: capability.Set{"mooncake"},
+		Loads: &capability.LoadVerdict{Tree: "/overlay/native/rocm7-py312", Root: "/", Checked: 214, Cached: true}}
 	ionic := &libionic.Outcome{
 		Swap: &libionic.Result{State: libionic.Unchanged, Route: "provider-dir", Summary: "host libionic already in place", Host: "/host/lib/libionic.so.1",
 			HostSHA256: "9f2c1e7d4b5a6c3e8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6", HostABI: &libionic.ABIRange{Min: 1, Max: 1}, ContainerABI: &libionic.ABIRange{Min: 1, Max: 1},
