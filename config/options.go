@@ -12,10 +12,10 @@ import (
 // worker command.
 type Options struct {
 	Help, Version, Explain, Doctor, JSON, Verbose, Quiet bool
-	Flags                                                  // --init, --init-group
-	Check                                         string   // --check ROOT
-	Install                                       string   // --install DEST
-	Command                                       []string // the worker command and its arguments
+	Flags                                                         // --init, --init-group
+	Check                                                string   // --check ROOT
+	Install                                              string   // --install DEST
+	Command                                              []string // the worker command and its arguments
 }
 
 // UsageError is a command line that cannot be run: exit code 64.
