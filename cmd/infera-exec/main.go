@@ -19,6 +19,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/overlay"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -88,6 +89,11 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
+	// One prober for the run: a mount that did not answer is not asked
+	// again. The payload's own INFERA_* names come from its index, read
+	// only when its filesystem answers (else the built-in list).
+	probe := fsprobe.New(cfg.PreflightTimeoutDuration())
+	warns = append(config.UnknownNames(e, payloadEnvNames(cfg.PayloadRoot, probe)), warns...)
 	if o.Doctor || o.Check != "" || o.Install != "" {
 		// The modes that run no worker log plainly to stderr.
 		for _, w := range warns {
@@ -100,7 +106,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case o.Doctor:
-		return runDoctor(cfg, o, e, stdout, stderr)
+		return runDoctor(cfg, o, e, probe, stdout, stderr)
 	case o.Install != "":
 		return runInstall(cfg, o.Install, stderr)
 	case o.Check != "":
@@ -110,7 +116,18 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	// --install, --check and --doctor may read files of any size.
 	restore := collectLater()
 	defer restore()
-	p := newPass(o, e, cfg, warns, err, stdout, stderr)
+	p := newPass(o, e, cfg, warns, err, probe, stdout, stderr)
 	p.restoreGC = restore
 	return p.run()
+}
+
+// payloadEnvNames are the INFERA_* names the payload's code reads, for the
+// unknown-name warning: from the payload's index when its filesystem
+// answers, else the list of payload v0.2.2.
+func payloadEnvNames(root string, probe *fsprobe.Prober) []string {
+	if root == "" || probe.AllAnswer(root) != nil {
+		return overlay.LegacyEnvNames
+	}
+	names, _ := overlay.PayloadEnvNames(root)
+	return names
 }
