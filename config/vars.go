@@ -332,7 +332,7 @@ func Closest(s string, candidates []string) string { return closest.Name(s, cand
 // Vars with its meaning and default, wrapped to 78 columns.
 func HelpEnvironment() string {
 	var b strings.Builder
-	b.WriteString("Environment (switches: " + SwitchGrammar + "; unset or empty is\nthe default; an unknown INFERA_* name is a warning):\n")
+	b.WriteString("Environment (switches: " + SwitchGrammar + "; unset or empty is\nthe default; an INFERA_* name near one of these is a warning):\n")
 	for _, v := range Vars {
 		text := v.Meaning
 		if v.Default != "" {
