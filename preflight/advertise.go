@@ -237,8 +237,9 @@ func hasMooncake(kv *workerargs.KVConfig) bool {
 // address is one the peer cannot reach while a physical NIC has one it
 // can: a warning, as is no route at all (vLLM then advertises 0.0.0.0,
 // SGLang raises). wrapperPins: the infera vLLM wrapper sets VLLM_HOST_IP
-// itself before the engine starts (apply_kv_host_ip_default: the IPv4 of
-// the RoCE GID, else the first private address of a physical NIC), so on
+// itself before the engine starts, on ROCm, which is what these images are
+// (apply_kv_host_ip_default: the IPv4 of the RoCE GID, else the first
+// private address of a physical NIC), so on
 // a node where such a NIC exists the worker advertises that, not the
 // route's.
 func (a *advCheck) ownAddr(hostVar, picker string, wrapperPins bool) {
@@ -312,11 +313,14 @@ func (a *advCheck) sglang() {
 			advertised = "--disaggregation-bootstrap-host " + v
 		}
 	}
-	for _, name := range []string{"SGLANG_HOST_IP", "VLLM_HOST_IP"} {
-		if v := env[name]; v != "" {
-			if k := a.addr(name, name, v); (k == addrRoutable || k == addrHostname) && name == "SGLANG_HOST_IP" {
+	// SGLang's get_local_ip_auto reads SGLANG_HOST_IP, then HOST_IP.
+	ownSet := false
+	for _, name := range []string{"SGLANG_HOST_IP", "HOST_IP", "VLLM_HOST_IP"} {
+		if v := env[name]; v != "" && !(name == "HOST_IP" && ownSet) {
+			if k := a.addr(name, name, v); (k == addrRoutable || k == addrHostname) && name != "VLLM_HOST_IP" && advertised == "" {
 				advertised = name + " " + v
 			}
+			ownSet = ownSet || name != "VLLM_HOST_IP"
 		}
 	}
 	if f := args.DistInitAddr; f.Set {
@@ -347,7 +351,11 @@ func (a *advCheck) sglang() {
 			a.note("--host " + host + ": a bind address, fine: " + advertised + " is advertised")
 		case published != "":
 			a.note("--host " + host + ": a bind address, fine: " + published)
-			a.ownAddr("SGLANG_HOST_IP", "SGLang's get_local_ip_auto()", false)
+			if nic := env["SGLANG_LOCAL_IP_NIC"]; nic != "" {
+				a.note("SGLANG_HOST_IP not set: SGLang takes an address of " + nic + " (SGLANG_LOCAL_IP_NIC)")
+			} else {
+				a.ownAddr("SGLANG_HOST_IP", "SGLang's get_local_ip_auto()", false)
+			}
 		default:
 			a.findings = append(a.findings, advFinding{
 				seen:   "--host " + host + " with neither SGLANG_HOST_IP nor --disaggregation-bootstrap-host set",
