@@ -158,11 +158,13 @@ func checkAdvertise(in *Facts) Result {
 // advertises itself is get_ip() (MooncakeConnectorWorker.hostname, sent
 // as remote_hostname in MooncakeXferMetadata and used to initialize its
 // TransferEngine): VLLM_HOST_IP, else the source address of the route to
-// 8.8.8.8 (vllm/utils/network_utils.py). For other connectors this check
-// keeps requiring the address of any prefill/decode worker.
+// 8.8.8.8 (vllm/utils/network_utils.py). vLLM's NixlConnector does not use
+// the data-parallel address either; its handshake address is
+// VLLM_NIXL_SIDE_CHANNEL_HOST (nixlSideChannel). For other connectors this
+// check keeps requiring the address of any prefill/decode worker.
 func (a *advCheck) vllm() {
 	args := a.in.Args
-	need, roles := dpAddressNeeded(args.KV)
+	need, why := dpAddressNeeded(args.KV)
 	if f := args.DataParallelAddress; f.Set {
 		a.addr("--data-parallel-address", "--data-parallel-address", f.Value)
 	} else if need {
@@ -173,8 +175,10 @@ func (a *advCheck) vllm() {
 			kind:   addrLoopback,
 		})
 	} else {
-		a.note("--data-parallel-address not set: not used by a " + roles +
-			" (the prefiller's bootstrap address comes with each request)")
+		a.note("--data-parallel-address not set: " + why)
+	}
+	if args.KV != nil {
+		a.nixlSideChannel(args.KV)
 	}
 	// A prefill/decode role comes from a parsed config, so args.KV is
 	// there.
@@ -190,29 +194,68 @@ func (a *advCheck) vllm() {
 	}
 }
 
-// dpAddressNeeded says whether the worker needs --data-parallel-address:
-// a MooncakeConnector (at the top or in a MultiConnector) that is not a
-// kv_consumer needs it, one that is only consumers does not (roles names
-// them for the note); a config without a MooncakeConnector keeps the
-// rule of every prefill/decode worker.
-func dpAddressNeeded(kv *workerargs.KVConfig) (need bool, roles string) {
+// dpAddressNeeded says whether the worker needs --data-parallel-address,
+// per connector and the role it acts in: a MooncakeConnector that is not a
+// kv_consumer needs it; a MooncakeConnector kv_consumer and a
+// NixlConnector (whose handshake address is VLLM_NIXL_SIDE_CHANNEL_HOST,
+// nixlSideChannel) do not; any other connector in a prefill or decode role
+// keeps the rule of every prefill/decode worker, as does a config without
+// a connector this check knows. why says, when it is not needed, who does
+// not use it.
+func dpAddressNeeded(kv *workerargs.KVConfig) (need bool, why string) {
 	if kv == nil {
 		return true, ""
 	}
-	mooncake := false
+	var users []string
 	for _, c := range kv.Connectors {
-		if c.Name != "MooncakeConnector" {
-			continue
-		}
-		mooncake = true
-		if kv.RoleOf(c) != "kv_consumer" {
-			return true, ""
+		role := kv.RoleOf(c)
+		switch c.Name {
+		case "MultiConnector":
+		case "MooncakeConnector":
+			if role != "kv_consumer" {
+				return true, ""
+			}
+			users = advAppendUnique(users, "a MooncakeConnector kv_consumer (it is told the prefiller's bootstrap address with each request)")
+		case "NixlConnector":
+			users = advAppendUnique(users, "NixlConnector (its handshake address is VLLM_NIXL_SIDE_CHANNEL_HOST)")
+		default:
+			if role == "kv_producer" || role == "kv_consumer" {
+				return true, ""
+			}
 		}
 	}
-	if !mooncake {
+	if len(users) == 0 {
 		return true, ""
 	}
-	return false, "MooncakeConnector kv_consumer"
+	return false, "not used by " + advJoin(users)
+}
+
+// nixlSideChannel judges VLLM_NIXL_SIDE_CHANNEL_HOST for a NixlConnector
+// that sends KV blocks (kv_producer, kv_both): vLLM's NixlConnector
+// listens for the decoder's handshake there and hands it to the decoder
+// as remote_host in the request's kv_transfer_params (NixlConnectorScheduler.
+// request_finished); unset, it is "localhost" (vllm/envs.py), which no
+// peer can reach.
+func (a *advCheck) nixlSideChannel(kv *workerargs.KVConfig) {
+	sends := false
+	for _, c := range kv.Connectors {
+		if c.Name == "NixlConnector" && kv.RoleOf(c) != "kv_consumer" {
+			sends = true
+		}
+	}
+	if !sends {
+		return
+	}
+	if v := a.in.Env["VLLM_NIXL_SIDE_CHANNEL_HOST"]; v != "" {
+		a.addr("VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_HOST", v)
+		return
+	}
+	a.findings = append(a.findings, advFinding{
+		seen:   "VLLM_NIXL_SIDE_CHANNEL_HOST not set (vLLM then uses localhost)",
+		sev:    Error,
+		target: "VLLM_NIXL_SIDE_CHANNEL_HOST",
+		kind:   addrLoopback,
+	})
 }
 
 func hasMooncake(kv *workerargs.KVConfig) bool {
