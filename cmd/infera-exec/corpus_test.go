@@ -205,10 +205,10 @@ func (r *corpusRig) run(t *testing.T, c corpusCase, mode string) corpusRun {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	run := corpusRun{Exit: cmd.ProcessState.ExitCode(), Checks: map[string]string{}, Warnings: []string{}}
-	if err != nil && run.Exit < 0 {
+	if cmd.ProcessState == nil || (err != nil && cmd.ProcessState.ExitCode() < 0) {
 		t.Fatalf("%s: %v\n%s", mode, err, stderr.String())
 	}
+	run := corpusRun{Exit: cmd.ProcessState.ExitCode(), Checks: map[string]string{}, Warnings: []string{}}
 	var out struct {
 		Checks    []struct{ Name, Status, Severity, Seen string } `json:"checks"`
 		Preflight *struct {
