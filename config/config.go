@@ -176,7 +176,6 @@ func Executable(argv0, path, cwd string) (string, error) {
 // that the refusal can be reported where the operator asked).
 func Load(env *environ.Env, exe, cwd string, flags Flags) (Config, []string, error) {
 	l := &loader{c: Config{StartDir: cwd}, env: env, exe: exe, cwd: cwd}
-	l.warns = unknownNames(env)
 	var first error
 	for _, v := range Vars {
 		if err := v.load(l, env.Value(v.Name)); err != nil && first == nil {

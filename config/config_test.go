@@ -62,18 +62,27 @@ func TestLoadIgnoresUnrelatedEnv(t *testing.T) {
 	assert.Equal(t, "/overlay", c.PayloadRoot)
 }
 
-func TestLoadUnknownNames(t *testing.T) {
-	_, warns := load(t, map[string]string{
-		"INFERA_REQUIRE_NATVE":       "mooncake",
-		"INFERA_ENGINE_READY_TIMOUT": "3600",
-		"INFERA_KVD_AIZ":             "1",
-		"INFERA_SOMETHING_ELSE":      "x",
+func TestUnknownNames(t *testing.T) {
+	env := environ.New([]string{
+		"INFERA_REQUIRE_NATVE=mooncake",
+		"INFERA_ENGINE_READY_TIMOUT=3600",
+		"INFERA_KVD_AIZ=1",
+		"INFERA_SOMETHING_ELSE=x",
+		// The payload's own: never typos, even the ones near infera-exec's
+		// INFERA_PREFLIGHT_* names.
+		"INFERA_KVD_SOCKET=/kvd/kvd.sock",
+		"INFERA_PREFLIGHT_KV_GPUS=8",
+		"INFERA_DRAIN_TIMEOUT=30",
 	})
-	require.Len(t, warns, 4)
-	assert.Equal(t, "INFERA_ENGINE_READY_TIMOUT is not a variable infera-exec reads, and it is ignored; did you mean INFERA_ENGINE_READY_TIMEOUT?", warns[0])
-	assert.Equal(t, "INFERA_KVD_AIZ is not a variable infera-exec reads, and it is ignored; did you mean INFERA_KVD_AIS?", warns[1])
-	assert.Equal(t, "INFERA_REQUIRE_NATVE is not a variable infera-exec reads, and it is ignored; did you mean INFERA_REQUIRE_NATIVE?", warns[2])
-	assert.Equal(t, "INFERA_SOMETHING_ELSE is not a variable infera-exec reads, and it is ignored (infera-exec --help lists the variables)", warns[3])
+	warns := UnknownNames(env, []string{"INFERA_DRAIN_TIMEOUT", "INFERA_KVD_SOCKET", "INFERA_PREFLIGHT_KV_GPUS"})
+	assert.Equal(t, []string{
+		"INFERA_ENGINE_READY_TIMOUT is not a variable infera-exec reads, and it is ignored; did you mean INFERA_ENGINE_READY_TIMEOUT?",
+		"INFERA_KVD_AIZ is not a variable infera-exec reads, and it is ignored; did you mean INFERA_KVD_AIS?",
+		"INFERA_REQUIRE_NATVE is not a variable infera-exec reads, and it is ignored; did you mean INFERA_REQUIRE_NATIVE?",
+	}, warns, "a name near none of infera-exec's is someone else's: not flagged")
+
+	_, warns = load(t, map[string]string{"INFERA_REQUIRE_NATVE": "mooncake"})
+	assert.Empty(t, warns, "Load leaves the names to UnknownNames, which needs the payload's")
 }
 
 func TestClosest(t *testing.T) {

@@ -284,25 +284,31 @@ func known(name string) bool {
 	return false
 }
 
-// unknownNames warns about every INFERA_* variable nobody reads: a
-// misspelt name is otherwise silently ignored.
-func unknownNames(env *environ.Env) []string {
+// UnknownNames warns about the INFERA_* variables that look like a typo of
+// one infera-exec knows: a misspelt name is otherwise silently ignored.
+// payload are the names the payload's own code reads (the worker, the
+// router, the kvd daemon; overlay.PayloadEnvNames): set in correct
+// deployments, they are never flagged. A name that is neither known nor
+// near a known one is left alone: it belongs to someone else (a newer
+// payload, the operator's own tooling), and a warning on every correct
+// pod teaches operators to ignore warnings.
+func UnknownNames(env *environ.Env, payload []string) []string {
+	theirs := make(map[string]bool, len(payload))
+	for _, n := range payload {
+		theirs[n] = true
+	}
 	var names []string
 	for _, name := range env.Names() {
-		if strings.HasPrefix(name, "INFERA_") && !known(name) {
+		if strings.HasPrefix(name, "INFERA_") && !known(name) && !theirs[name] {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
 	var warns []string
 	for _, n := range names {
-		w := n + " is not a variable infera-exec reads, and it is ignored"
 		if c := Closest(n, allNames()); c != "" {
-			w += "; did you mean " + c + "?"
-		} else {
-			w += " (infera-exec --help lists the variables)"
+			warns = append(warns, n+" is not a variable infera-exec reads, and it is ignored; did you mean "+c+"?")
 		}
-		warns = append(warns, w)
 	}
 	return warns
 }
@@ -326,7 +332,7 @@ func Closest(s string, candidates []string) string { return closest.Name(s, cand
 // Vars with its meaning and default, wrapped to 78 columns.
 func HelpEnvironment() string {
 	var b strings.Builder
-	b.WriteString("Environment (switches: " + SwitchGrammar + "; unset or empty is\nthe default; an unknown INFERA_* name is a warning):\n")
+	b.WriteString("Environment (switches: " + SwitchGrammar + "; unset or empty is\nthe default; an INFERA_* name near one of these is a warning):\n")
 	for _, v := range Vars {
 		text := v.Meaning
 		if v.Default != "" {

@@ -28,10 +28,15 @@ const IndexName = "payload.index.json"
 // nor the image carries it.
 const OutMarker = ".infera-payload-out"
 
-// Index lists a payload.
+// Index lists a payload. EnvNames, written before the entries so that a
+// start can read it without decoding them (PayloadEnvNames), are the
+// INFERA_* variables the payload's Python code reads, collected by
+// `infera-payload index`; an index written before the field existed has
+// none, and reads as it did.
 type Index struct {
-	Schema  int     `json:"schema"`
-	Entries []Entry `json:"entries"`
+	Schema   int      `json:"schema"`
+	EnvNames []string `json:"infera_env,omitempty"`
+	Entries  []Entry  `json:"entries"`
 }
 
 // Entry is one file, directory or symlink of a payload.
@@ -103,11 +108,16 @@ func BuildIndex(root string) (*Index, error) {
 }
 
 // WriteIndex writes root's index into root.
-func WriteIndex(root string) (*Index, error) {
+func WriteIndex(root string) (*Index, error) { return WriteIndexEnv(root, nil) }
+
+// WriteIndexEnv writes root's index into root, with envNames (the INFERA_*
+// variables the payload's code reads) sorted and without duplicates.
+func WriteIndexEnv(root string, envNames []string) (*Index, error) {
 	ix, err := BuildIndex(root)
 	if err != nil {
 		return nil, err
 	}
+	ix.EnvNames = sortedUnique(envNames)
 	data, err := json.MarshalIndent(ix, "", " ")
 	if err != nil {
 		return nil, err

@@ -1,7 +1,10 @@
 package preflight
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -115,10 +118,23 @@ func TestAdvertise(t *testing.T) {
 		{name: "vLLM Mooncake without a role", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
 			`{"kv_connector":"MooncakeConnector"}`},
 			status: Skipped, seen: []string{"not a prefill/decode worker"}},
+		// NixlConnector: the handshake address is
+		// VLLM_NIXL_SIDE_CHANNEL_HOST (default localhost), given to the
+		// decoder by the producer; the data-parallel address is not used.
 		{name: "vLLM Nixl producer", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
 			`{"kv_connector":"NixlConnector","kv_role":"kv_producer"}`},
-			status: Fail, sev: Error, seen: []string{"--data-parallel-address not set"},
-			why: []string{"The vLLM worker on the other node (--kv-transfer-config kv_role=kv_producer (NixlConnector))"}},
+			status: Fail, sev: Error, seen: []string{"--data-parallel-address not set: not used by NixlConnector", "VLLM_NIXL_SIDE_CHANNEL_HOST not set (vLLM then uses localhost)"},
+			why: []string{"The vLLM worker on the other node (--kv-transfer-config kv_role=kv_producer (NixlConnector))"},
+			do:  []string{"Set VLLM_NIXL_SIDE_CHANNEL_HOST to this pod's routable address"}},
+		{name: "vLLM Nixl producer with a side channel host", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"NixlConnector","kv_role":"kv_producer"}`}, env: map[string]string{"VLLM_NIXL_SIDE_CHANNEL_HOST": "10.1.2.3"},
+			status: Pass, seen: []string{"VLLM_NIXL_SIDE_CHANNEL_HOST 10.1.2.3"}},
+		{name: "vLLM Nixl consumer", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}`},
+			status: Pass, seen: []string{"--data-parallel-address not set: not used by NixlConnector"}},
+		{name: "vLLM other connector producer", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"P2pNcclConnector","kv_role":"kv_producer"}`},
+			status: Fail, sev: Error, seen: []string{"--data-parallel-address not set (vLLM then uses 127.0.0.1)"}},
 		{name: "SGLang Nixl prefill", argv: []string{"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "prefill",
 			"--disaggregation-transfer-backend", "nixl", "--host", "10.1.2.3"},
 			status: Pass, seen: []string{"--host 10.1.2.3"}},
@@ -130,10 +146,43 @@ func TestAdvertise(t *testing.T) {
 			status: Pass, seen: []string{"--host 0.0.0.0: a bind address, fine: SGLANG_HOST_IP 10.1.2.3 is advertised"}},
 		{name: "SGLang 0.0.0.0 with a bootstrap host", argv: advSGLang("--host", "0.0.0.0", "--disaggregation-bootstrap-host", "10.1.2.4"),
 			status: Pass, seen: []string{"fine: --disaggregation-bootstrap-host 10.1.2.4 is advertised"}},
-		{name: "SGLang 0.0.0.0 alone", argv: advSGLang("--host", "0.0.0.0"), env: podIP,
+		{name: "SGLang 0.0.0.0 alone", argv: advSGLang("--host", "0.0.0.0", "--discovery-backend", "etcd"), env: podIP,
 			status: Fail, sev: Warn,
 			seen: []string{"--host 0.0.0.0 with neither SGLANG_HOST_IP nor --disaggregation-bootstrap-host set"},
 			do:   []string{"Set SGLANG_HOST_IP to this pod's routable address: use $(POD_IP) = 10.1.2.3."}},
+		// The infera wrapper under Kubernetes discovery (its default)
+		// publishes the Pod IP as the bootstrap address: --host 0.0.0.0
+		// is only where to listen, and what is left to judge is the
+		// engine's own KV address (the route's source address here).
+		{name: "SGLang wrapper 0.0.0.0 with POD_IP", argv: advSGLang("--host", "0.0.0.0"), env: podIP,
+			status: Pass, seen: []string{"--host 0.0.0.0: a bind address, fine: the infera wrapper publishes POD_IP 10.1.2.3 as the bootstrap address (Kubernetes discovery)",
+				"SGLANG_HOST_IP not set: SGLang's get_local_ip_auto() takes 10.1.2.3 (on eth0"}},
+		{name: "SGLang wrapper 0.0.0.0 with HOST_IP", argv: advSGLang("--host", "0.0.0.0"), env: map[string]string{"POD_IP": "10.1.2.3", "HOST_IP": "10.9.8.7"},
+			status: Pass, seen: []string{"HOST_IP 10.9.8.7", "--host 0.0.0.0: a bind address, fine: HOST_IP 10.9.8.7 is advertised"}},
+		{name: "SGLang wrapper 0.0.0.0 with SGLANG_LOCAL_IP_NIC", argv: advSGLang("--host", "0.0.0.0"), env: map[string]string{"POD_IP": "10.1.2.3", "SGLANG_LOCAL_IP_NIC": "nic0"},
+			status: Pass, seen: []string{"SGLang takes an address of nic0 (SGLANG_LOCAL_IP_NIC)"}},
+		{name: "SGLang wrapper 0.0.0.0 without POD_IP", argv: advSGLang("--host", "0.0.0.0"),
+			status: Fail, sev: Warn, seen: []string{"--host 0.0.0.0 with neither SGLANG_HOST_IP nor --disaggregation-bootstrap-host set"}},
+		{name: "SGLang wrapper --advertise-host loopback", argv: advSGLang("--host", "0.0.0.0", "--advertise-host", "127.0.0.1"), env: podIP,
+			status: Fail, sev: Error, seen: []string{"--advertise-host 127.0.0.1: loopback"}},
+		{name: "SGLang engine's own entry point 0.0.0.0", argv: []string{"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "decode",
+			"--host", "0.0.0.0"}, env: podIP,
+			status: Fail, sev: Warn, seen: []string{"--host 0.0.0.0 with neither"}},
+		// vLLM's MooncakeConnector: a kv_consumer does not use the
+		// data-parallel address; what it advertises is get_ip().
+		{name: "vLLM Mooncake consumer without --data-parallel-address", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer"}`}, env: podIP,
+			status: Pass, seen: []string{"--data-parallel-address not set: not used by a MooncakeConnector kv_consumer",
+				"VLLM_HOST_IP not set: vLLM's get_ip() takes 10.1.2.3 (on eth0"}},
+		{name: "vLLM Mooncake consumer in a MultiConnector", argv: []string{"python3", "-m", "infera.engine.vllm", "--kv-transfer-config",
+			`{"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer"},{"kv_connector":"InferaKvdConnector","kv_role":"kv_both"}]}}`},
+			env: podIP, status: Pass, seen: []string{"not used by a MooncakeConnector kv_consumer"}},
+		{name: "vLLM Mooncake producer in a MultiConnector", argv: []string{"python3", "-m", "infera.engine.vllm", "--kv-transfer-config",
+			`{"kv_connector":"MultiConnector","kv_role":"kv_both","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"},{"kv_connector":"InferaKvdConnector","kv_role":"kv_both"}]}}`},
+			env: podIP, status: Fail, sev: Error, seen: []string{"--data-parallel-address not set (vLLM then uses 127.0.0.1)"}},
+		{name: "vLLM Mooncake consumer with VLLM_HOST_IP unexpanded", argv: []string{"vllm", "serve", "/m", "--kv-transfer-config",
+			`{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer"}`}, env: map[string]string{"VLLM_HOST_IP": "$(NODE_IP)"},
+			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP $(NODE_IP): an unexpanded reference"}},
 		{name: "SGLang 0.0.0.0 with a loopback SGLANG_HOST_IP", argv: advSGLang("--host", "0.0.0.0"),
 			env:    map[string]string{"SGLANG_HOST_IP": "127.0.0.1"},
 			status: Fail, sev: Error, seen: []string{"SGLANG_HOST_IP 127.0.0.1: loopback"}},
@@ -171,7 +220,7 @@ func TestAdvertise(t *testing.T) {
 			status: Fail, sev: Error, seen: []string{"VLLM_HOST_IP 127.0.0.1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := checkAdvertise(&Facts{Args: workerargs.Parse(tc.argv), Env: tc.env})
+			r := checkAdvertise(podNetwork(t, workerargs.Parse(tc.argv), tc.env))
 			assert.Equal(t, tc.status, r.Status, "%+v", r)
 			assert.Equal(t, tc.sev, r.Severity, "%+v", r)
 			for _, s := range tc.seen {
@@ -207,4 +256,62 @@ func TestAdvertiseRegistered(t *testing.T) {
 	require.NotZero(t, idx["rdma"])
 	assert.Less(t, idx["advertise"], idx["advertise-ip"])
 	assert.Less(t, idx["advertise-ip"], idx["rdma"])
+}
+
+// podNetwork is a pod without hostNetwork: eth0 (a veth, virtual) has the
+// Pod IP 10.1.2.3 and the default route.
+func podNetwork(t *testing.T, args workerargs.Args, env map[string]string) *Facts {
+	return &Facts{Args: args, Env: env, Sysfs: t.TempDir(),
+		Interfaces: func() ([]Interface, error) {
+			return []Interface{{Name: "lo", Addrs: []string{"127.0.0.1"}, Up: true, Loopback: true},
+				{Name: "eth0", Addrs: []string{"10.1.2.3"}, Up: true}}, nil
+		},
+		RouteSource: func() (string, error) { return "10.1.2.3", nil },
+	}
+}
+
+// hostNetwork is a node: cni0 (a bridge) and nic0 (physical), with the
+// default route through route.
+func hostNetwork(t *testing.T, args workerargs.Args, env map[string]string, route string, routeErr error) *Facts {
+	sys := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "class/net/nic0/device"), 0o755))
+	return &Facts{Args: args, Env: env, Sysfs: sys,
+		Interfaces: func() ([]Interface, error) {
+			return []Interface{{Name: "lo", Addrs: []string{"127.0.0.1"}, Up: true, Loopback: true},
+				{Name: "cni0", Addrs: []string{"10.42.0.1"}, Up: true},
+				{Name: "nic0", Addrs: []string{"10.9.8.7"}, Up: true}}, nil
+		},
+		RouteSource: func() (string, error) { return route, routeErr },
+	}
+}
+
+// What a decoder advertises on a node: the address of its default route,
+// unless VLLM_HOST_IP names one or the infera wrapper pins it.
+func TestAdvertiseOwnAddress(t *testing.T) {
+	consumer := `{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer"}`
+	plain := workerargs.Parse([]string{"vllm", "serve", "/m", "--kv-transfer-config", consumer})
+	wrapped := workerargs.Parse([]string{"python3", "-m", "infera.engine.vllm", "--kv-transfer-config", consumer})
+
+	r := checkAdvertise(hostNetwork(t, plain, nil, "10.42.0.1", nil))
+	assert.Equal(t, Fail, r.Status)
+	assert.Equal(t, Warn, r.Severity)
+	assert.Contains(t, r.Seen, "VLLM_HOST_IP not set: vLLM's get_ip() takes 10.42.0.1 (on cni0, the interface of the default route), a virtual interface, while nic0 has 10.9.8.7")
+	assert.Contains(t, r.Do, "Set VLLM_HOST_IP to this node's address on the network the peer uses (here 10.9.8.7 on nic0)")
+	assert.NotContains(t, r.Do, "Set VLLM_HOST_IP to this pod's routable address")
+
+	r = checkAdvertise(hostNetwork(t, plain, nil, "10.9.8.7", nil))
+	assert.Equal(t, Pass, r.Status, "%+v", r)
+	assert.Contains(t, r.Seen, "get_ip() takes 10.9.8.7 (on nic0")
+
+	r = checkAdvertise(hostNetwork(t, plain, nil, "", syscall.ENETUNREACH))
+	assert.Equal(t, Warn, r.Severity)
+	assert.Contains(t, r.Seen, "finds no address: no IPv4 route (network is unreachable)")
+
+	r = checkAdvertise(hostNetwork(t, wrapped, nil, "10.42.0.1", nil))
+	assert.Equal(t, Pass, r.Status, "%+v", r)
+	assert.Contains(t, r.Seen, "VLLM_HOST_IP not set: the infera wrapper pins it to the RDMA rail before the engine starts")
+
+	r = checkAdvertise(hostNetwork(t, plain, map[string]string{"VLLM_HOST_IP": "10.9.8.7"}, "10.42.0.1", nil))
+	assert.Equal(t, Pass, r.Status, "%+v", r)
+	assert.Contains(t, r.Seen, "VLLM_HOST_IP 10.9.8.7")
 }

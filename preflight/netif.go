@@ -226,6 +226,50 @@ func interfacesOf(in *Facts) ([]Interface, error) {
 	return RealInterfaces()
 }
 
+// RealRouteSource is the IPv4 address this network namespace uses to
+// reach 8.8.8.8: what vLLM's get_ip() and SGLang's get_local_ip_by_remote()
+// take when no variable names the address. Like them it connects a UDP
+// socket, which only picks a route: nothing is sent.
+func RealRouteSource() (string, error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "", err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Connect(fd, &syscall.SockaddrInet4{Port: 80, Addr: [4]byte{8, 8, 8, 8}}); err != nil {
+		return "", err
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return "", err
+	}
+	v4, ok := sa.(*syscall.SockaddrInet4)
+	if !ok {
+		return "", syscall.EAFNOSUPPORT
+	}
+	return netip.AddrFrom4(v4.Addr).String(), nil
+}
+
+// routeSourceOf is the route's source address through the test seam, or
+// the real one; read once per Facts.
+func routeSourceOf(in *Facts) (string, error) {
+	if in.route == nil {
+		r := &routeAnswer{}
+		if in.RouteSource != nil {
+			r.addr, r.err = in.RouteSource()
+		} else {
+			r.addr, r.err = RealRouteSource()
+		}
+		in.route = r
+	}
+	return in.route.addr, in.route.err
+}
+
+type routeAnswer struct {
+	addr string
+	err  error
+}
+
 // sysfsOf is the sysfs root the checks read, /sys unless the pass says
 // otherwise.
 func sysfsOf(in *Facts) string {

@@ -72,6 +72,7 @@ type Facts struct {
 	ProviderABI  func(ibdev string) (min, max uint32, ok bool) // the provider build the worker will use, per device
 	Statfs       func(path string) (FS, error)                 // a seam for tests; nil: the real statfs(2)
 	Interfaces   func() ([]Interface, error)                   // a seam for tests; nil: the machine's
+	RouteSource  func() (string, error)                        // a seam for tests; nil: RealRouteSource
 	// Probe touches paths that may be on a filesystem that does not
 	// answer (NFS, FUSE, ...) with a deadline; nil: every path is touched
 	// directly (tests of local fixtures).
@@ -84,6 +85,7 @@ type Facts struct {
 	// them, read once per Facts: the advertise-ip check and AdvertiseIP
 	// (the pass's edit) decide from the same listing.
 	listing *advListing
+	route   *routeAnswer // RouteSource's answer, asked once
 }
 
 // Check is a named check.

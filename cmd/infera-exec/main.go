@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/inheritfd"
+	"github.com/infera/infera-exec/overlay"
 )
 
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
@@ -87,6 +88,8 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
+	probe := fsprobe.New(cfg.PreflightTimeoutDuration()) // one for the run: a mount that did not answer is not asked again
+	warns = append(config.UnknownNames(e, overlay.EnvNamesAnswering(cfg.PayloadRoot, probe.AllAnswer)), warns...)
 	if o.Doctor || o.Check != "" || o.Install != "" {
 		// The modes that run no worker log plainly to stderr.
 		for _, w := range warns {
@@ -99,7 +102,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case o.Doctor:
-		return runDoctor(cfg, o, e, stdout, stderr)
+		return runDoctor(cfg, o, e, probe, stdout, stderr)
 	case o.Install != "":
 		return runInstall(cfg, o.Install, o.Quiet, stderr)
 	case o.Check != "":
@@ -109,7 +112,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	// --install, --check and --doctor may read files of any size.
 	restore := collectLater()
 	defer restore()
-	p := newPass(o, e, cfg, warns, err, stdout, stderr)
+	p := newPass(o, e, cfg, warns, err, probe, stdout, stderr)
 	p.restoreGC = restore
 	return p.run()
 }

@@ -53,10 +53,9 @@ type pass struct {
 	restoreGC func() // the collector back as the process started, before the init stays on (collectLater)
 }
 
-func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, stdout, stderr io.Writer) *pass {
+func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []string, cfgErr error, probe *fsprobe.Prober, stdout, stderr io.Writer) *pass {
 	p := &pass{opt: o, stdout: stdout, stderr: stderr, dry: o.Explain, env0: env, env: env.Clone(), cfg: cfg, cfgErr: cfgErr,
-		args: workerargs.Parse(o.Command), probe: fsprobe.New(cfg.PreflightTimeoutDuration())}
-	p.rec = &logging.Recorder{}
+		args: workerargs.Parse(o.Command), probe: probe, rec: &logging.Recorder{}}
 	logTo := stderr
 	if p.dry && !o.Verbose {
 		logTo = io.Discard // the plan lists every warning; the log lines would say it twice

@@ -146,3 +146,12 @@ func join(path, key string) string {
 	}
 	return path + "." + key
 }
+
+// RoleOf is the kv_role connector c acts in: its own, or, for a
+// MultiConnector child that has none, the top level's.
+func (k *KVConfig) RoleOf(c Connector) string {
+	if c.Role != "" || c.Path == "" || len(k.Connectors) == 0 || k.Connectors[0].Path != "" {
+		return c.Role
+	}
+	return k.Connectors[0].Role
+}

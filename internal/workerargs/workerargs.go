@@ -86,11 +86,26 @@ type Args struct {
 	BootstrapHost       Flag // SGLang --disaggregation-bootstrap-host
 	DistInitAddr        Flag // SGLang --dist-init-addr, host:port
 
+	// Wrapper is the infera payload's engine wrapper (python3 -m
+	// infera.engine.vllm, infera.engine.sglang), which starts the engine
+	// and registers the worker with the router; false for the engine's own
+	// entry points.
+	Wrapper bool
+	// The wrapper's --discovery-backend (its default is kubernetes) and
+	// --advertise-host (the host it publishes; default: the Pod IP under
+	// Kubernetes discovery, else --host). Unset for other commands.
+	DiscoveryBackend Flag
+	AdvertiseHost    Flag
+
 	// LongBackend is the kvd daemon's --long-backend: tablespace (local
 	// L3, its default), mooncake or lmcache (distributed L4). Empty for
 	// other commands.
 	LongBackend Flag
 }
+
+// DefaultDiscoveryBackend is the wrapper's --discovery-backend when not
+// given (infera/engine/{vllm,sglang}/args.py).
+const DefaultDiscoveryBackend = "kubernetes"
 
 // DefaultLongBackend is the kvd daemon's --long-backend when not given.
 const DefaultLongBackend = "tablespace"
@@ -115,6 +130,8 @@ func Parse(argv []string) Args {
 		"--disaggregation-mode":             &mode,
 		"--disaggregation-transfer-backend": &backend,
 		"--long-backend":                    &longBackend,
+		"--discovery-backend":               &a.DiscoveryBackend,
+		"--advertise-host":                  &a.AdvertiseHost,
 	}
 	scanFlags(argv, flags)
 
@@ -128,6 +145,13 @@ func Parse(argv []string) Args {
 		case mode.Set:
 			a.Engine, a.EngineFrom = SGLang, "--disaggregation-mode"
 		}
+	}
+
+	a.Wrapper = strings.HasSuffix(a.EngineFrom, " -m infera.engine.vllm") || strings.HasSuffix(a.EngineFrom, " -m infera.engine.sglang")
+	if !a.Wrapper {
+		a.DiscoveryBackend, a.AdvertiseHost = Flag{}, Flag{}
+	} else if !a.DiscoveryBackend.Set {
+		a.DiscoveryBackend = Flag{Value: DefaultDiscoveryBackend}
 	}
 
 	// The model: vLLM's serve argument wins over --model, as in vLLM.

@@ -186,3 +186,30 @@ func TestKVConfig(t *testing.T) {
 	assert.Nil(t, Parse([]string{"vllm", "serve", "/m"}).KV)
 	(*KVConfig)(nil).Walk(func(string, string, any) { t.Error("walked a nil config") })
 }
+
+// The infera wrappers' own options: Kubernetes discovery is their default;
+// an engine's own entry point has neither.
+func TestParseWrapper(t *testing.T) {
+	a := Parse([]string{"python3", "-m", "infera.engine.sglang", "--host", "0.0.0.0", "--disaggregation-mode", "prefill"})
+	assert.True(t, a.Wrapper)
+	assert.Equal(t, Flag{Value: "kubernetes"}, a.DiscoveryBackend)
+	assert.False(t, a.AdvertiseHost.Set)
+
+	a = Parse([]string{"python3", "-m", "infera.engine.vllm", "--discovery-backend", "etcd", "--advertise-host", "10.1.2.3"})
+	assert.True(t, a.Wrapper)
+	assert.Equal(t, Flag{Value: "etcd", Set: true}, a.DiscoveryBackend)
+	assert.Equal(t, Flag{Value: "10.1.2.3", Set: true}, a.AdvertiseHost)
+
+	a = Parse([]string{"python3", "-m", "sglang.launch_server", "--advertise-host", "10.1.2.3"})
+	assert.False(t, a.Wrapper)
+	assert.Equal(t, Flag{}, a.AdvertiseHost)
+	assert.Equal(t, Flag{}, a.DiscoveryBackend)
+}
+
+func TestKVRoleOf(t *testing.T) {
+	a := Parse([]string{"vllm", "serve", "/m", "--kv-transfer-config",
+		`{"kv_connector":"MultiConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"connectors":[{"kv_connector":"MooncakeConnector"},{"kv_connector":"X","kv_role":"kv_both"}]}}`})
+	require.Len(t, a.KV.Connectors, 3)
+	assert.Equal(t, "kv_consumer", a.KV.RoleOf(a.KV.Connectors[1]), "a child without a role acts in the top level's")
+	assert.Equal(t, "kv_both", a.KV.RoleOf(a.KV.Connectors[2]))
+}

@@ -17,6 +17,7 @@ package payloadindex
 import (
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -175,11 +176,37 @@ func Build(o Options) (*Result, error) {
 	} else if err := demoTrees(o.Out, o.Src); err != nil {
 		return nil, err
 	}
-	ix, err := overlay.WriteIndex(o.Out)
+	names, err := PythonEnvNames(o.Out)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := overlay.WriteIndexEnv(o.Out, names)
 	if err != nil {
 		return nil, err
 	}
 	return &Result{Dir: o.Out, Index: filepath.Join(o.Out, overlay.IndexName), Entries: len(ix.Entries), Notes: notes}, nil
+}
+
+// PythonEnvNames are the INFERA_* names the Python code of the payload at
+// root reads (string literals in its .py files, in every tree), for the
+// index: a start does not call them typos (overlay.PayloadEnvNames).
+func PythonEnvNames(root string) ([]string, error) {
+	var names []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() || !strings.HasSuffix(p, ".py") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		names = append(names, overlay.PythonEnvNames(src)...)
+		return nil
+	})
+	return names, err
 }
 
 func demoTrees(out, src string) error {

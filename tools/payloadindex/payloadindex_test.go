@@ -266,3 +266,28 @@ func TestBuildReplacesItsOwnOutput(t *testing.T) {
 	require.NoError(t, err)
 	assert.NoFileExists(t, filepath.Join(out, "py312", ".infera-payload-out"))
 }
+
+// The index lists the INFERA_* names the payload's Python code reads, in
+// every tree, so that a start does not call them typos; a start reads
+// them back from the head of the index.
+func TestBuildListsEnvNames(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "infera-exec")
+	require.NoError(t, os.WriteFile(bin, nil, 0o755))
+	py, native := filepath.Join(dir, "py"), filepath.Join(dir, "native")
+	require.NoError(t, os.MkdirAll(filepath.Join(py, "infera", "kvd"), 0o755))
+	require.NoError(t, os.MkdirAll(native, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(py, "infera", "kvd", "server.py"),
+		[]byte("import os\nSOCK = os.environ.get(\"INFERA_KVD_SOCKET\", \"/kvd/kvd.sock\")\nGPUS = os.getenv('INFERA_PREFLIGHT_KV_GPUS')\n# INFERA_NOT_A_LITERAL in a comment\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(native, "hook.py"), []byte("X = \"INFERA_KVD_SOCKET\"\nY = \"INFERA_DRAIN_TIMEOUT\"\n"), 0o644))
+	out := filepath.Join(dir, "payload")
+	_, err := Build(Options{Out: out, Bin: bin, Trees: []string{py + ":py312", native + ":native/rocm7-py312"}})
+	require.NoError(t, err)
+	ix, _, err := overlay.ReadIndex(out)
+	require.NoError(t, err)
+	want := []string{"INFERA_DRAIN_TIMEOUT", "INFERA_KVD_SOCKET", "INFERA_PREFLIGHT_KV_GPUS"}
+	assert.Equal(t, want, ix.EnvNames)
+	names, fromIndex := overlay.PayloadEnvNames(out)
+	assert.True(t, fromIndex)
+	assert.Equal(t, want, names)
+}
