@@ -13,7 +13,7 @@ ARCHIVE   := build/overlay.tar
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 TREES     ?=
 
-.PHONY: all build demo payload overlay-image test bench fuzz vet clean
+.PHONY: all build demo payload overlay-image test test-runtime bench fuzz vet clean
 
 all: build
 
@@ -92,6 +92,17 @@ test: build
 	[ "$$(cat build/test-status)" = 0 ] || st=1; \
 	$(SUMMARY) -state $(SUMSTATE) -final; \
 	exit $$st
+
+# The container recipe (deploy/containers/run.sh) in a real OCI runtime:
+# podman with runc, rootful, daemonless, in a podman storage of the test's
+# own. The overlay image of `make overlay-image` (the demo payload) is
+# loaded with podman load; an engine image with this machine's Debian
+# python3, a fake ROCm 7 and a vLLM install with pending fixes is imported
+# without a registry. Needs root, podman, runc and catatonit; skipped
+# without them, except with CI=true or INFERA_REQUIRE_RUNTIME=1 (.ci/run),
+# where that fails. `make test` skips these.
+test-runtime: overlay-image
+	INFERA_RUNTIME_TESTS=1 INFERA_OVERLAY_ARCHIVE=$(CURDIR)/$(ARCHIVE) $(GO) test -count=1 -timeout 15m -run '^TestRuntime$$' ./deploy/containers
 
 # Start-up cost, side by side in one run (see BenchmarkStart): the worker
 # alone, the floor (a static Go execve), infera-exec restart and first
