@@ -143,6 +143,7 @@ func TestRuntime(t *testing.T) {
 			// whether the imported class has the patched method.
 			env.Setenv("SLEEPER", `import time; print("ready", flush=True); time.sleep(600)`)
 			env.Setenv("CHECK", checkWorker)
+			env.Setenv("RESTARTER", restartWorker)
 			// The recipe's settings for a machine without GPUs, RDMA or
 			// a network the containers need.
 			env.Setenv("NOFILE", strconv.FormatUint(nofile, 10))
@@ -156,6 +157,7 @@ func TestRuntime(t *testing.T) {
 			"waitlog":   waitLog(wrapper),
 			"exits":     exits,
 			"envstdout": envStdout,
+			"fastpath":  fastPath(wrapper),
 		},
 	})
 }
@@ -169,6 +171,77 @@ print("fixed", "conv = cache_or_caches[0]" in src, "anchor", "conv, _ = cache_or
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector import MooncakeConnector
 print("build_prom_metrics", hasattr(MooncakeConnector, "build_prom_metrics"))
 `
+
+// restartWorker runs until stopped, after printing the identity of the
+// container's root mount (device number, and ctime of /) and the engine
+// patches whose results infera-exec took from its record, as the report it
+// wrote before starting the worker says.
+const restartWorker = `import json, os, time
+st = os.stat("/")
+report = json.load(open("/run/infera-exec/report.json"))
+recorded = sorted(r["id"] for r in report["patches"]["results"] if r.get("recorded"))
+print("start mount=%d:%d recorded=%s" % (st.st_dev, st.st_ctime_ns, ",".join(recorded) or "-"), flush=True)
+print("ready", flush=True)
+time.sleep(600)
+`
+
+// fastpath CONTAINER: in the log of a container started by restartWorker
+// (the first start applying the patches), every start from the third on
+// whose root mount is the previous start's used the probe's cache
+// ("location cached") and took every vLLM patch's result from the record;
+// the first two did neither.
+func fastPath(podman string) func(ts *testscript.TestScript, neg bool, args []string) {
+	locRE := regexp.MustCompile(`(?m)^infera-exec: vllm \S+ at \S+( \(location cached\))?$|^start mount=(\S+) recorded=(\S+)$`)
+	return func(ts *testscript.TestScript, neg bool, args []string) {
+		if neg || len(args) != 1 {
+			ts.Fatalf("usage: fastpath CONTAINER")
+		}
+		out, err := exec.Command(podman, "logs", args[0]).CombinedOutput()
+		ts.Check(err)
+		type start struct {
+			cached bool
+			mount  string
+			recs   []string
+		}
+		var starts []start
+		for _, m := range locRE.FindAllStringSubmatch(string(out), -1) {
+			if m[3] == "" {
+				starts = append(starts, start{cached: m[1] != ""})
+				continue
+			}
+			if len(starts) == 0 || starts[len(starts)-1].mount != "" {
+				ts.Fatalf("a start line without its infera-exec line before it")
+			}
+			starts[len(starts)-1].mount, starts[len(starts)-1].recs = m[2], strings.Split(m[3], ",")
+		}
+		kept := 0
+		for i, s := range starts {
+			vllm := 0
+			for _, r := range s.recs {
+				if strings.HasPrefix(r, "vllm-") {
+					vllm++
+				}
+			}
+			same := i > 0 && s.mount == starts[i-1].mount
+			ts.Logf("start %d: mount %s (%s), location cached %t, %d vLLM patch results from the record", i+1, s.mount,
+				map[bool]string{true: "kept", false: "new"}[same], s.cached, vllm)
+			switch {
+			case i < 2 && (s.cached || vllm > 0):
+				ts.Fatalf("start %d took a cached answer before the files it wrote were confirmed", i+1)
+			case i >= 2 && same && (!s.cached || vllm != 4):
+				ts.Fatalf("start %d, on the mount the previous start had, missed the fast path", i+1)
+			case i >= 2 && same:
+				kept++
+			}
+		}
+		if len(starts) < 3 {
+			ts.Fatalf("%d starts in the log, want 3 or more", len(starts))
+		}
+		if kept == 0 {
+			ts.Logf("podman mounted the storage anew at every start: the fast path was not exercised")
+		}
+	}
+}
 
 // waitlog CONTAINER REGEXP [N]: wait (up to a minute) until N lines
 // (default 1) of the container's log, stdout and stderr, match.
@@ -278,7 +351,7 @@ func lastLines(s string, n int) string {
 // libraries they load, a fake ROCm 7 at /opt/rocm (a real ELF
 // libamdhip64.so.7, as `make demo` has), and a vLLM install whose fixes
 // are pending in dist (Debian's /usr/local/lib/python3.N/dist-packages, the
-// vendor images' layout). Like vendor images it has an ENTRYPOINT of its
+// vendor images' layout), compiled. Like vendor images it has an ENTRYPOINT of its
 // own (one that refuses), which the recipe must replace, and a WORKDIR
 // that is not /.
 func buildEngineImage(podman, name, work, python string, minor int, dist string) error {
@@ -317,7 +390,16 @@ func buildEngineImage(podman, name, work, python string, minor int, dist string)
 	if err := r.hostTree(rocm, "/opt/rocm", nil); err != nil {
 		return err
 	}
-	if err := r.hostTree(filepath.Join("..", "..", "patches", "testdata", "trees", "vllm-pending", "site-packages"), dist, nil); err != nil {
+	// Compiled, as pip compiles what it installs: a worker importing the
+	// engine writes no new __pycache__ directory into its packages.
+	site := filepath.Join(work, "site-packages")
+	if err := fixture.CopyTree(filepath.Join("..", "..", "patches", "testdata", "trees", "vllm-pending", "site-packages"), site); err != nil {
+		return err
+	}
+	if out, err := exec.Command(python, "-m", "compileall", "-q", "-d", dist, site).CombinedOutput(); err != nil {
+		return fmt.Errorf("compileall: %v: %s", err, out)
+	}
+	if err := r.hostTree(site, dist, nil); err != nil {
 		return err
 	}
 	r.data("/etc/passwd", 0o644, "root:x:0:0:root:/root:/usr/sbin/nologin\n")
@@ -389,6 +471,8 @@ type rootTar struct {
 	entries map[string]*entry
 }
 
+// An entry's time is its file's, in whole seconds (as a pyc records its
+// source's; the tar writer would round it to the nearest second).
 type entry struct {
 	hdr  tar.Header
 	from string // host file with the content
@@ -441,7 +525,7 @@ func (r *rootTar) hostFile(p string) error {
 			return err
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
-			r.add(p, &entry{hdr: tar.Header{Typeflag: tar.TypeReg, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime()}, from: p})
+			r.add(p, &entry{hdr: tar.Header{Typeflag: tar.TypeReg, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime().Truncate(time.Second)}, from: p})
 			return nil
 		}
 		target, err := os.Readlink(p)
@@ -487,7 +571,7 @@ func (r *rootTar) hostTree(src, dest string, skip func(rel string) bool) error {
 			}
 			r.symlink(name, target)
 		case fi.Mode().IsRegular():
-			r.add(name, &entry{hdr: tar.Header{Typeflag: tar.TypeReg, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime()}, from: p})
+			r.add(name, &entry{hdr: tar.Header{Typeflag: tar.TypeReg, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime().Truncate(time.Second)}, from: p})
 		}
 		return nil
 	})
