@@ -98,9 +98,10 @@ test: build
 # own. The overlay image of `make overlay-image` (the demo payload) is
 # loaded with podman load; an engine image with this machine's Debian
 # python3, a fake ROCm 7 and a vLLM install with pending fixes is imported
-# without a registry. Needs root, podman, runc and catatonit; skipped
-# without them, except with CI=true or INFERA_REQUIRE_RUNTIME=1 (.ci/run),
-# where that fails. `make test` skips these.
+# without a registry. Needs root, podman and runc (and catatonit for
+# podman --init); skipped without them, except with CI=true or
+# INFERA_REQUIRE_RUNTIME=1 (.ci/run), where that fails. `make test` skips
+# these; docs/containers.md says what each story checks.
 test-runtime: overlay-image
 	INFERA_RUNTIME_TESTS=1 INFERA_OVERLAY_ARCHIVE=$(CURDIR)/$(ARCHIVE) $(GO) test -count=1 -timeout 15m -run '^TestRuntime$$' ./deploy/containers
 

@@ -92,15 +92,15 @@ func TestRuntime(t *testing.T) {
 		out, err := exec.Command(wrapper, args...).CombinedOutput()
 		return string(out), err
 	}
-	t.Cleanup(func() { removeAll(t, pod) })
 	if out, err := pod("info"); err != nil {
 		requireOrSkip("podman cannot run here: podman info: %v: %s", err, lastLines(out, 5))
 	}
+	t.Cleanup(func() { removeAll(t, pod) })
 
 	// The limits the containers get, explicit: podman's defaults for root
-	// (nofile 1048576, nproc 4194304) are above what runc may set where
-	// root lacks CAP_SYS_RESOURCE, and podman starts runc with a hard
-	// nproc of its own (32768 seen with podman 4.3), not the host's.
+	// (nofile 1048576, and nproc 32768 with podman 4.3) can be above what
+	// runc may set where root lacks CAP_SYS_RESOURCE, and podman 4.3 runs
+	// runc with a hard nproc of 32768, whatever the host's.
 	nofile := min(hardLimit(syscall.RLIMIT_NOFILE), 65536)
 	nproc := min(hardLimit(6 /* RLIMIT_NPROC */), 16384)
 
