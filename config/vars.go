@@ -269,6 +269,9 @@ var Foreign = map[string]string{
 	"INFERA_EXEC_STAGED":      "tests: the staged copy stories link",
 	"INFERA_REQUIRE_SANDBOX":  "tests: fail instead of skipping container tests",
 	"INFERA_REQUIRE_FIXTURES": "tests: fail instead of skipping fixture tests",
+	"INFERA_RUNTIME_TESTS":    "tests: run the container runtime tests (make test-runtime)",
+	"INFERA_REQUIRE_RUNTIME":  "tests: fail instead of skipping the container runtime tests",
+	"INFERA_OVERLAY_ARCHIVE":  "tests: the overlay image the container runtime tests load",
 }
 
 // known reports whether infera-exec or someone it knows reads name.

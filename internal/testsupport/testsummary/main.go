@@ -177,6 +177,7 @@ var enabling = []struct{ words, command string }{
 	{"needs root", "run the tests as root"},
 	{"cc not found", "apt-get install gcc libc6-dev"},
 	{"make build", "make test (it builds bin/infera-exec and sets INFERA_EXEC_BIN)"},
+	{"make test-runtime", "make test-runtime (as root, with podman, runc and catatonit; bash .ci/run installs them)"},
 }
 
 func enableCommand(reason string) string {
