@@ -75,6 +75,7 @@ type Result struct {
 	From       map[string][]string // import name -> the builder's directories taken (a namespace package's portions)
 	Files      map[string]int      // import name -> files copied
 	Also       map[string][]string // import name -> other copies in the builder that differ from the one taken
+	LocateNote string              // whether the builder's interpreter confirmed where the packages are
 	Copied     []Lib               // libraries copied into lib/
 	Provided   []Lib               // libraries the base provides, not copied
 	Links      []string            // soname links made in lib/ ("libx.so.1 -> libx.so.1.2.3")
@@ -126,11 +127,19 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The builder's own interpreter, asked in the sandbox, must agree with
+	// the offline lookup; where it cannot be asked, the offline lookup
+	// (CPython's and Debian's order, tested against the real interpreter)
+	// stands and the account says so.
+	locateNote, err := askBuilder(o, loc)
+	if err != nil {
+		return nil, err
+	}
 	if err := outdir.Replace(out, inputs, o.Force); err != nil {
 		return nil, err
 	}
 	r := &Result{Tree: o.Out, Packages: map[string][]string{}, From: map[string][]string{}, Files: map[string]int{}, Also: map[string][]string{},
-		Granted: map[string][]string{}, Refused: map[string][]string{}}
+		Granted: map[string][]string{}, Refused: map[string][]string{}, LocateNote: locateNote}
 
 	// 1. The packages, with their distributions' metadata and files.
 	builder := elfload.NewLoader(o.Root, nil)
@@ -266,6 +275,55 @@ func Run(o Options) (*Result, error) {
 		}
 	}
 	return r, writeTreeFile(o, r)
+}
+
+// askBuilder asks the builder's interpreter where it imports each package
+// from and compares with the offline lookup: a difference is an error
+// naming both. The note says what was confirmed, or why it was not asked.
+func askBuilder(o Options, loc *patches.Location) (string, error) {
+	if o.NoImport {
+		return "located offline (-no-import: the builder's interpreter was not asked)", nil
+	}
+	py, specs, err := Specs(o.Root, "", o.Packages)
+	if err != nil {
+		return "located offline; the builder's interpreter could not be asked: " + err.Error(), nil
+	}
+	inside := func(dirs []string) []string {
+		out := make([]string, 0, len(dirs))
+		for _, d := range dirs {
+			rel, err := filepath.Rel(o.Root, d)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				out = append(out, d)
+				continue
+			}
+			out = append(out, "/"+filepath.ToSlash(rel))
+		}
+		return out
+	}
+	for _, name := range o.Packages {
+		sp, pkg := specs[name], loc.Packages[name]
+		offline := inside(pkg.Dirs)
+		switch {
+		case sp.Err != "":
+			return "", fmt.Errorf("package %s: the builder's %s cannot locate it: %s", name, py, sp.Err)
+		case !sp.Found && !pkg.Found:
+			continue // reported as not found below
+		case sp.Found != pkg.Found || !slices.Equal(sp.Locations, offline):
+			where := "nowhere"
+			if sp.Found {
+				where = strings.Join(sp.Locations, ", ")
+				if len(sp.Locations) == 0 {
+					where = sp.Origin + " (a module, not a package)"
+				}
+			}
+			found := "nothing"
+			if pkg.Found {
+				found = strings.Join(offline, ", ")
+			}
+			return "", fmt.Errorf("package %s: the builder's %s imports it from %s, the offline search found %s; the harvest takes what the interpreter imports and cannot tell here", name, py, where, found)
+		}
+	}
+	return "located by the builder's " + py + " (find_spec), as the offline search found", nil
 }
 
 // capabilityMap reads NAME=PACKAGE[,PACKAGE] flags; none: one capability
@@ -567,6 +625,9 @@ func or(s, def string) string {
 // base provides, the proof, and each capability's verdict.
 func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "tree %s: python %s, rocm %s\n", r.Tree, r.Python, r.ROCm)
+	if r.LocateNote != "" {
+		fmt.Fprintf(w, "  packages %s\n", r.LocateNote)
+	}
 	for _, p := range sortedKeys(r.From) {
 		fmt.Fprintf(w, "  package %s: %d files from %s, %d extension modules\n", p, r.Files[p], strings.Join(r.From[p], ", "), len(r.Packages[p]))
 		for _, a := range r.Also[p] {

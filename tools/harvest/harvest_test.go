@@ -25,7 +25,11 @@ import (
 
 func TestMain(m *testing.M) {
 	harvest.SandboxChild() // the import check re-executes this binary
-	os.Exit(m.Run())
+	code := m.Run()
+	if rootsDir != "" {
+		os.RemoveAll(rootsDir)
+	}
+	os.Exit(code)
 }
 
 // debDir is where .ci/run downloads the packages of testdata/debs.txt.
@@ -39,6 +43,7 @@ func debDir() string {
 var (
 	rootsOnce             sync.Once
 	builderRoot, baseRoot string
+	rootsDir              string // removed when the tests end
 	rootsErr              string
 )
 
@@ -54,6 +59,7 @@ func roots(t *testing.T) (builder, base string) {
 			rootsErr = err.Error()
 			return
 		}
+		rootsDir = dir
 		builderRoot, baseRoot = filepath.Join(dir, "builder"), filepath.Join(dir, "base")
 		f, err := os.Open("testdata/debs.txt")
 		if err != nil {
@@ -175,6 +181,34 @@ func TestHarvestTakesTheCopyTheBuildersPythonImports(t *testing.T) {
 	require.False(t, r.Failed(), text.String())
 	require.Contains(t, r.Granted, "numpy")
 	require.NotContains(t, r.Imports.Failed, "numpy")
+}
+
+// The builder's interpreter is asked where it imports each package from
+// (find_spec in the sandbox) and must agree with the offline search: here
+// Debian's sitecustomize (/etc/python3.11/sitecustomize.py, linked from
+// the standard library) puts another lxml first, which no site directory shows,
+// and the harvest refuses rather than take a copy the builder does not
+// import.
+func TestHarvestRefusesWhenTheBuildersInterpreterDisagrees(t *testing.T) {
+	builder, base := roots(t)
+	custom := filepath.Join(builder, "etc/python3.11/sitecustomize.py")
+	alt := filepath.Join(builder, "opt/alt/lxml/__init__.py")
+	require.NoError(t, os.MkdirAll(filepath.Dir(alt), 0o755))
+	require.NoError(t, os.WriteFile(alt, nil, 0o644))
+	require.NoError(t, os.WriteFile(custom, []byte("import sys\nsys.path.insert(0, '/opt/alt')\n"), 0o644))
+	t.Cleanup(func() { os.Remove(custom); os.RemoveAll(filepath.Join(builder, "opt/alt")) })
+
+	out := filepath.Join(t.TempDir(), "tree")
+	_, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"lxml"}, Out: out, ROCm: 7})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "package lxml: the builder's /usr/bin/python3 imports it from /opt/alt/lxml, the offline search found /usr/lib/python3/dist-packages/lxml")
+	require.NoDirExists(t, out)
+
+	// Without the sitecustomize they agree, and the account says so.
+	os.Remove(custom)
+	r, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"lxml"}, Out: out, ROCm: 7})
+	require.NoError(t, err)
+	require.Equal(t, "located by the builder's /usr/bin/python3 (find_spec), as the offline search found", r.LocateNote)
 }
 
 // The import check imports each package itself: one that imports as a

@@ -211,7 +211,7 @@ func runPython(base, tree, py string, args []string) (mp string, out, errb *byte
 			break
 		}
 	}
-	if mp == "" {
+	if mp == "" && tree != "" {
 		return "", nil, nil, nil, fmt.Errorf("the base %s has none of %s to mount the tree on", base, strings.Join(mountPoints, ", "))
 	}
 	self, err := os.Executable()
@@ -259,6 +259,74 @@ func SysPath(root, python string) ([]string, error) {
 		return nil, fmt.Errorf("%s in %s: %v: %s", py, root, exit, lastLine(errb.String()))
 	}
 	return strings.Fields(out.String()), nil
+}
+
+// specScript prints, for each top-level name on argv, where the import
+// system would take it from, without importing it: "spec NAME<TAB>ORIGIN
+// <TAB>LOCATION<US>LOCATION..." (ORIGIN "-" for a namespace package),
+// "none NAME", or "fail NAME: ERROR".
+const specScript = `import importlib.util, sys
+for name in sys.argv[1:]:
+    try:
+        s = importlib.util.find_spec(name)
+    except BaseException as e:
+        print("fail %s: %s: %s" % (name, type(e).__name__, str(e).replace("\n", " ")))
+        continue
+    if s is None:
+        print("none", name)
+        continue
+    origin = s.origin if s.has_location else None
+    print("spec %s\t%s\t%s" % (name, origin or "-", "\x1f".join(s.submodule_search_locations or [])))
+`
+
+// Spec is where an interpreter takes a top-level name from.
+type Spec struct {
+	Found     bool
+	Origin    string   // the module or __init__ file; "" for a namespace package
+	Locations []string // a package's directories
+	Err       string   // find_spec failed
+}
+
+// Specs asks the interpreter python of root ("" = the first of
+// Interpreters), run with root as "/" in the sandbox, where it would
+// import each name from; paths are inside root.
+func Specs(root, python string, names []string) (py string, specs map[string]Spec, err error) {
+	if py, err = interpreter(root, python); err != nil {
+		return "", nil, err
+	}
+	_, out, errb, exit, err := runPython(root, "", py, append([]string{"-c", specScript}, names...))
+	if err != nil {
+		return py, nil, err
+	}
+	specs = map[string]Spec{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "spec "):
+			f := strings.Split(strings.TrimPrefix(line, "spec "), "\t")
+			if len(f) != 3 {
+				continue
+			}
+			sp := Spec{Found: true, Origin: f[1]}
+			if sp.Origin == "-" {
+				sp.Origin = ""
+			}
+			if f[2] != "" {
+				sp.Locations = strings.Split(f[2], "\x1f")
+			}
+			specs[f[0]] = sp
+		case strings.HasPrefix(line, "none "):
+			specs[strings.TrimPrefix(line, "none ")] = Spec{}
+		case strings.HasPrefix(line, "fail "):
+			name, msg, _ := strings.Cut(strings.TrimPrefix(line, "fail "), ": ")
+			specs[name] = Spec{Err: msg}
+		}
+	}
+	for _, n := range names {
+		if _, ok := specs[n]; !ok {
+			return py, nil, fmt.Errorf("%s in %s gave no answer for %s (exit %v): %s", py, root, n, exit, lastLine(errb.String()))
+		}
+	}
+	return py, specs, nil
 }
 
 func runImports(base, tree, py string, mods, pkgs []string) (map[string]string, map[string]imported, error) {
