@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/infera/infera-exec/internal/boundedread"
 )
@@ -184,7 +185,11 @@ func PthLines(file string) []string {
 	return out
 }
 
-var pyDirRE = regexp.MustCompile(`^python(3\.\d+)$`)
+// Compiled on first use: every start imports this package, few use it.
+var (
+	pyDirRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^python(3\.\d+)$`) })
+	pyExeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`python(3\.\d+)$`) })
+)
 
 // prefixGlobs are where installations live, in the order they are
 // preferred: venvs and conda environments under /opt (an image that has
@@ -224,7 +229,7 @@ func atPrefix(root, prefix string) []Interpreter {
 	for _, l := range []string{"lib64", "lib"} {
 		entries, _ := os.ReadDir(filepath.Join(root, prefix, l))
 		for _, e := range entries {
-			if m := pyDirRE.FindStringSubmatch(e.Name()); m != nil && isDir(filepath.Join(root, prefix, l, e.Name())) {
+			if m := pyDirRE().FindStringSubmatch(e.Name()); m != nil && isDir(filepath.Join(root, prefix, l, e.Name())) {
 				if l == "lib64" && !isFile(filepath.Join(root, prefix, l, e.Name(), "os.py")) {
 					continue
 				}
@@ -238,7 +243,7 @@ func atPrefix(root, prefix string) []Interpreter {
 		// Debian's /usr Python also owns /usr/local/lib/python3.X/dist-packages.
 		entries, _ := os.ReadDir(filepath.Join(root, "usr/local/lib"))
 		for _, e := range entries {
-			if m := pyDirRE.FindStringSubmatch(e.Name()); m != nil && isDir(filepath.Join(root, "usr/local/lib", e.Name(), "dist-packages")) && !ownInstallation(root, "/usr/local", m[1], "lib") {
+			if m := pyDirRE().FindStringSubmatch(e.Name()); m != nil && isDir(filepath.Join(root, "usr/local/lib", e.Name(), "dist-packages")) && !ownInstallation(root, "/usr/local", m[1], "lib") {
 				if _, ok := versions[m[1]]; !ok {
 					versions[m[1]] = "lib"
 				}
@@ -316,7 +321,7 @@ func defaultVersion(root, prefix string) string {
 		}
 		p = t
 	}
-	if m := regexp.MustCompile(`python(3\.\d+)$`).FindStringSubmatch(p); m != nil {
+	if m := pyExeRE().FindStringSubmatch(p); m != nil {
 		return m[1]
 	}
 	return ""
