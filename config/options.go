@@ -40,7 +40,7 @@ var options = []option{
 	{[]string{"json"}, "", "with --explain, --doctor or --check: print the result as JSON", func(o *Options) any { return &o.JSON }},
 	{[]string{"doctor"}, "", "run only the preflight checks on the command that follows; exit 0, 1 (warnings) or 78 (errors)", func(o *Options) any { return &o.Doctor }},
 	{[]string{"install"}, "DEST", "copy the payload this binary belongs to into DEST (an emptyDir), checked against payload.index.json; no command", func(o *Options) any { return &o.Install }},
-	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing; exit 65 if a patch drifted", func(o *Options) any { return &o.Check }},
+	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing, and the payload's trees against it; exit 65 if a patch drifted, 69 if a payload file does not load there or shadows the image's", func(o *Options) any { return &o.Check }},
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding signals, reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group", func(o *Options) any { return &o.InitGroup }},
 	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},

@@ -6,9 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+
+	goversion "github.com/hashicorp/go-version"
 
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/internal/distinfo"
@@ -132,12 +135,16 @@ func (s *Selection) loadInput(img Image) *capability.LoadInput {
 // trees against an image: version shadows of every python tree, and the
 // load check of every native tree.
 type Audit struct {
-	Payload   string                    `json:"payload"`
-	Image     string                    `json:"image"`
-	Shadows   []Shadow                  `json:"shadows,omitempty"`
-	Loads     []*capability.LoadVerdict `json:"loads,omitempty"`
-	Withdrawn map[string][]string       `json:"withdrawn,omitempty"` // tree -> capability: reason
-	Note      string                    `json:"note,omitempty"`
+	Payload string                    `json:"payload"`
+	Image   string                    `json:"image"`
+	Shadows []Shadow                  `json:"shadows,omitempty"`
+	Loads   []*capability.LoadVerdict `json:"loads,omitempty"`
+	// The compiled extensions of python trees (pip install --target pulls
+	// wheels with them), each against the image with the library
+	// directories of the native trees for the same CPython.
+	PythonLoads []*capability.LoadVerdict `json:"python_loads,omitempty"`
+	Withdrawn   map[string][]string       `json:"withdrawn,omitempty"` // tree -> capability: reason
+	Note        string                    `json:"note,omitempty"`
 }
 
 var pyNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^py3(\d+)$`) })
@@ -181,6 +188,10 @@ func AuditPayload(root string, img Image) (*Audit, error) {
 	for _, d := range dirs {
 		a.Shadows = append(a.Shadows, Shadows([]string{d}, img.Root, pyTrees[d])...)
 	}
+	for _, d := range dirs {
+		libPath := append(nativeLibsFor(p, natives, pyTrees[d]), img.LibraryPath...)
+		a.PythonLoads = append(a.PythonLoads, capability.CheckLoads(capability.LoadInput{Dir: d, ImageRoot: img.Root, LibraryPath: libPath}))
+	}
 	for i := range natives {
 		t := natives[i]
 		s := &Selection{Native: &t}
@@ -203,17 +214,77 @@ func AuditPayload(root string, img Image) (*Audit, error) {
 	return a, nil
 }
 
+// nativeLibsFor are the library directories of the native trees for
+// CPython py ("3.12"): a manifest tree whose python constraint admits it,
+// an implied tree named "...-py3XX".
+func nativeLibsFor(p *Payload, natives []NativeTree, py string) []string {
+	var out []string
+	for _, t := range natives {
+		if t.spec != nil {
+			if v, err := goversion.NewVersion(py); err == nil && t.spec.pyConstraint.Check(v) {
+				_, lib, _ := t.spec.searchDirs(p.Root)
+				out = append(out, lib...)
+			}
+			continue
+		}
+		if strings.HasSuffix(t.Name, "-py"+strings.ReplaceAll(py, ".", "")) {
+			if d := filepath.Join(t.Dir, "lib"); isDir(d) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
 // Problems says whether the audit found anything to warn about.
 func (a *Audit) Problems() bool {
 	if len(a.Shadows) > 0 || len(a.Withdrawn) > 0 {
 		return true
 	}
-	for _, v := range a.Loads {
+	for _, v := range append(slices.Clone(a.Loads), a.PythonLoads...) {
 		if !v.OK() {
 			return true
 		}
 	}
 	return false
+}
+
+// Unfit is the refusal of --check ROOT when the payload does not fit the
+// image: a file of a tree that does not load against it (a native
+// tree's, or a compiled extension of a python tree), a capability
+// withdrawn for it, or a distribution that shadows the image's at
+// another version. --check exits 69 for it (65, a drifted patch, first).
+type Unfit struct{ Audit *Audit }
+
+func (e *Unfit) Error() string {
+	var what []string
+	if n := len(e.Audit.Shadows); n > 0 {
+		what = append(what, fmt.Sprintf("%d distributions shadow the image's", n))
+	}
+	bad := 0
+	for _, v := range append(slices.Clone(e.Audit.Loads), e.Audit.PythonLoads...) {
+		if !v.OK() {
+			bad++
+		}
+	}
+	if bad > 0 {
+		what = append(what, fmt.Sprintf("%d trees hold files that do not load against it", bad))
+	}
+	if n := len(e.Audit.Withdrawn); n > 0 {
+		what = append(what, fmt.Sprintf("%d trees have capabilities not granted", n))
+	}
+	return fmt.Sprintf("the payload %s does not fit the image %s: %s", e.Audit.Payload, e.Audit.Image, strings.Join(what, "; "))
+}
+
+// ExitCode is EX_UNAVAILABLE, as a start that requires the capability.
+func (e *Unfit) ExitCode() int { return 69 }
+
+// Failure is the audit's refusal, nil when it found nothing.
+func (a *Audit) Failure() error {
+	if a == nil || !a.Problems() {
+		return nil
+	}
+	return &Unfit{Audit: a}
 }
 
 // TextLines is the audit for a terminal, readable in 80 columns: trees
@@ -241,6 +312,25 @@ func (a *Audit) TextLines() []string {
 			out = append(out, fmt.Sprintf("ok    native tree %s: all %d ELF files load against %s", rel(v.Tree), v.Checked, v.Root))
 		default:
 			out = append(out, fmt.Sprintf("WARN  native tree %s: %d of %d ELF files do not load against %s", rel(v.Tree), len(v.Failed), v.Checked, v.Root))
+			files := make([]string, 0, len(v.Failed))
+			for f := range v.Failed {
+				files = append(files, f)
+			}
+			sort.Strings(files)
+			for _, f := range files {
+				out = append(out, fmt.Sprintf("        %s: %s", f, strings.Join(v.Failed[f], "; ")))
+			}
+		}
+	}
+	for _, v := range a.PythonLoads {
+		switch {
+		case v.Error != "":
+			out = append(out, fmt.Sprintf("WARN  python tree %s: load check failed: %s", rel(v.Tree), v.Error))
+		case v.Checked == 0:
+		case len(v.Failed) == 0:
+			out = append(out, fmt.Sprintf("ok    python tree %s: all %d compiled extensions and libraries load against %s", rel(v.Tree), v.Checked, v.Root))
+		default:
+			out = append(out, fmt.Sprintf("WARN  python tree %s: %d of %d ELF files do not load against %s", rel(v.Tree), len(v.Failed), v.Checked, v.Root))
 			files := make([]string, 0, len(v.Failed))
 			for f := range v.Failed {
 				files = append(files, f)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 )
 
 // CheckReport is --check ROOT: every definition evaluated against an
@@ -60,6 +61,9 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 		pkg := rep.Location.Packages[n]
 		if pkg.Found {
 			fmt.Fprintf(w, "\n%s %s at %s\n", n, orUnknown(pkg.Version), pkg.Dir)
+			if len(pkg.Others) > 0 {
+				fmt.Fprintf(w, "  (also present, not imported: %s)\n", strings.Join(pkg.Others, ", "))
+			}
 		} else {
 			fmt.Fprintf(w, "\n%s: %s\n", n, pkg.Why)
 		}

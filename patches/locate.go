@@ -29,6 +29,10 @@ type Package struct {
 	Version     string   `json:"version,omitempty"` // from *.dist-info/METADATA
 	VersionFrom string   `json:"version_from,omitempty"`
 	Why         string   `json:"why,omitempty"` // when not found
+	// Offline lookups only: whether the name is a namespace package, and
+	// the other copies of it on the path, which are not imported.
+	Namespace bool     `json:"namespace,omitempty"`
+	Others    []string `json:"others,omitempty"`
 }
 
 // Location is the answer of one interpreter run (or its cached copy).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/distinfo"
+	"github.com/infera/infera-exec/internal/sitepath"
 )
 
 var (
@@ -19,12 +20,16 @@ var (
 )
 
 // LocateOffline finds packages in an unpacked image root filesystem, or
-// in a site-packages directory, without running Python: plain package
-// directories, PEP 660 editable finders (MAPPING in
-// __editable___*_finder.py), path entries of .pth files and legacy
-// .egg-link files. Paths recorded inside the image are taken relative to
-// root. Where several site directories hold a package, the first in
-// distinfo.SiteGlobs order wins and the others are named in Why.
+// in a site-packages directory, without running Python, as the image's
+// interpreters would import them: their sys.path in the order CPython's
+// and Debian's site.py build it (package sitepath), with the directories
+// .pth files add, each name resolved by the import system's rules (the
+// first regular package or module wins; directories without __init__ are
+// a namespace package only when no entry has one), then PEP 660
+// editable finders (MAPPING in __editable___*_finder.py, consulted after
+// sys.path) and legacy .egg-link files. Paths recorded inside the image
+// are taken relative to root. Other copies of a name on the path are
+// named in Why.
 func LocateOffline(root string, names []string) (*Location, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
@@ -34,44 +39,71 @@ func LocateOffline(root string, names []string) (*Location, error) {
 		return nil, fmt.Errorf("check root %s is not a directory", root)
 	}
 	// A site-packages directory is read as it is, its recorded paths as
-	// they are; an image root has its site directories searched, and the
-	// paths recorded inside it are taken relative to it.
-	sites, prefix := []string{root}, ""
-	if !isSiteDir(root, names) {
-		sites, prefix = distinfo.SiteDirs(root), root
+	// they are; an image root has its interpreters' paths searched, and
+	// the paths recorded inside it are taken relative to it.
+	var sites, entries []string
+	prefix := ""
+	if isSiteDir(root, names) {
+		sites, entries = []string{root}, []string{root}
+		for _, e := range sitepath.PthEntries("/", root) {
+			if !slices.Contains(entries, e) {
+				entries = append(entries, e)
+			}
+		}
+	} else {
+		sites, entries, prefix = distinfo.SiteDirs(root), sitepath.SearchPath(root), root
 	}
-	loc := &Location{Interpreter: "(none: offline check of " + root + ")", SysPath: sites, Packages: map[string]Package{}}
+	loc := &Location{Interpreter: "(none: offline check of " + root + ")", SysPath: entries, Packages: map[string]Package{}}
 	for _, n := range names {
 		p := Package{Name: n}
-		var found []string
-		for _, site := range sites {
-			for _, dir := range candidates(prefix, site, n) {
-				if isDir(dir) && !slices.Contains(found, dir) {
-					found = append(found, dir)
+		f := sitepath.Resolve(entries, n, "")
+		if f.Kind == sitepath.NotFound {
+			// Consulted after sys.path: editable finders, then the
+			// directories of legacy develop installs.
+			for _, site := range sites {
+				for _, dir := range fallbacks(prefix, site, n) {
+					if isDir(dir) {
+						if f.Kind == sitepath.NotFound {
+							f = sitepath.Found{Kind: sitepath.Regular, Path: dir}
+						} else if dir != f.Path && !slices.Contains(f.Others, dir) {
+							f.Others = append(f.Others, dir)
+						}
+					}
 				}
 			}
 		}
-		if len(found) == 0 {
-			p.Why = fmt.Sprintf("%s not found in %s", n, strings.Join(sites, ", "))
+		switch f.Kind {
+		case sitepath.NotFound:
+			p.Why = fmt.Sprintf("%s not found in %s", n, strings.Join(entries, ", "))
 			if len(sites) == 0 {
 				p.Why = fmt.Sprintf("no site-packages or dist-packages directory under %s", root)
 			}
-		} else {
-			p.Found, p.Dir, p.Dirs = true, found[0], found[:1]
-			if len(found) > 1 {
-				p.Why = "also present: " + strings.Join(found[1:], ", ")
+		case sitepath.Module:
+			p.Why = fmt.Sprintf("%s is the module %s, not a package", n, f.Path)
+		case sitepath.Namespace:
+			p.Found, p.Dir, p.Dirs, p.Namespace = true, f.Path, f.Portions, true
+		default:
+			p.Found, p.Dir, p.Dirs = true, f.Path, []string{f.Path}
+		}
+		p.Others = f.Others
+		if len(f.Others) > 0 {
+			also := "also present, not imported: " + strings.Join(f.Others, ", ")
+			if p.Why != "" {
+				also = p.Why + "; " + also
 			}
+			p.Why = also
 		}
 		loc.Packages[n] = p
 	}
 	return loc, nil
 }
 
-// candidates are the directories that may hold package name for one site
-// directory, in the order Python would consult them. Absolute paths
-// recorded in the site directory are taken relative to prefix.
-func candidates(prefix, site, name string) []string {
-	out := []string{filepath.Join(site, name)}
+// fallbacks are the directories that may hold package name after
+// sys.path, for one site directory: PEP 660 editable finders' MAPPING,
+// and the path of legacy .egg-link files. Absolute paths recorded in the
+// site directory are taken relative to prefix.
+func fallbacks(prefix, site, name string) []string {
+	var out []string
 	entries, err := os.ReadDir(site)
 	if err != nil {
 		return out
@@ -98,31 +130,12 @@ func candidates(prefix, site, name string) []string {
 					}
 				}
 			}
-		case strings.HasSuffix(fn, ".pth"), strings.HasSuffix(fn, ".egg-link"):
-			for _, line := range pathLines(full) {
-				out = append(out, filepath.Join(inImage(line), name))
+		case strings.HasSuffix(fn, ".egg-link"):
+			// An .egg-link's first line is the path; the second is
+			// relative to it.
+			if lines := sitepath.PthLines(full); len(lines) > 0 {
+				out = append(out, filepath.Join(inImage(strings.TrimSpace(lines[0])), name))
 			}
-		}
-	}
-	return out
-}
-
-// pathLines are the directory entries of a .pth or .egg-link file: lines
-// that are neither comments nor "import" statements.
-func pathLines(file string) []string {
-	data, err := boundedread.File(file, boundedread.SmallText)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		l = strings.TrimSpace(l)
-		if l == "" || l == "." || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "import ") || strings.HasPrefix(l, "import\t") {
-			continue
-		}
-		out = append(out, l)
-		if strings.HasSuffix(file, ".egg-link") {
-			break // an .egg-link's first line is the path; the second is relative to it
 		}
 	}
 	return out

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/sitepath"
 )
 
 // An unpacked image root: vLLM installed in Debian's dist-packages of
@@ -33,9 +35,34 @@ func TestLocateOfflineImageRoot(t *testing.T) {
 	assert.Equal(t, filepath.Join(root, "src/mooncake/mooncake"), loc.Packages["mooncake"].Dir)
 	assert.Equal(t, filepath.Join(root, "src/kvd/python/kvd"), loc.Packages["kvd"].Dir)
 	assert.False(t, loc.Packages["absent"].Found)
-	assert.Contains(t, loc.Packages["absent"].Why, "absent not found in "+dp)
+	assert.Contains(t, loc.Packages["absent"].Why, "absent not found in ")
+	assert.Contains(t, loc.Packages["absent"].Why, dp)
 	v, _ := DistVersion("vllm", []string{dp})
 	assert.Equal(t, "0.11.1+rocm700", v)
+}
+
+// Debian's python3.11 searches /usr/local/lib/python3.11/dist-packages,
+// /usr/lib/python3/dist-packages, then /usr/lib/python3.11/dist-packages;
+// name order (python3.11 before python3, /usr/lib before /usr/local)
+// patched a copy that never runs. A directory without __init__ (what
+// Debian's python3-numpy leaves in python3.11/dist-packages) is no
+// package while a regular one is on the path.
+func TestLocateOfflineFollowsDebiansOrder(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, "usr/lib/python3.11/site.py"), `sitepackages.append(os.path.join(prefix, "lib", "python3", "dist-packages"))`)
+	for _, d := range []string{"usr/lib/python3.11/dist-packages", "usr/lib/python3/dist-packages", "usr/local/lib/python3.11/dist-packages"} {
+		write(t, filepath.Join(root, d, "vllm/__init__.py"), "")
+	}
+	write(t, filepath.Join(root, "usr/lib/python3.11/dist-packages/numpy/core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so"), "")
+	write(t, filepath.Join(root, "usr/lib/python3/dist-packages/numpy/__init__.py"), "")
+	write(t, filepath.Join(root, "usr/lib/python3/dist-packages/numpy/core/__init__.py"), "")
+
+	loc, err := LocateOffline(root, []string{"vllm", "numpy"})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "usr/local/lib/python3.11/dist-packages/vllm"), loc.Packages["vllm"].Dir)
+	assert.Contains(t, loc.Packages["vllm"].Why, "also present, not imported: "+filepath.Join(root, "usr/lib/python3/dist-packages/vllm"))
+	assert.Equal(t, filepath.Join(root, "usr/lib/python3/dist-packages/numpy"), loc.Packages["numpy"].Dir)
+	assert.Equal(t, []string{filepath.Join(root, "usr/lib/python3/dist-packages/numpy")}, loc.Packages["numpy"].Dirs)
 }
 
 func TestLocateOfflineErrors(t *testing.T) {
@@ -51,11 +78,11 @@ func TestPathLinesIgnoresAFIFO(t *testing.T) {
 	pth := filepath.Join(t.TempDir(), "x.pth")
 	require.NoError(t, syscall.Mkfifo(pth, 0o644))
 	done := make(chan []string)
-	go func() { done <- pathLines(pth) }()
+	go func() { done <- sitepath.PthLines(pth) }()
 	select {
 	case lines := <-done:
 		assert.Empty(t, lines)
 	case <-time.After(10 * time.Second):
-		t.Fatal("pathLines blocked on a FIFO .pth file")
+		t.Fatal("PthLines blocked on a FIFO .pth file")
 	}
 }

@@ -79,7 +79,8 @@ type checkResult struct {
 }
 
 // runCheck evaluates every patch definition against an unpacked image root
-// or a site-packages directory, offline; exit 65 on drift.
+// or a site-packages directory, offline; exit 65 on drift, 69 when the
+// payload's trees do not fit the image (overlay.Unfit).
 func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
@@ -99,6 +100,13 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	})
 	if rep.Drift {
 		return exitPatch
+	}
+	// The payload must fit the image: a file of its trees that does not
+	// load there, or a distribution that shadows the image's, fails the
+	// check (69) as `infera-payload verify` fails (1).
+	if err := res.Audit.Failure(); err != nil {
+		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
+		return exitCode(err)
 	}
 	return exitOK
 }

@@ -15,39 +15,14 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/bmatcuk/doublestar/v4"
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/sitepath"
 )
 
-// SiteGlobs are where images install Python packages, relative to the
-// image root, in the order they are consulted: distribution Pythons
-// (Debian dist-packages), /usr/local builds, venvs and conda under /opt,
-// user site.
-var SiteGlobs = []string{
-	"usr/lib/python3*/{site,dist}-packages",
-	"usr/lib/python3/dist-packages",
-	"usr/local/lib/python3*/{site,dist}-packages",
-	"opt/*/lib/python3*/site-packages",
-	"opt/conda/envs/*/lib/python3*/site-packages",
-	"root/.local/lib/python3*/site-packages",
-}
-
-// SiteDirs are the site directories present under an image root, in
-// SiteGlobs order, without repeats.
-func SiteDirs(root string) []string {
-	var sites []string
-	for _, g := range SiteGlobs {
-		m, _ := doublestar.Glob(os.DirFS(root), g)
-		sort.Strings(m)
-		for _, rel := range m {
-			p := filepath.Join(root, rel)
-			if fi, err := os.Stat(p); err == nil && fi.IsDir() && !slices.Contains(sites, p) {
-				sites = append(sites, p)
-			}
-		}
-	}
-	return sites
-}
+// SiteDirs are the site directories present under an image root, in the
+// order its interpreters search them (package sitepath: CPython's and
+// Debian's site.py, venvs), without repeats.
+func SiteDirs(root string) []string { return sitepath.SiteDirs(root) }
 
 // Dist is one installed distribution.
 type Dist struct {

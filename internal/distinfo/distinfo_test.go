@@ -46,11 +46,14 @@ func TestSiteDirs(t *testing.T) {
 		name string
 		dirs []string // directories under the image root
 		file string   // a regular file where a site directory could be
-		want []string // relative to the root, in SiteGlobs order
+		want []string // relative to the root, in search order
 	}{
 		{name: "empty image"},
 		{
-			name: "every kind, in SiteGlobs order",
+			// sitepath's order: venvs and conda environments under /opt,
+			// a /usr/local build (with the user site before its own),
+			// Debian's /usr Python in its site.py order.
+			name: "every kind, in the interpreters' order",
 			dirs: []string{
 				"root/.local/lib/python3.12/site-packages",
 				"opt/conda/envs/serve/lib/python3.11/site-packages",
@@ -60,13 +63,12 @@ func TestSiteDirs(t *testing.T) {
 				"usr/lib/python3.12/dist-packages",
 			},
 			want: []string{
-				// "python3*" matches python3 as well; sorted, and listed once.
-				"usr/lib/python3.12/dist-packages",
-				"usr/lib/python3/dist-packages",
-				"usr/local/lib/python3.12/site-packages",
-				"opt/venv/lib/python3.10/site-packages",
 				"opt/conda/envs/serve/lib/python3.11/site-packages",
+				"opt/venv/lib/python3.10/site-packages",
 				"root/.local/lib/python3.12/site-packages",
+				"usr/local/lib/python3.12/site-packages",
+				"usr/lib/python3/dist-packages",
+				"usr/lib/python3.12/dist-packages",
 			},
 		},
 		{

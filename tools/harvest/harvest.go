@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -70,7 +71,11 @@ var Interpreters = []string{"/usr/bin/python3", "/usr/local/bin/python3", "/opt/
 // Result is what the harvest did and proved.
 type Result struct {
 	Tree       string
-	Packages   map[string][]string // import name -> files copied (relative to the tree)
+	Packages   map[string][]string // import name -> extension modules copied (relative to the tree)
+	From       map[string][]string // import name -> the builder's directories taken (a namespace package's portions)
+	Files      map[string]int      // import name -> files copied
+	Also       map[string][]string // import name -> other copies in the builder that differ from the one taken
+	LocateNote string              // whether the builder's interpreter confirmed where the packages are
 	Copied     []Lib               // libraries copied into lib/
 	Provided   []Lib               // libraries the base provides, not copied
 	Links      []string            // soname links made in lib/ ("libx.so.1 -> libx.so.1.2.3")
@@ -122,10 +127,19 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The builder's own interpreter, asked in the sandbox, must agree with
+	// the offline lookup; where it cannot be asked, the offline lookup
+	// (CPython's and Debian's order, tested against the real interpreter)
+	// stands and the account says so.
+	locateNote, err := askBuilder(o, loc)
+	if err != nil {
+		return nil, err
+	}
 	if err := outdir.Replace(out, inputs, o.Force); err != nil {
 		return nil, err
 	}
-	r := &Result{Tree: o.Out, Packages: map[string][]string{}, Granted: map[string][]string{}, Refused: map[string][]string{}}
+	r := &Result{Tree: o.Out, Packages: map[string][]string{}, From: map[string][]string{}, Files: map[string]int{}, Also: map[string][]string{},
+		Granted: map[string][]string{}, Refused: map[string][]string{}, LocateNote: locateNote}
 
 	// 1. The packages, with their distributions' metadata and files.
 	builder := elfload.NewLoader(o.Root, nil)
@@ -135,21 +149,33 @@ func Run(o Options) (*Result, error) {
 		if !pkg.Found {
 			return nil, fmt.Errorf("package %s: %s", name, pkg.Why)
 		}
-		site := filepath.Dir(pkg.Dir)
-		files, err := packageFiles(site, pkg.Dir, name)
-		if err != nil {
-			return nil, fmt.Errorf("package %s: %w", name, err)
-		}
-		for _, rel := range files {
-			src := filepath.Join(site, filepath.FromSlash(rel))
-			if err := copyEntry(src, filepath.Join(o.Out, filepath.FromSlash(rel))); err != nil {
+		// The copy the builder's interpreter imports (patches.LocateOffline:
+		// its sys.path in site.py's order, the import system's rules):
+		// the package directory, or every portion of a namespace package.
+		for _, dir := range pkg.Dirs {
+			site := filepath.Dir(dir)
+			files, err := packageFiles(site, dir, name)
+			if err != nil {
 				return nil, fmt.Errorf("package %s: %w", name, err)
 			}
-			if fi, err := os.Lstat(src); err == nil && fi.Mode().IsRegular() && elfload.IsLibraryName(path.Base(rel)) {
-				if _, err := elfload.Read(src); err == nil {
-					sources = append(sources, src)
-					r.Packages[name] = append(r.Packages[name], rel)
+			r.From[name] = append(r.From[name], dir)
+			r.Files[name] += len(files)
+			for _, rel := range files {
+				src := filepath.Join(site, filepath.FromSlash(rel))
+				if err := copyEntry(src, filepath.Join(o.Out, filepath.FromSlash(rel))); err != nil {
+					return nil, fmt.Errorf("package %s: %w", name, err)
 				}
+				if fi, err := os.Lstat(src); err == nil && fi.Mode().IsRegular() && elfload.IsLibraryName(path.Base(rel)) {
+					if _, err := elfload.Read(src); err == nil {
+						sources = append(sources, src)
+						r.Packages[name] = append(r.Packages[name], rel)
+					}
+				}
+			}
+		}
+		for _, other := range pkg.Others {
+			if note := differs(other, pkg.Dirs); note != "" {
+				r.Also[name] = append(r.Also[name], other+" ("+note+")")
 			}
 		}
 	}
@@ -208,7 +234,11 @@ func Run(o Options) (*Result, error) {
 		return nil, err
 	}
 	if base != nil && !o.NoImport {
-		r.Imports, err = Import(o.Base, o.Python, o.Out, modules(r.Packages))
+		namespace := map[string]bool{}
+		for _, name := range o.Packages {
+			namespace[name] = loc.Packages[name].Namespace
+		}
+		r.Imports, err = Import(o.Base, o.Python, o.Out, modules(r.Packages), namespace)
 		if err != nil {
 			r.ImportNote = err.Error()
 		}
@@ -245,6 +275,55 @@ func Run(o Options) (*Result, error) {
 		}
 	}
 	return r, writeTreeFile(o, r)
+}
+
+// askBuilder asks the builder's interpreter where it imports each package
+// from and compares with the offline lookup: a difference is an error
+// naming both. The note says what was confirmed, or why it was not asked.
+func askBuilder(o Options, loc *patches.Location) (string, error) {
+	if o.NoImport {
+		return "located offline (-no-import: the builder's interpreter was not asked)", nil
+	}
+	py, specs, err := Specs(o.Root, "", o.Packages)
+	if err != nil {
+		return "located offline; the builder's interpreter could not be asked: " + err.Error(), nil
+	}
+	inside := func(dirs []string) []string {
+		out := make([]string, 0, len(dirs))
+		for _, d := range dirs {
+			rel, err := filepath.Rel(o.Root, d)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				out = append(out, d)
+				continue
+			}
+			out = append(out, "/"+filepath.ToSlash(rel))
+		}
+		return out
+	}
+	for _, name := range o.Packages {
+		sp, pkg := specs[name], loc.Packages[name]
+		offline := inside(pkg.Dirs)
+		switch {
+		case sp.Err != "":
+			return "", fmt.Errorf("package %s: the builder's %s cannot locate it: %s", name, py, sp.Err)
+		case !sp.Found && !pkg.Found:
+			continue // reported as not found below
+		case sp.Found != pkg.Found || !slices.Equal(sp.Locations, offline):
+			where := "nowhere"
+			if sp.Found {
+				where = strings.Join(sp.Locations, ", ")
+				if len(sp.Locations) == 0 {
+					where = sp.Origin + " (a module, not a package)"
+				}
+			}
+			found := "nothing"
+			if pkg.Found {
+				found = strings.Join(offline, ", ")
+			}
+			return "", fmt.Errorf("package %s: the builder's %s imports it from %s, the offline search found %s; the harvest takes what the interpreter imports and cannot tell here", name, py, where, found)
+		}
+	}
+	return "located by the builder's " + py + " (find_spec), as the offline search found", nil
 }
 
 // capabilityMap reads NAME=PACKAGE[,PACKAGE] flags; none: one capability
@@ -324,6 +403,40 @@ func packageFiles(site, dir, name string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
+}
+
+// differs says how another copy of a package (a directory or a module
+// file) differs from the directories taken: "" when it holds the same
+// files at the same sizes.
+func differs(other string, taken []string) string {
+	sizes := func(dir string) map[string]int64 {
+		out := map[string]int64{}
+		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() && d.Name() == "__pycache__" {
+				return filepath.SkipDir
+			}
+			if fi, err := d.Info(); err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(dir, p)
+				out[rel] = fi.Size()
+			}
+			return nil
+		})
+		return out
+	}
+	theirs := sizes(other)
+	ours := map[string]int64{}
+	for _, d := range taken {
+		for k, v := range sizes(d) {
+			ours[k] = v
+		}
+	}
+	if maps.Equal(theirs, ours) {
+		return ""
+	}
+	return fmt.Sprintf("%d files, the copy taken has %d; the builder's interpreter does not import it", len(theirs), len(ours))
 }
 
 func copyEntry(src, dst string) error {
@@ -512,8 +625,14 @@ func or(s, def string) string {
 // base provides, the proof, and each capability's verdict.
 func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "tree %s: python %s, rocm %s\n", r.Tree, r.Python, r.ROCm)
-	for _, p := range sortedKeys(r.Packages) {
-		fmt.Fprintf(w, "  package %s: %d extension modules\n", p, len(r.Packages[p]))
+	if r.LocateNote != "" {
+		fmt.Fprintf(w, "  packages %s\n", r.LocateNote)
+	}
+	for _, p := range sortedKeys(r.From) {
+		fmt.Fprintf(w, "  package %s: %d files from %s, %d extension modules\n", p, r.Files[p], strings.Join(r.From[p], ", "), len(r.Packages[p]))
+		for _, a := range r.Also[p] {
+			fmt.Fprintf(w, "    also present at %s\n", a)
+		}
 	}
 	for _, l := range r.Copied {
 		fmt.Fprintf(w, "  copied   %s (%s)\n", l.Name, l.From)

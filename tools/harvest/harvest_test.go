@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/sitepath"
 	"github.com/infera/infera-exec/tools/harvest"
 	"github.com/infera/infera-exec/tools/outdir"
 	"github.com/infera/infera-exec/tools/prune"
@@ -24,7 +25,11 @@ import (
 
 func TestMain(m *testing.M) {
 	harvest.SandboxChild() // the import check re-executes this binary
-	os.Exit(m.Run())
+	code := m.Run()
+	if rootsDir != "" {
+		os.RemoveAll(rootsDir)
+	}
+	os.Exit(code)
 }
 
 // debDir is where .ci/run downloads the packages of testdata/debs.txt.
@@ -38,6 +43,7 @@ func debDir() string {
 var (
 	rootsOnce             sync.Once
 	builderRoot, baseRoot string
+	rootsDir              string // removed when the tests end
 	rootsErr              string
 )
 
@@ -53,6 +59,7 @@ func roots(t *testing.T) (builder, base string) {
 			rootsErr = err.Error()
 			return
 		}
+		rootsDir = dir
 		builderRoot, baseRoot = filepath.Join(dir, "builder"), filepath.Join(dir, "base")
 		f, err := os.Open("testdata/debs.txt")
 		if err != nil {
@@ -81,6 +88,11 @@ func roots(t *testing.T) (builder, base string) {
 					return
 				}
 			}
+		}
+		// What the postinst of libblas3 and liblapack3 does
+		// (update-alternatives): the soname links the loader finds.
+		for _, l := range []string{"blas/libblas.so.3", "lapack/liblapack.so.3"} {
+			os.Symlink(l, filepath.Join(builderRoot, "usr/lib/x86_64-linux-gnu", filepath.Base(l)))
 		}
 		// Image roots have a /tmp; the import check mounts the tree there.
 		for _, r := range []string{builderRoot, baseRoot} {
@@ -144,6 +156,95 @@ func TestHarvestProvesTheTreeAgainstABaseThatLacksTheLibraries(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(entry), `"lxml" = ["lxml/*.so"`)
 	require.Contains(t, string(entry), `python = "= 3.11"`)
+}
+
+// Debian's python3-numpy puts numpy in /usr/lib/python3/dist-packages
+// (953 files) and a stray numpy/core/_multiarray_umath...so in
+// /usr/lib/python3.11/dist-packages, which python3.11 searches after it.
+// A search in name order took the stray directory (3 files), numpy
+// imported as an empty namespace package and the tree was called good.
+// The harvest takes what the builder's interpreter imports, says that
+// another copy exists, and the base's interpreter imports numpy itself
+// from the tree.
+func TestHarvestTakesTheCopyTheBuildersPythonImports(t *testing.T) {
+	builder, base := roots(t)
+	out := filepath.Join(t.TempDir(), "tree")
+	r, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"numpy"}, Out: out, ROCm: 7})
+	require.NoError(t, err)
+	var text bytes.Buffer
+	r.WriteText(&text)
+	t.Log(text.String())
+	require.Equal(t, []string{filepath.Join(builder, "usr/lib/python3/dist-packages/numpy")}, r.From["numpy"])
+	require.Greater(t, r.Files["numpy"], 500)
+	require.FileExists(t, filepath.Join(out, "numpy/__init__.py"))
+	require.Contains(t, text.String(), "also present at "+filepath.Join(builder, "usr/lib/python3.11/dist-packages/numpy"))
+	require.False(t, r.Failed(), text.String())
+	require.Contains(t, r.Granted, "numpy")
+	require.NotContains(t, r.Imports.Failed, "numpy")
+}
+
+// The builder's interpreter is asked where it imports each package from
+// (find_spec in the sandbox) and must agree with the offline search: here
+// Debian's sitecustomize (/etc/python3.11/sitecustomize.py, linked from
+// the standard library) puts another lxml first, which no site directory shows,
+// and the harvest refuses rather than take a copy the builder does not
+// import.
+func TestHarvestRefusesWhenTheBuildersInterpreterDisagrees(t *testing.T) {
+	builder, base := roots(t)
+	custom := filepath.Join(builder, "etc/python3.11/sitecustomize.py")
+	alt := filepath.Join(builder, "opt/alt/lxml/__init__.py")
+	require.NoError(t, os.MkdirAll(filepath.Dir(alt), 0o755))
+	require.NoError(t, os.WriteFile(alt, nil, 0o644))
+	require.NoError(t, os.WriteFile(custom, []byte("import sys\nsys.path.insert(0, '/opt/alt')\n"), 0o644))
+	t.Cleanup(func() { os.Remove(custom); os.RemoveAll(filepath.Join(builder, "opt/alt")) })
+
+	out := filepath.Join(t.TempDir(), "tree")
+	_, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"lxml"}, Out: out, ROCm: 7})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "package lxml: the builder's /usr/bin/python3 imports it from /opt/alt/lxml, the offline search found /usr/lib/python3/dist-packages/lxml")
+	require.NoDirExists(t, out)
+
+	// Without the sitecustomize they agree, and the account says so.
+	os.Remove(custom)
+	r, err := harvest.Run(harvest.Options{Root: builder, Base: base, Packages: []string{"lxml"}, Out: out, ROCm: 7})
+	require.NoError(t, err)
+	require.Equal(t, "located by the builder's /usr/bin/python3 (find_spec), as the offline search found", r.LocateNote)
+}
+
+// The import check imports each package itself: one that imports as a
+// namespace package (a directory without __init__, all a partial copy
+// leaves) while the builder's is a regular package is refused, as is one
+// that does not come from the tree.
+func TestImportCheckRefusesAnEmptyNamespacePackage(t *testing.T) {
+	_, base := roots(t)
+	tree := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(tree, "numpy", "core"), 0o755))
+	r, err := harvest.Import(base, "", tree, nil, map[string]bool{"numpy": false, "json": false})
+	require.NoError(t, err)
+	require.Contains(t, r.Failed["numpy"], "imports as an empty namespace package")
+	require.Contains(t, r.Failed["json"], "not from the tree")
+	// A namespace package the builder has as one is accepted from the tree.
+	r, err = harvest.Import(base, "", tree, nil, map[string]bool{"numpy": true})
+	require.NoError(t, err)
+	require.Empty(t, r.Failed)
+}
+
+// The offline search order (package sitepath, which harvest and
+// infera-exec --check use) is the real interpreter's: python3.11 run with
+// the builder root as "/" prints the same sys.path.
+func TestOfflineSysPathIsTheInterpreters(t *testing.T) {
+	builder, _ := roots(t)
+	for _, d := range []string{"usr/local/lib/python3.11/dist-packages", "usr/lib/python3.11/site-packages"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(builder, d), 0o755))
+	}
+	real, err := harvest.SysPath(builder, "")
+	require.NoError(t, err)
+	ins := sitepath.Find(builder)
+	require.NotEmpty(t, ins)
+	require.Equal(t, "3.11", ins[0].Version)
+	require.True(t, ins[0].Debian)
+	require.Equal(t, real, ins[0].SysPath(builder, ""))
+	require.Equal(t, []string{"/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python3.11/dist-packages"}, real[len(real)-3:])
 }
 
 func TestHarvestRefusesACapabilityWhoseLibraryNeedsANewerBase(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -35,22 +36,40 @@ var mountPoints = []string{"/tmp", "/mnt", "/var/tmp", "/opt"}
 // treeAt is where the tree appears inside the base.
 const treeSub = "infera-tree"
 
-// importScript imports each module named on argv and prints one line per
-// module: "ok NAME" or "fail NAME: ERROR".
+// importScript imports each name on argv, "mod:NAME" (an extension
+// module) or "pkg:NAME" (a package the tree claims), and prints one line
+// per name: "ok NAME", "fail NAME: ERROR", or for a package
+// "pkg NAME<TAB>FILE<TAB>PATH<US>PATH..." with its __file__ ("-" for
+// none: a namespace package) and __path__, so that the caller can tell
+// where it came from.
 const importScript = `import importlib, sys
-for name in sys.argv[1:]:
+for arg in sys.argv[1:]:
+    kind, _, name = arg.partition(":")
     try:
-        importlib.import_module(name)
-        print("ok", name)
+        m = importlib.import_module(name)
+        if kind == "pkg":
+            f = getattr(m, "__file__", None) or "-"
+            paths = [str(p) for p in (getattr(m, "__path__", None) or [])]
+            print("pkg %s\t%s\t%s" % (name, f, "\x1f".join(paths)))
+        else:
+            print("ok", name)
     except BaseException as e:
         print("fail %s: %s: %s" % (name, type(e).__name__, str(e).replace("\n", " ")))
 `
 
-// ImportResult is the base interpreter's answer for each module.
+// imported is where the base's interpreter took a package from.
+type imported struct {
+	File  string   // __file__; "" for a namespace package
+	Paths []string // __path__
+	Tree  string   // where the tree was, inside the sandbox
+}
+
+// ImportResult is the base interpreter's answer for each module and
+// package.
 type ImportResult struct {
 	Python  string              // the interpreter, a path inside the base
 	WithOut map[string]string   // module -> error without the tree ("" = it imported)
-	Failed  map[string]string   // module -> error with the tree
+	Failed  map[string]string   // module or package -> error with the tree
 	Modules map[string][]string // package -> its extension modules
 }
 
@@ -59,8 +78,11 @@ func (r *ImportResult) failures(pkg string) []string {
 		return nil
 	}
 	var out []string
+	if e, ok := r.Failed[pkg]; ok {
+		out = append(out, fmt.Sprintf("import %s with the base's %s: %s", pkg, r.Python, e))
+	}
 	for _, m := range r.Modules[pkg] {
-		if e, ok := r.Failed[m]; ok {
+		if e, ok := r.Failed[m]; ok && m != pkg {
 			out = append(out, fmt.Sprintf("import %s with the base's %s: %s", m, r.Python, e))
 		}
 	}
@@ -84,10 +106,15 @@ func (r *ImportResult) WriteText(w io.Writer) {
 	}
 }
 
-// Import imports every module with the base's interpreter, once without
-// the tree (to show what the tree adds) and once with it. An error means
-// the check could not run: it is not a pass.
-func Import(base, python, tree string, mods map[string][]string) (*ImportResult, error) {
+// Import imports, with the base's interpreter, every extension module
+// once without the tree (to show what the tree adds) and once with it,
+// and with the tree each package itself: it must come from the tree, and
+// a package the builder has as a regular one must not import as a
+// namespace package (directories without __init__: a tree that holds a
+// fraction of the package imports "successfully" and has no attributes).
+// pkgs maps each package to whether the builder's copy is a namespace
+// package. An error means the check could not run: it is not a pass.
+func Import(base, python, tree string, mods map[string][]string, pkgs map[string]bool) (*ImportResult, error) {
 	py, err := interpreter(base, python)
 	if err != nil {
 		return nil, err
@@ -98,13 +125,43 @@ func Import(base, python, tree string, mods map[string][]string) (*ImportResult,
 	}
 	sort.Strings(all)
 	r := &ImportResult{Python: py, Modules: mods}
-	if r.WithOut, err = runImports(base, "", py, all); err != nil {
+	if r.WithOut, _, err = runImports(base, "", py, all, nil); err != nil {
 		return nil, err
 	}
-	if r.Failed, err = runImports(base, tree, py, all); err != nil {
+	names := make([]string, 0, len(pkgs))
+	for p := range pkgs {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	var got map[string]imported
+	if r.Failed, got, err = runImports(base, tree, py, all, names); err != nil {
 		return nil, err
+	}
+	for _, p := range names {
+		if _, bad := r.Failed[p]; bad {
+			continue
+		}
+		if why := fromTree(got[p], pkgs[p]); why != "" {
+			r.Failed[p] = why
+		}
 	}
 	return r, nil
+}
+
+// fromTree says what is wrong with where a package was imported from,
+// inside the sandbox: "" when it is the tree's copy, of the builder's
+// kind.
+func fromTree(im imported, namespace bool) string {
+	inTree := func(p string) bool { return im.Tree != "" && (strings.HasPrefix(p, im.Tree+"/") || p == im.Tree) }
+	switch {
+	case im.File == "" && !namespace:
+		return fmt.Sprintf("imports as an empty namespace package (no __init__; __path__ %s): the tree holds only part of the builder's package", strings.Join(im.Paths, ", "))
+	case im.File != "" && !inTree(im.File):
+		return fmt.Sprintf("imports from %s, not from the tree", im.File)
+	case im.File == "" && !slices.ContainsFunc(im.Paths, inTree):
+		return fmt.Sprintf("imports as a namespace package from %s, not from the tree", strings.Join(im.Paths, ", "))
+	}
+	return ""
 }
 
 // Importable runs the import of mods with base's interpreter, with tree
@@ -114,7 +171,8 @@ func Importable(base, tree, python string, mods []string) (map[string]string, er
 	if err != nil {
 		return nil, err
 	}
-	return runImports(base, tree, py, mods)
+	failed, _, err := runImports(base, tree, py, mods, nil)
+	return failed, err
 }
 
 func interpreter(base, python string) (string, error) {
@@ -141,28 +199,32 @@ func interpreter(base, python string) (string, error) {
 	return "", fmt.Errorf("no Python interpreter in the base %s (tried %s); name it with -python", base, strings.Join(cands, ", "))
 }
 
-func runImports(base, tree, py string, mods []string) (map[string]string, error) {
-	mp := ""
+// runPython runs the interpreter py of base, with base as "/" and the
+// tree ("" = none) on its paths, in the sandbox, with args; it returns
+// where the tree was mounted inside, the output, the interpreter's exit
+// error (nil, or an *exec.ExitError), or an error when the sandbox could
+// not run.
+func runPython(base, tree, py string, args []string) (mp string, out, errb *bytes.Buffer, exitErr error, err error) {
 	for _, m := range mountPoints {
 		if fi, err := os.Stat(filepath.Join(base, m)); err == nil && fi.IsDir() {
 			mp = m
 			break
 		}
 	}
-	if mp == "" {
-		return nil, fmt.Errorf("the base %s has none of %s to mount the tree on", base, strings.Join(mountPoints, ", "))
+	if mp == "" && tree != "" {
+		return "", nil, nil, nil, fmt.Errorf("the base %s has none of %s to mount the tree on", base, strings.Join(mountPoints, ", "))
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("cannot re-execute this program for the sandbox: %w", err)
+		return "", nil, nil, nil, fmt.Errorf("cannot re-execute this program for the sandbox: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), importTime)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, self, append([]string{"-c", importScript}, mods...)...)
+	cmd := exec.CommandContext(ctx, self, args...)
 	spec, _ := json.Marshal([]string{base, mp, tree, py})
 	cmd.Env = []string{sandboxEnv + "=" + string(spec)}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	out, errb = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:                 syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
@@ -173,28 +235,143 @@ func runImports(base, tree, py string, mods []string) (map[string]string, error)
 	err = cmd.Run()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
-		return nil, fmt.Errorf("cannot start the import sandbox (a user and mount namespace): %w; the import check did not run", err)
+		return "", nil, nil, nil, fmt.Errorf("cannot start the import sandbox (a user and mount namespace): %w; the import check did not run", err)
 	}
 	if exit != nil && exit.ExitCode() == sandboxFailed {
-		return nil, fmt.Errorf("the import sandbox failed: %s; the import check did not run", strings.TrimSpace(errb.String()))
+		return "", nil, nil, nil, fmt.Errorf("the import sandbox failed: %s; the import check did not run", strings.TrimSpace(errb.String()))
+	}
+	return mp, out, errb, err, nil
+}
+
+// SysPath is sys.path of the interpreter python of root ("" = the first
+// of Interpreters), run with root as "/" in the sandbox, without
+// PYTHONPATH and the user site: what sitepath computes offline.
+func SysPath(root, python string) ([]string, error) {
+	py, err := interpreter(root, python)
+	if err != nil {
+		return nil, err
+	}
+	_, out, errb, exit, err := runPython(root, "", py, []string{"-c", "import sys\nfor p in sys.path[1:]: print(p)"})
+	if err != nil {
+		return nil, err
+	}
+	if exit != nil {
+		return nil, fmt.Errorf("%s in %s: %v: %s", py, root, exit, lastLine(errb.String()))
+	}
+	return strings.Fields(out.String()), nil
+}
+
+// specScript prints, for each top-level name on argv, where the import
+// system would take it from, without importing it: "spec NAME<TAB>ORIGIN
+// <TAB>LOCATION<US>LOCATION..." (ORIGIN "-" for a namespace package),
+// "none NAME", or "fail NAME: ERROR".
+const specScript = `import importlib.util, sys
+for name in sys.argv[1:]:
+    try:
+        s = importlib.util.find_spec(name)
+    except BaseException as e:
+        print("fail %s: %s: %s" % (name, type(e).__name__, str(e).replace("\n", " ")))
+        continue
+    if s is None:
+        print("none", name)
+        continue
+    origin = s.origin if s.has_location else None
+    print("spec %s\t%s\t%s" % (name, origin or "-", "\x1f".join(s.submodule_search_locations or [])))
+`
+
+// Spec is where an interpreter takes a top-level name from.
+type Spec struct {
+	Found     bool
+	Origin    string   // the module or __init__ file; "" for a namespace package
+	Locations []string // a package's directories
+	Err       string   // find_spec failed
+}
+
+// Specs asks the interpreter python of root ("" = the first of
+// Interpreters), run with root as "/" in the sandbox, where it would
+// import each name from; paths are inside root.
+func Specs(root, python string, names []string) (py string, specs map[string]Spec, err error) {
+	if py, err = interpreter(root, python); err != nil {
+		return "", nil, err
+	}
+	_, out, errb, exit, err := runPython(root, "", py, append([]string{"-c", specScript}, names...))
+	if err != nil {
+		return py, nil, err
+	}
+	specs = map[string]Spec{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "spec "):
+			f := strings.Split(strings.TrimPrefix(line, "spec "), "\t")
+			if len(f) != 3 {
+				continue
+			}
+			sp := Spec{Found: true, Origin: f[1]}
+			if sp.Origin == "-" {
+				sp.Origin = ""
+			}
+			if f[2] != "" {
+				sp.Locations = strings.Split(f[2], "\x1f")
+			}
+			specs[f[0]] = sp
+		case strings.HasPrefix(line, "none "):
+			specs[strings.TrimPrefix(line, "none ")] = Spec{}
+		case strings.HasPrefix(line, "fail "):
+			name, msg, _ := strings.Cut(strings.TrimPrefix(line, "fail "), ": ")
+			specs[name] = Spec{Err: msg}
+		}
+	}
+	for _, n := range names {
+		if _, ok := specs[n]; !ok {
+			return py, nil, fmt.Errorf("%s in %s gave no answer for %s (exit %v): %s", py, root, n, exit, lastLine(errb.String()))
+		}
+	}
+	return py, specs, nil
+}
+
+func runImports(base, tree, py string, mods, pkgs []string) (map[string]string, map[string]imported, error) {
+	args := []string{"-c", importScript}
+	for _, m := range mods {
+		args = append(args, "mod:"+m)
+	}
+	for _, p := range pkgs {
+		args = append(args, "pkg:"+p)
+	}
+	mp, out, errb, err, serr := runPython(base, tree, py, args)
+	if serr != nil {
+		return nil, nil, serr
 	}
 	failed := map[string]string{}
+	got := map[string]imported{}
 	seen := map[string]bool{}
 	for _, line := range strings.Split(out.String(), "\n") {
 		if name, ok := strings.CutPrefix(line, "ok "); ok {
 			seen[name] = true
+		} else if rest, ok := strings.CutPrefix(line, "pkg "); ok {
+			f := strings.Split(rest, "\t")
+			if len(f) != 3 {
+				continue
+			}
+			im := imported{File: f[1], Tree: filepath.Join(mp, treeSub)}
+			if im.File == "-" {
+				im.File = ""
+			}
+			if f[2] != "" {
+				im.Paths = strings.Split(f[2], "\x1f")
+			}
+			seen[f[0]], got[f[0]] = true, im
 		} else if rest, ok := strings.CutPrefix(line, "fail "); ok {
 			name, msg, _ := strings.Cut(rest, ": ")
 			seen[name] = true
 			failed[name] = msg
 		}
 	}
-	for _, m := range mods {
+	for _, m := range append(slices.Clone(mods), pkgs...) {
 		if !seen[m] {
 			failed[m] = fmt.Sprintf("the interpreter gave no answer (exit %v): %s", err, lastLine(errb.String()))
 		}
 	}
-	return failed, nil
+	return failed, got, nil
 }
 
 func lastLine(s string) string {

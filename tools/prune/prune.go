@@ -63,7 +63,7 @@ func Run(o Options) (*Result, error) {
 	}
 	r := &Result{Tree: o.Tree, Sites: distinfo.SiteDirs(o.Base)}
 	if len(r.Sites) == 0 {
-		return nil, fmt.Errorf("the base %s has no site-packages or dist-packages directory (looked at %s)", o.Base, strings.Join(distinfo.SiteGlobs, ", "))
+		return nil, fmt.Errorf("the base %s has no site directory of an interpreter (PREFIX/lib/python3.X/site-packages, Debian's dist-packages, a venv's under /opt)", o.Base)
 	}
 	inBase := map[string]distinfo.Dist{}
 	for _, s := range r.Sites {

@@ -1,0 +1,120 @@
+package sitepath
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Kind is what a top-level name resolves to.
+type Kind string
+
+const (
+	NotFound  Kind = ""
+	Regular   Kind = "package"           // a directory with an __init__
+	Module    Kind = "module"            // a file: name.py, name.*.so, ...
+	Namespace Kind = "namespace package" // directories without __init__, none of the above anywhere
+)
+
+// Found is where the import system takes a top-level name from.
+type Found struct {
+	Kind     Kind
+	Path     string   // the package directory or module file; a namespace package's first portion
+	Portions []string // a namespace package's directories, in path order
+	Others   []string // other directories or files of the name on the path, not imported
+}
+
+// Resolve finds name as importlib's PathFinder does over entries (host
+// paths, in sys.path order): in each entry, a directory with an __init__
+// is a regular package and a module file is a module, and the first
+// entry holding either wins; a directory without __init__ is only a
+// portion of a namespace package, which is what the name becomes when no
+// entry holds a package or module. version ("3.11"; "" = any) decides
+// which extension modules count.
+func Resolve(entries []string, name, version string) Found {
+	var f Found
+	var portions []string
+	for _, e := range entries {
+		dir := filepath.Join(e, name)
+		isPkgDir := isDir(dir)
+		if isPkgDir && hasInit(dir, version) {
+			if f.Kind == NotFound {
+				f.Kind, f.Path = Regular, dir
+			} else {
+				f.Others = append(f.Others, dir)
+			}
+			continue
+		}
+		if mod := moduleFile(e, name, version); mod != "" {
+			if f.Kind == NotFound {
+				f.Kind, f.Path = Module, mod
+			} else {
+				f.Others = append(f.Others, mod)
+			}
+			if isPkgDir {
+				f.Others = append(f.Others, dir)
+			}
+			continue
+		}
+		if isPkgDir {
+			portions = append(portions, dir)
+		}
+	}
+	if f.Kind == NotFound && len(portions) > 0 {
+		return Found{Kind: Namespace, Path: portions[0], Portions: portions}
+	}
+	f.Others = append(f.Others, portions...)
+	return f
+}
+
+// hasInit says whether dir holds an __init__ the interpreter imports.
+func hasInit(dir, version string) bool {
+	return moduleFile(dir, "__init__", version) != ""
+}
+
+// moduleFile is the file of module name in dir, in FileFinder's order
+// (extension modules, source, bytecode), "" when there is none.
+func moduleFile(dir, name, version string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	var ext, src, pyc string
+	for _, e := range entries {
+		n := e.Name()
+		rest, ok := strings.CutPrefix(n, name+".")
+		if !ok || e.IsDir() {
+			continue
+		}
+		switch {
+		case rest == "py":
+			src = n
+		case rest == "pyc":
+			pyc = n
+		case extensionSuffix(rest, version) && ext == "":
+			ext = n
+		}
+	}
+	for _, n := range []string{ext, src, pyc} {
+		if n != "" && isFile(filepath.Join(dir, n)) {
+			return filepath.Join(dir, n)
+		}
+	}
+	return ""
+}
+
+// extensionSuffix says whether "so", "abi3.so" or
+// "cpython-3XY-ARCH.so" (without the leading dot) is an extension
+// suffix of CPython version ("" = any).
+func extensionSuffix(s, version string) bool {
+	switch {
+	case s == "so", s == "abi3.so":
+		return true
+	case strings.HasPrefix(s, "cpython-") && strings.HasSuffix(s, ".so") && !strings.Contains(s, "/"):
+		if version == "" {
+			return true
+		}
+		return strings.HasPrefix(s, "cpython-"+strings.ReplaceAll(version, ".", "")+"-")
+	}
+	return false
+}
