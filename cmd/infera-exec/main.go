@@ -26,8 +26,7 @@ import (
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
 var version, commit = "dev", "unknown"
 
-// The exit codes main decides itself (sysexits.h style); a refusal's code
-// is its own (ExitCode).
+// The exit codes main decides itself (sysexits.h); a refusal's is its own.
 const (
 	exitOK       = 0
 	exitWarnings = 1  // --doctor: only warnings failed
@@ -96,8 +95,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
-			return exitCode(err)
+			return refuse(stderr, err)
 		}
 	}
 	switch {

@@ -16,8 +16,7 @@ import (
 	"github.com/infera/infera-exec/preflight"
 )
 
-// doctorResult is --doctor's JSON: the preflight outcome, and the
-// payload's trees against this image.
+// doctorResult is --doctor's JSON: the checks, and the payload's trees against this image.
 type doctorResult struct {
 	*preflight.Outcome
 	Audit *overlay.Audit `json:"payload_audit,omitempty"`
@@ -62,8 +61,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 		say(n)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
-		return exitCode(err)
+		return refuse(stderr, err)
 	}
 	for _, l := range r.Lines() {
 		say(l)
@@ -71,8 +69,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 	return exitOK
 }
 
-// checkResult is --check's JSON: the patches against ROOT, and the
-// payload's trees against ROOT when it is an image root.
+// checkResult is --check's JSON: the patches, and the payload's trees against an image root.
 type checkResult struct {
 	*patches.CheckReport
 	Audit *overlay.Audit `json:"payload_audit,omitempty"`
@@ -86,12 +83,9 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		root = abs
 	}
 	fmt.Fprintf(stderr, "infera-exec: checking %s against the built-in patch definitions and those of the payload %s (%s)\n", root, cfg.PayloadRoot, cfg.PayloadRootFrom)
-	// An image root on a filesystem that does not answer would block the
-	// walk: it is asked first, with the deadline.
 	rep, err := patches.CheckAnswering(root, cfg.PayloadRoot, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer)
 	if err != nil {
-		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
-		return exitCode(err)
+		return refuse(stderr, err)
 	}
 	res := checkResult{CheckReport: rep, Audit: overlay.AuditImageRoot(cfg.PayloadRoot, root)}
 	printResult(stdout, asJSON, res, func() {
@@ -101,12 +95,9 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	if rep.Drift {
 		return exitPatch
 	}
-	// The payload must fit the image: a file of its trees that does not
-	// load there, or a distribution that shadows the image's, fails the
-	// check (69) as `infera-payload verify` fails (1).
+	// The payload must fit the image: a file that does not load there, or a shadow, is 69.
 	if err := res.Audit.Failure(); err != nil {
-		fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
-		return exitCode(err)
+		return refuse(stderr, err)
 	}
 	return exitOK
 }
@@ -119,4 +110,10 @@ func printResult(w io.Writer, asJSON bool, v any, text func()) {
 	}
 	b, _ := json.MarshalIndent(v, "", "  ")
 	fmt.Fprintf(w, "%s\n", b)
+}
+
+// refuse prints a mode's refusal and returns its exit code.
+func refuse(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
+	return exitCode(err)
 }

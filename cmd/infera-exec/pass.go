@@ -152,9 +152,7 @@ func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
 	return capability.Run(ctx, in)
 }
 
-// planLaunch decides how the worker starts before anything touches the
-// disk, so a typo in the command changes nothing; its outcome is the
-// report's last section, added when the pass ends.
+// planLaunch decides the start before anything is written; its outcome is the report's last section.
 func (p *pass) planLaunch(ctx context.Context) (report.Section, error) {
 	var err error
 	p.launch, err = launch.Run(ctx, launch.Input{Config: p.cfg, Command: p.opt.Command, Env: p.env, DryRun: p.dry, Log: p.log})
@@ -204,8 +202,7 @@ func (p *pass) exec() int {
 	return code
 }
 
-// finish ends a run that does not exec: it logs the reason, records the
-// outcome and either prints the plan (explain) or writes the report.
+// finish ends a run that does not exec: the reason logged, the plan printed or the report written.
 func (p *pass) finish(code int, result report.Result, err error) int {
 	p.early.Stop()                               // a refusal before the patch step: its interpreter is killed and reaped
 	if p.launch != nil && !p.rep.Has(p.launch) { // exec adds it before starting
