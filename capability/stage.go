@@ -47,6 +47,9 @@ type Outcome struct {
 // against the tree. It returns an *Unavailable error when a required
 // capability is missing; the outcome is returned either way.
 func Run(ctx context.Context, in Input) (*Outcome, error) {
+	if in.Log == nil {
+		in.Log = slog.New(slog.DiscardHandler)
+	}
 	o := &Outcome{Provided: Set{}}
 	if in.Tree != nil {
 		tree := *in.Tree
