@@ -42,10 +42,38 @@ type Definition struct {
 	// Supersedes names v0.2.2 patch scripts (file names under
 	// patches/<package>/) that fix the same bug; they are not run.
 	Supersedes []string `toml:"supersedes" json:"supersedes,omitempty"`
+	// Caveat is what an operator must know about keeping the fix on (a
+	// guard that hides a race instead of fixing it); --check shows it.
+	Caveat string `toml:"caveat" json:"caveat,omitempty"`
+	// Status is where the fix stands upstream, and when to drop the patch.
+	Status *UpstreamStatus `toml:"upstream" json:"upstream,omitempty"`
 
 	Source string `toml:"-" json:"source"` // file it was read from
 
 	constraint goversion.Constraints
+}
+
+// UpstreamStatus is where a fix stands in the project it patches: the
+// upstream issue and pull request (or "none found"), the pull request's
+// state when it was last looked at, and what has to happen upstream for
+// the patch to be dropped.
+type UpstreamStatus struct {
+	Issue string `toml:"issue" json:"issue"`
+	PR    string `toml:"pr" json:"pr"`
+	State string `toml:"state" json:"state,omitempty"`
+	Drop  string `toml:"drop" json:"drop"`
+}
+
+// String is the status on one line, as --check prints it.
+func (u *UpstreamStatus) String() string {
+	if u == nil {
+		return ""
+	}
+	s := "upstream issue " + u.Issue + ", PR " + u.PR
+	if u.State != "" {
+		s += " (" + u.State + ")"
+	}
+	return s + "; drop when " + u.Drop
 }
 
 // Variant is one complete, self-consistent set of edits for a range of
@@ -79,6 +107,11 @@ type Edit struct {
 	// Optional: the file may be absent in some versions of the package;
 	// the edit is then not-applicable rather than drift.
 	Optional bool `toml:"optional" json:"optional,omitempty"`
+	// LegacyMarker is text that a v0.2.2 patch script (LegacyScript, a
+	// file name) leaves where this edit's anchor was: with the anchor gone
+	// and our replacement absent, the edit is applied, by that script.
+	LegacyMarker string `toml:"legacy_marker" json:"-"`
+	LegacyScript string `toml:"legacy_script" json:"legacy_script,omitempty"`
 }
 
 var (
@@ -125,6 +158,9 @@ func (d *Definition) validate() error {
 	case len(d.Edits) > 0 && len(d.Variants) > 0:
 		return fmt.Errorf("%s: both [[edit]] and [[variant]]; put every edit in a variant", d.ID)
 	}
+	if u := d.Status; u != nil && (strings.TrimSpace(u.Issue) == "" || strings.TrimSpace(u.PR) == "" || strings.TrimSpace(u.Drop) == "") {
+		return fmt.Errorf("%s: [upstream] wants issue, pr and drop (\"none found\" where there is none)", d.ID)
+	}
 	var err error
 	if d.constraint, err = parseVersions(d.Versions); err != nil {
 		return fmt.Errorf("%s: %w", d.ID, err)
@@ -163,7 +199,7 @@ func (d *Definition) validate() error {
 			return err
 		}
 	}
-	return nil
+	return d.checkOverlap()
 }
 
 func parseVersions(s string) (goversion.Constraints, error) {
@@ -229,6 +265,14 @@ func validateEdits(owner string, edits []Edit) error {
 		// unpatched code from upstream's fix.
 		if e.Upstream != "" && strings.Contains(e.Anchor, e.Upstream) {
 			return fmt.Errorf("%s: the upstream marker occurs in the anchor, so it cannot tell upstream's fix from the code to patch", where)
+		}
+		switch {
+		case (e.LegacyMarker == "") != (e.LegacyScript == ""):
+			return fmt.Errorf("%s: legacy_marker and legacy_script go together", where)
+		case e.LegacyScript != "" && (path.Base(e.LegacyScript) != e.LegacyScript || !strings.HasSuffix(e.LegacyScript, ".py")):
+			return fmt.Errorf("%s: legacy_script %q: want the file name of a patch script (*.py)", where, e.LegacyScript)
+		case e.LegacyMarker != "" && strings.Contains(e.Anchor, e.LegacyMarker):
+			return fmt.Errorf("%s: the legacy marker occurs in the anchor, so it cannot tell the script's result from the code to patch", where)
 		}
 	}
 	return nil
