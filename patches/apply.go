@@ -620,6 +620,10 @@ func guardsHold(guards []Guard, pkg Package, files *files) (string, State) {
 		switch {
 		case err != nil:
 			return fmt.Sprintf("guard %s: %v", g.File, err), Drift
+		case g.Absent:
+			if t.exists && (g.Contains == "" || t.indexed().count(g.Contains) > 0) {
+				return fmt.Sprintf("%s has %q: this variant is for releases without it", g.File, strings.TrimSpace(g.Contains)), NotApplicable
+			}
 		case !t.exists:
 			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), NotApplicable
 		case g.Contains != "" && t.indexed().count(g.Contains) == 0:

@@ -92,9 +92,15 @@ type Variant struct {
 // directory) and, optionally, text it must contain. Where a guard does
 // not hold, the bug cannot exist and the patch (or variant) is
 // not-applicable, never drift.
+//
+// Absent turns a guard around: it holds where the file is absent or (with
+// Contains) lacks the text. A variant for a release without a second
+// implementation of the behaviour says so with it, so that it never
+// reads as the fix in force where that implementation exists.
 type Guard struct {
 	File     string `toml:"file" json:"file"`
 	Contains string `toml:"contains" json:"contains,omitempty"`
+	Absent   bool   `toml:"absent" json:"absent,omitempty"`
 }
 
 // Edit replaces Count occurrences of Anchor in File with Replacement.
@@ -108,8 +114,9 @@ type Edit struct {
 	// the edit is then not-applicable rather than drift.
 	Optional bool `toml:"optional" json:"optional,omitempty"`
 	// LegacyMarker is text that a v0.2.2 patch script (LegacyScript, a
-	// file name) leaves where this edit's anchor was: with the anchor gone
-	// and our replacement absent, the edit is applied, by that script.
+	// file name) leaves in the file when it has made this fix: with our
+	// replacement absent and the marker present, the edit is applied, by
+	// that script.
 	LegacyMarker string `toml:"legacy_marker" json:"-"`
 	LegacyScript string `toml:"legacy_script" json:"legacy_script,omitempty"`
 }

@@ -312,6 +312,8 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 	// there is pending; neither is drift.
 	e := &d.Edits[0]
 	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 3\n"))
-	assert.Equal(t, Pending, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 1\n").State)
+	assert.Equal(t, Pending, Evaluate(e, "x = 1\n").State)
+	// A script that inserted its fix elsewhere leaves the anchor: still its fix.
+	assert.Equal(t, Applied, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 1\n").State)
 	assert.Equal(t, Drift, Evaluate(e, "x = 3\n").State)
 }

@@ -28,7 +28,7 @@ func (d *Definition) checkOverlap() error {
 		}
 		for j := range d.Variants {
 			b := &d.Variants[j]
-			if i == j || a.Versions != b.Versions {
+			if i == j || a.Versions != b.Versions || exclusive(a.Guards, b.Guards) {
 				continue
 			}
 			if matchesAll(b, files) {
@@ -56,4 +56,17 @@ func matchesAll(v *Variant, files map[string]*strings.Builder) bool {
 		}
 	}
 	return true
+}
+
+// exclusive reports whether one of the guards is the other's turned
+// around: the variants cannot hold on the same release.
+func exclusive(a, b []Guard) bool {
+	for _, g := range a {
+		for _, h := range b {
+			if g.File == h.File && g.Contains == h.Contains && g.Absent != h.Absent {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -65,7 +65,7 @@ func evaluate(e *Edit, content *text) Evaluation {
 		r -= a * j // replacements that are part of an anchor
 	}
 	ev := Evaluation{Anchors: a, Replacement: r}
-	if a == 0 && r == 0 && e.LegacyMarker != "" {
+	if r == 0 && e.LegacyMarker != "" {
 		// What a v0.2.2 script left in place of the anchor (an image that
 		// ran it at build time) is the fix, in its words.
 		m := content.count(e.LegacyMarker)
