@@ -621,13 +621,13 @@ func guardsHold(guards []Guard, pkg Package, files *files) (string, State) {
 		case err != nil:
 			return fmt.Sprintf("guard %s: %v", g.File, err), Drift
 		case g.Absent:
-			if t.exists && (g.Contains == "" || t.indexed().count(g.Contains) > 0) {
-				return fmt.Sprintf("%s has %q: this variant is for releases without it", g.File, strings.TrimSpace(g.Contains)), NotApplicable
+			if t.exists && g.holds(t.indexed().count) {
+				return fmt.Sprintf("%s has %s: this variant is for releases without it", g.File, g.what()), NotApplicable
 			}
 		case !t.exists:
 			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), NotApplicable
-		case g.Contains != "" && t.indexed().count(g.Contains) == 0:
-			return fmt.Sprintf("%s has no %q: the code this fix is about does not exist here", g.File, strings.TrimSpace(g.Contains)), NotApplicable
+		case !g.holds(t.indexed().count):
+			return fmt.Sprintf("%s has no %s: the code this fix is about does not exist here", g.File, g.what()), NotApplicable
 		}
 	}
 	return "", ""

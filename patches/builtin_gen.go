@@ -3,7 +3,7 @@
 package patches
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "cc5c33bb0e3387b571a0ded706a830bc12750c1e57e9c1dec2205b3abf4da731"
+const builtinDigest = "9052f84b39d38a90a3b166eb72e18761bfa99c215fc527bc02cb708946c5800b"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -18,11 +18,11 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/common/utils.py", Count: 1, Optional: false,
 							Anchor:      "    trace_ctx: Union[TraceReqContext, TraceNullContext] = dataclasses.field(\n        default_factory=TraceNullContext\n    )\n",
 							Replacement: "    trace_ctx: Union[TraceReqContext, TraceNullContext] = dataclasses.field(\n        default_factory=TraceNullContext\n    )\n    # infera-exec(sglang-mooncake-chunk-wait-event): device event recorded after the\n    # forward that wrote this chunk's pages; the transfer worker waits on it first.\n    wait_event: Optional[object] = None\n",
-							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None", LegacyScript: "patch_mooncake_early_send_wait_event.py"},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
 							Replacement: "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n        wait_event: Optional[object] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
-							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,\n    ):", LegacyScript: "patch_mooncake_early_send_wait_event.py"},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                trace_ctx=trace_ctx,\n            )\n        )\n",
 							Replacement: "                trace_ctx=trace_ctx,\n                wait_event=wait_event,\n            )\n        )\n",
@@ -30,7 +30,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "        if should_skip:\n            return\n\n        if not is_last_chunk:\n",
 							Replacement: "        if should_skip:\n            return\n\n        # infera-exec(sglang-mooncake-chunk-wait-event): hand the chunk's completion\n        # event (if the scheduler recorded one) to the transfer worker.\n        wait_event = getattr(self, \"_early_send_wait_event\", None)\n        self._early_send_wait_event = None\n\n        if not is_last_chunk:\n",
-							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+							Upstream:    "", LegacyMarker: "wait_event = getattr(self, \"_early_send_wait_event\", None)", LegacyScript: "patch_mooncake_early_send_wait_event.py"},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 2, Optional: false,
 							Anchor:      "                trace_ctx=self.trace_ctx.copy_for_thread(),\n            )\n",
 							Replacement: "                trace_ctx=self.trace_ctx.copy_for_thread(),\n                wait_event=wait_event,\n            )\n",
@@ -38,11 +38,11 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
 							Replacement: "                # infera-exec(sglang-mooncake-chunk-wait-event): the pages of this chunk\n                # may still be written by the prefill forward; wait for it to finish.\n                if kv_chunk.wait_event is not None:\n                    kv_chunk.wait_event.synchronize()\n                    kv_chunk.wait_event = None\n                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
-							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py"},
 						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
 							Anchor:      "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
 							Replacement: "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
-							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+							Upstream:    "", LegacyMarker: "req.disagg_kv_sender._early_send_wait_event = ev", LegacyScript: "patch_mooncake_early_send_wait_event.py"},
 					},
 				},
 				{Name: "pre-trace", Versions: "",
@@ -121,7 +121,7 @@ func builtinDefs() []*Definition {
 		{ID: "vllm-defer-kv-connector-registration", Summary: "Register KV caches with the KV connector at the end of compile_or_warm_up_model, not in initialize_kv_cache", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/defer-kv-connector-registration.toml",
 			Supersedes: []string{"patch_defer_kv_register.py"},
 			Guards: []Guard{
-				{File: "v1/worker/gpu_model_runner.py", Contains: "register_kv_caches(", Absent: false},
+				{File: "v1/worker/gpu_model_runner.py", Contains: "", Absent: false, ContainsAny: []string{"register_kv_caches(", "self._infera_deferred_kv_group = kv_transfer_group"}},
 			},
 			Variants: []Variant{
 				{Name: "profiling-mrv2", Versions: "",
@@ -267,6 +267,8 @@ func builtinDefs() []*Definition {
 			},
 		},
 		{ID: "vllm-mooncake-mamba-arity", Summary: "Mooncake connector: take the first Mamba state tensor without assuming a 2-tuple", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/mooncake-mamba-arity.toml",
+			Supersedes: []string{"patch_mooncake_mamba_unpack.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "", Drop: "register_kv_caches in the Mooncake connector no longer unpacks a Mamba layer's state as a pair"},
 			Guards: []Guard{
 				{File: "distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py", Contains: "isinstance(layer_spec, MambaSpec)", Absent: false},
 			},
@@ -274,7 +276,7 @@ func builtinDefs() []*Definition {
 				{File: "distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py", Count: 1, Optional: false,
 					Anchor:      "            if isinstance(layer_spec, MambaSpec):\n                conv, _ = cache_or_caches\n                cache_list = [conv]\n",
 					Replacement: "            if isinstance(layer_spec, MambaSpec):\n                # infera-exec(vllm-mooncake-mamba-arity): linear-attention layers may\n                # carry any number of state tensors; only the first one is registered.\n                if isinstance(cache_or_caches, (list, tuple)):\n                    conv = cache_or_caches[0]\n                else:\n                    conv = cache_or_caches\n                cache_list = [conv]\n",
-					Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+					Upstream:    "", LegacyMarker: "cache_list = [cache_or_caches[0]]", LegacyScript: "patch_mooncake_mamba_unpack.py"},
 			},
 		},
 		{ID: "vllm-mooncake-prom-metrics", Summary: "Mooncake connector: add a build_prom_metrics classmethod returning a no-op observer", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/mooncake-prom-metrics.toml",

@@ -46,7 +46,11 @@ func genBuiltin(defs []*Definition, digest string) []byte {
 		}
 		b.WriteString("Guards: []Guard{\n")
 		for _, g := range gs {
-			fmt.Fprintf(&b, "{File: %s, Contains: %s, Absent: %t},\n", q(g.File), q(g.Contains), g.Absent)
+			fmt.Fprintf(&b, "{File: %s, Contains: %s, Absent: %t", q(g.File), q(g.Contains), g.Absent)
+			if len(g.ContainsAny) > 0 {
+				fmt.Fprintf(&b, ", ContainsAny: %#v", g.ContainsAny)
+			}
+			b.WriteString("},\n")
 		}
 		b.WriteString("},\n")
 	}

@@ -101,6 +101,42 @@ type Guard struct {
 	File     string `toml:"file" json:"file"`
 	Contains string `toml:"contains" json:"contains,omitempty"`
 	Absent   bool   `toml:"absent" json:"absent,omitempty"`
+	// ContainsAny: the file must also contain one of these (the code as
+	// upstream has it, or as a v0.2.2 script left it).
+	ContainsAny []string `toml:"contains_any" json:"contains_any,omitempty"`
+}
+
+// holds reports whether content has what the guard asks for (before
+// Absent turns it around).
+func (g *Guard) holds(count func(string) int) bool {
+	if g.Contains != "" && count(g.Contains) == 0 {
+		return false
+	}
+	if len(g.ContainsAny) == 0 {
+		return true
+	}
+	for _, c := range g.ContainsAny {
+		if count(c) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// what names the text a guard looks for, for messages.
+func (g *Guard) what() string {
+	var parts []string
+	if g.Contains != "" {
+		parts = append(parts, fmt.Sprintf("%q", strings.TrimSpace(g.Contains)))
+	}
+	if len(g.ContainsAny) > 0 {
+		var any []string
+		for _, c := range g.ContainsAny {
+			any = append(any, fmt.Sprintf("%q", strings.TrimSpace(c)))
+		}
+		parts = append(parts, "any of "+strings.Join(any, ", "))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // Edit replaces Count occurrences of Anchor in File with Replacement.
@@ -239,6 +275,9 @@ func validateGuards(owner string, guards []Guard) error {
 	for i, g := range guards {
 		if err := checkFile(fmt.Sprintf("%s: guard %d", owner, i+1), g.File); err != nil {
 			return err
+		}
+		if slices.Contains(g.ContainsAny, "") {
+			return fmt.Errorf("%s: guard %d (%s): contains_any holds an empty string", owner, i+1, g.File)
 		}
 	}
 	return nil

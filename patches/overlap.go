@@ -2,6 +2,7 @@ package patches
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -63,7 +64,7 @@ func matchesAll(v *Variant, files map[string]*strings.Builder) bool {
 func exclusive(a, b []Guard) bool {
 	for _, g := range a {
 		for _, h := range b {
-			if g.File == h.File && g.Contains == h.Contains && g.Absent != h.Absent {
+			if g.File == h.File && g.Contains == h.Contains && slices.Equal(g.ContainsAny, h.ContainsAny) && g.Absent != h.Absent {
 				return true
 			}
 		}
