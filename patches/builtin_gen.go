@@ -3,12 +3,13 @@
 package patches
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "9052f84b39d38a90a3b166eb72e18761bfa99c215fc527bc02cb708946c5800b"
+const builtinDigest = "981db971bf2fd276bf5ea6f1bbfbaf55f6751b6cb289043df91e2ad6376ba4fc"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
 		{ID: "sglang-mooncake-chunk-wait-event", Summary: "Mooncake PD: carry a per-chunk completion event to the transfer worker and wait on it before reading pages", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/mooncake-chunk-wait-event.toml",
 			Supersedes: []string{"patch_mooncake_early_send_wait_event.py"},
+			Status:     &UpstreamStatus{Issue: "sgl-project/sglang#25583 (same corruption, aggregated; shared cause not established)", PR: "sgl-project/sglang#33970 (the seed's)", State: "open as of the seed's status page, 2026-08-10", Drop: "SGLang's Mooncake transfer worker waits on the forward's completion event itself"},
 			Guards: []Guard{
 				{File: "srt/disaggregation/mooncake/conn.py", Contains: "TransferKVChunk", Absent: false},
 			},
@@ -120,6 +121,7 @@ func builtinDefs() []*Definition {
 		},
 		{ID: "vllm-defer-kv-connector-registration", Summary: "Register KV caches with the KV connector at the end of compile_or_warm_up_model, not in initialize_kv_cache", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/defer-kv-connector-registration.toml",
 			Supersedes: []string{"patch_defer_kv_register.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "as of the seed's status page, 2026-08-10", Drop: "the model runners register KV caches with the connector only after warm-up and graph capture, or the decode boot crash at high memory utilisation no longer occurs"},
 			Guards: []Guard{
 				{File: "v1/worker/gpu_model_runner.py", Contains: "", Absent: false, ContainsAny: []string{"register_kv_caches(", "self._infera_deferred_kv_group = kv_transfer_group"}},
 			},
@@ -240,6 +242,7 @@ func builtinDefs() []*Definition {
 		},
 		{ID: "vllm-mooncake-logical-block-size", Summary: "Mooncake connector: register KV regions per logical (scheduler) block, not per kernel block", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/mooncake-logical-block-size.toml",
 			Supersedes: []string{"patch_vllm_mooncake_blocksize.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "as of the seed's status page, 2026-08-10", Drop: "the Mooncake connector registers KV regions per logical block when the kernel block is smaller (this patch then reads upstream by its marker)"},
 			Guards: []Guard{
 				{File: "distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py", Contains: "def _sync_block_size_with_kernel(", Absent: false},
 			},
@@ -281,6 +284,7 @@ func builtinDefs() []*Definition {
 		},
 		{ID: "vllm-mooncake-prom-metrics", Summary: "Mooncake connector: add a build_prom_metrics classmethod returning a no-op observer", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/mooncake-prom-metrics.toml",
 			Supersedes: []string{"patch_vllm_mooncake_prom_metrics.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none upstream; the seed's internal PR #178 made the sibling fix for its own connector", State: "as of the seed's status page, 2026-08-10", Drop: "MooncakeConnector has build_prom_metrics upstream (this patch then reads upstream)"},
 			Guards: []Guard{
 				{File: "distributed/kv_transfer/kv_connector/v1/mooncake/mooncake_connector.py", Contains: "def build_kv_connector_stats(", Absent: false},
 			},

@@ -317,3 +317,14 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 	assert.Equal(t, Applied, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 1\n").State)
 	assert.Equal(t, Drift, Evaluate(e, "x = 3\n").State)
 }
+
+// Every built-in definition says where its fix stands upstream and when
+// to drop it.
+func TestBuiltinDefinitionsHaveUpstreamStatus(t *testing.T) {
+	defs, err := Builtin()
+	require.NoError(t, err)
+	for _, d := range defs {
+		require.NotNil(t, d.Status, "%s has no [upstream]", d.ID)
+		assert.NotEmpty(t, d.Status.Drop, d.ID)
+	}
+}
