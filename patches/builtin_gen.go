@@ -3,10 +3,80 @@
 package patches
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "faf3c375260c310cd8f964ae9badb958766696be56e0178f0a5bf92e9bfa2b6e"
+const builtinDigest = "92daebebc427a5ea16f902b514bf20c0ca650d41e3266dd28a7faadcd00fd963"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
+		{ID: "sglang-hicache-rocm-host-alloc", Summary: "HiCache on ROCm: allocate host pools as pinned memory, not mmap + hipHostRegister", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/hicache-rocm-host-alloc.toml",
+			Supersedes: []string{"patch_hicache_rocm_host_alloc.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "sgl-project/sglang#33968 (the seed's)", State: "open as of the seed's status page, 2026-08-10", Drop: "ALLOC_MEMORY_FUNCS sends HIP to alloc_with_pin_memory upstream"},
+			Variants: []Variant{
+				{Name: "pool-host", Versions: "",
+					Guards: []Guard{
+						{File: "srt/mem_cache/pool_host/common.py", Contains: "ALLOC_MEMORY_FUNCS = defaultdict(", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/mem_cache/pool_host/common.py", Count: 1, Optional: false,
+							Anchor:      "ALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n    },\n)\n",
+							Replacement: "# infera-exec(sglang-hicache-rocm-host-alloc) GLM52_ROCM_HOST_ALLOC: on ROCm a\n# hipHostRegister'ed page may sit at a device address other than its host address,\n# and these pools give GPU kernels host pointers: allocate pinned memory instead.\nfrom sglang.srt.utils import is_hip as _infera_is_hip\n\nGLM52_ROCM_HOST_ALLOC = \"applied\"\nALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_pin_memory if _infera_is_hip() else alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n        **({\"cuda\": alloc_with_pin_memory} if _infera_is_hip() else {}),\n    },\n)\n",
+							Upstream:    "", LegacyMarker: "GLM52_ROCM_HOST_ALLOC", LegacyScript: "patch_hicache_rocm_host_alloc.py"},
+					},
+				},
+				{Name: "memory-pool-host", Versions: "",
+					Guards: []Guard{
+						{File: "srt/mem_cache/memory_pool_host.py", Contains: "ALLOC_MEMORY_FUNCS = defaultdict(", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/mem_cache/memory_pool_host.py", Count: 1, Optional: false,
+							Anchor:      "ALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n    },\n)\n",
+							Replacement: "# infera-exec(sglang-hicache-rocm-host-alloc) GLM52_ROCM_HOST_ALLOC: on ROCm a\n# hipHostRegister'ed page may sit at a device address other than its host address,\n# and these pools give GPU kernels host pointers: allocate pinned memory instead.\nGLM52_ROCM_HOST_ALLOC = \"applied\"\nALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_pin_memory if is_hip() else alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n        **({\"cuda\": alloc_with_pin_memory} if is_hip() else {}),\n    },\n)\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+					},
+				},
+				{Name: "npu-only", Versions: "",
+					Guards: []Guard{
+						{File: "srt/mem_cache/memory_pool_host.py", Contains: "ALLOC_MEMORY_FUNCS = defaultdict(", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/mem_cache/memory_pool_host.py", Count: 1, Optional: false,
+							Anchor:      "ALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n    },\n)\n",
+							Replacement: "# infera-exec(sglang-hicache-rocm-host-alloc) GLM52_ROCM_HOST_ALLOC: on ROCm a\n# hipHostRegister'ed page may sit at a device address other than its host address,\n# and these pools give GPU kernels host pointers: allocate pinned memory instead.\nGLM52_ROCM_HOST_ALLOC = \"applied\"\nALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_pin_memory if is_hip() else alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        **({\"cuda\": alloc_with_pin_memory} if is_hip() else {}),\n    },\n)\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+					},
+				},
+			},
+		},
+		{ID: "sglang-hicache-rocm-staged-write-back", Summary: "HiCache on ROCm: gate the MLA host pool's staged write-back on CUDA, as the DSA indexer pool is", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/hicache-rocm-staged-write-back.toml",
+			Supersedes: []string{"patch_hicache_rocm_staged_write_back.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "sgl-project/sglang#28534 introduced it (merged 2026-07-09); sgl-project/sglang#30350 would fix it the other way (open)", State: "as of the seed's status page, 2026-08-10", Drop: "no host pool gates the staged write-back on _is_cuda alone (sgl-project/sglang#30350), which this patch's guard notices"},
+			Guards: []Guard{
+				{File: "srt/mem_cache/memory_pool_host.py", Contains: "self.can_use_write_back_jit = _is_cuda and can_use_write_back_jit_kernel(", Absent: false},
+			},
+			Variants: []Variant{
+				{Name: "pool-host-mla", Versions: "",
+					Guards: []Guard{
+						{File: "srt/mem_cache/pool_host/mla.py", Contains: "", Absent: false, ContainsAny: []string{"path, so enable it on HIP too (consistent with the CUDA path).", "GLM52_ROCM_STAGED_WRITE_BACK"}},
+					},
+					Edits: []Edit{
+						{File: "srt/mem_cache/pool_host/mla.py", Count: 1, Optional: false,
+							Anchor:      "        # The staged write-back JIT kernel builds with hipcc and has a ROCm\n        # path, so enable it on HIP too (consistent with the CUDA path).\n        self.can_use_write_back_jit = (\n            _is_cuda or _is_hip\n        ) and can_use_write_back_jit_kernel(\n",
+							Replacement: "        # infera-exec(sglang-hicache-rocm-staged-write-back) GLM52_ROCM_STAGED_WRITE_BACK:\n        # every pool of a host pool group must agree on the staged write-back, and the\n        # DSA indexer pool allows it on CUDA only; on HIP this pool takes the per-layer path.\n        self.can_use_write_back_jit = _is_cuda and can_use_write_back_jit_kernel(\n",
+							Upstream:    "", LegacyMarker: "GLM52_ROCM_STAGED_WRITE_BACK", LegacyScript: "patch_hicache_rocm_staged_write_back.py"},
+					},
+				},
+				{Name: "memory-pool-host", Versions: "",
+					Guards: []Guard{
+						{File: "srt/mem_cache/memory_pool_host.py", Contains: "", Absent: false, ContainsAny: []string{"path, so enable it on HIP too (consistent with the CUDA path).", "GLM52_ROCM_STAGED_WRITE_BACK"}},
+					},
+					Edits: []Edit{
+						{File: "srt/mem_cache/memory_pool_host.py", Count: 1, Optional: false,
+							Anchor:      "        # The staged write-back JIT kernel builds with hipcc and has a ROCm\n        # path, so enable it on HIP too (consistent with the CUDA path).\n        self.can_use_write_back_jit = (\n            _is_cuda or _is_hip\n        ) and can_use_write_back_jit_kernel(\n",
+							Replacement: "        # infera-exec(sglang-hicache-rocm-staged-write-back) GLM52_ROCM_STAGED_WRITE_BACK:\n        # every pool of a host pool group must agree on the staged write-back, and the\n        # DSA indexer pool allows it on CUDA only; on HIP this pool takes the per-layer path.\n        self.can_use_write_back_jit = _is_cuda and can_use_write_back_jit_kernel(\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: ""},
+					},
+				},
+			},
+		},
 		{ID: "sglang-mooncake-chunk-wait-event", Summary: "Mooncake PD: carry a per-chunk completion event to the transfer worker and wait on it before reading pages", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/mooncake-chunk-wait-event.toml",
 			Supersedes: []string{"patch_mooncake_early_send_wait_event.py"},
 			Status:     &UpstreamStatus{Issue: "sgl-project/sglang#25583 (same corruption, aggregated; shared cause not established)", PR: "sgl-project/sglang#33970 (the seed's)", State: "open as of the seed's status page, 2026-08-10", Drop: "SGLang's Mooncake transfer worker waits on the forward's completion event itself"},

@@ -33,6 +33,8 @@ var seedScripts = []struct {
 	{"vllm/patch_defer_kv_register.py", "vllm-mrv2", "vllm-defer-kv-connector-registration", Pending, false},
 	{"vllm/patch_defer_kv_register.py", "vllm-block-size-nbytes", "vllm-defer-kv-connector-registration", Applied, false},
 	{"sglang_disagg/patch_mooncake_early_send_wait_event.py", "sglang-editable", "sglang-mooncake-chunk-wait-event", Applied, true},
+	{"sglang_rocm/patch_hicache_rocm_host_alloc.py", "sglang-hicache", "sglang-hicache-rocm-host-alloc", Applied, false},
+	{"sglang_rocm/patch_hicache_rocm_staged_write_back.py", "sglang-hicache", "sglang-hicache-rocm-staged-write-back", Applied, false},
 }
 
 // TestSeedScripts runs the seed repository's v0.2.2 patch scripts
