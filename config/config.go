@@ -31,6 +31,7 @@ type Config struct {
 	Sysfs              string      `json:"sysfs"`                       // SYSFS_PATH, as libibverbs reads it
 	SkipEnginePatches  bool        `json:"skip_engine_patches"`
 	RequirePatches     []string    `json:"require_patches,omitempty"`
+	SkipPatches        []string    `json:"skip_patches,omitempty"`   // INFERA_SKIP_PATCHES: patch ids not applied
 	PreflightOff       bool        `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
 	PreflightSkip      []string    `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
 	PreflightShmMin    uint64      `json:"preflight_shm_min"`        // INFERA_PREFLIGHT_SHM_MIN, bytes

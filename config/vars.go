@@ -160,6 +160,10 @@ var Vars = []Var{
 		l.c.RequirePatches = splitList(v)
 		return nil
 	}},
+	{"INFERA_SKIP_PATCHES", "patch ids not to apply or check (unknown id: 78)", "", func(l *loader, v string) error {
+		l.c.SkipPatches = splitList(v)
+		return nil
+	}},
 	{"INFERA_EXEC_STATE_DIR", "state directory: the caches, the patch record, the RDMA fallback directory and the default report", "/run/infera-exec, else /tmp/infera-exec", func(l *loader, v string) error {
 		if v != "" {
 			l.c.StateDir = l.abs(v)

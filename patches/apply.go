@@ -7,6 +7,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,10 @@ type Result struct {
 	// Recorded: decided from the record of an earlier verified run, every
 	// file's identity unchanged since; no file was read.
 	Recorded bool `json:"recorded,omitempty"`
+	// Caveat and Upstream are the definition's: what to know about
+	// keeping the fix on, and where it stands upstream.
+	Caveat   string          `json:"caveat,omitempty"`
+	Upstream *UpstreamStatus `json:"upstream,omitempty"`
 
 	err error // why a write was abandoned
 }
@@ -159,7 +164,7 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 	for i, d := range set.Defs {
 		r := &results[i]
 		*r = Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
-			Required: d.Required || opt.Require[d.ID], Action: "none"}
+			Required: d.Required || opt.Require[d.ID], Action: "none", Caveat: d.Caveat, Upstream: d.Status}
 		pkg, ok := loc.Packages[d.Package]
 		if !ok || !pkg.Found {
 			r.State, r.Before, r.Missing = NotApplicable, NotApplicable, true
@@ -551,6 +556,9 @@ func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candi
 	}
 	c.state = Combine(states)
 	c.why = firstWhy(c.edits, c.state)
+	if c.state == Partial {
+		c.why = partialWhy(c.edits)
+	}
 	return c
 }
 
@@ -571,6 +579,14 @@ func pick(cands []candidate) candidate {
 	}
 	var drift *candidate
 	for i := range cands {
+		if cands[i].state == Partial && (drift == nil || drift.state != Partial || cands[i].matched > drift.matched) {
+			drift = &cands[i]
+		}
+	}
+	for i := range cands {
+		if drift != nil && drift.state == Partial {
+			break
+		}
 		if cands[i].state == Drift && (drift == nil || cands[i].matched > drift.matched) {
 			drift = &cands[i]
 		}
@@ -604,10 +620,14 @@ func guardsHold(guards []Guard, pkg Package, files *files) (string, State) {
 		switch {
 		case err != nil:
 			return fmt.Sprintf("guard %s: %v", g.File, err), Drift
+		case g.Absent:
+			if t.exists && g.holds(t.indexed().count) {
+				return fmt.Sprintf("%s has %s: this variant is for releases without it", g.File, g.what()), NotApplicable
+			}
 		case !t.exists:
 			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), NotApplicable
-		case g.Contains != "" && t.indexed().count(g.Contains) == 0:
-			return fmt.Sprintf("%s has no %q: the code this fix is about does not exist here", g.File, strings.TrimSpace(g.Contains)), NotApplicable
+		case !g.holds(t.indexed().count):
+			return fmt.Sprintf("%s has no %s: the code this fix is about does not exist here", g.File, g.what()), NotApplicable
 		}
 	}
 	return "", ""
@@ -695,6 +715,27 @@ func fillAfter(r *Result, files map[string]*target) {
 			e.SHA256After = t.after()
 		}
 	}
+}
+
+// partialWhy names the files where the fix is in force and those it
+// is not, with what was found there.
+func partialWhy(edits []EditResult) string {
+	var done, left []string
+	for _, e := range edits {
+		p := e.Path
+		if p == "" {
+			p = e.File
+		}
+		switch e.State {
+		case Applied:
+			if !slices.Contains(done, p) {
+				done = append(done, p)
+			}
+		case Drift:
+			left = append(left, p+": "+e.Why)
+		}
+	}
+	return fmt.Sprintf("applied in %s but not in force: left unpatched %s", strings.Join(done, ", "), strings.Join(left, "; "))
 }
 
 func firstWhy(edits []EditResult, s State) string {

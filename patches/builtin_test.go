@@ -46,7 +46,11 @@ func genBuiltin(defs []*Definition, digest string) []byte {
 		}
 		b.WriteString("Guards: []Guard{\n")
 		for _, g := range gs {
-			fmt.Fprintf(&b, "{File: %s, Contains: %s},\n", q(g.File), q(g.Contains))
+			fmt.Fprintf(&b, "{File: %s, Contains: %s, Absent: %t", q(g.File), q(g.Contains), g.Absent)
+			if len(g.ContainsAny) > 0 {
+				fmt.Fprintf(&b, ", ContainsAny: %#v", g.ContainsAny)
+			}
+			b.WriteString("},\n")
 		}
 		b.WriteString("},\n")
 	}
@@ -56,8 +60,8 @@ func genBuiltin(defs []*Definition, digest string) []byte {
 		}
 		b.WriteString("Edits: []Edit{\n")
 		for _, e := range es {
-			fmt.Fprintf(&b, "{File: %s, Count: %d, Optional: %t,\nAnchor: %s,\nReplacement: %s,\nUpstream: %s},\n",
-				q(e.File), e.Count, e.Optional, q(e.Anchor), q(e.Replacement), q(e.Upstream))
+			fmt.Fprintf(&b, "{File: %s, Count: %d, Optional: %t,\nAnchor: %s,\nReplacement: %s,\nUpstream: %s, LegacyMarker: %s, LegacyScript: %s},\n",
+				q(e.File), e.Count, e.Optional, q(e.Anchor), q(e.Replacement), q(e.Upstream), q(e.LegacyMarker), q(e.LegacyScript))
 		}
 		b.WriteString("},\n")
 	}
@@ -67,6 +71,12 @@ func genBuiltin(defs []*Definition, digest string) []byte {
 			q(d.ID), q(d.Summary), q(d.Package), q(d.Distribution), q(d.Versions), d.Required, q(d.Source))
 		if len(d.Supersedes) > 0 {
 			fmt.Fprintf(&b, "Supersedes: %#v,\n", d.Supersedes)
+		}
+		if d.Caveat != "" {
+			fmt.Fprintf(&b, "Caveat: %s,\n", q(d.Caveat))
+		}
+		if u := d.Status; u != nil {
+			fmt.Fprintf(&b, "Status: &UpstreamStatus{Issue: %s, PR: %s, State: %s, Drop: %s},\n", q(u.Issue), q(u.PR), q(u.State), q(u.Drop))
 		}
 		guards(d.Guards)
 		edits(d.Edits)

@@ -42,7 +42,7 @@ func Check(root, payloadRoot string) (*CheckReport, error) {
 	loc.FillVersions(set, root)
 	rep := &CheckReport{Root: root, Location: loc, Results: Apply(set, loc, Options{DryRun: true})}
 	for _, r := range rep.Results {
-		if r.State == Drift {
+		if r.State == Drift || r.State == Partial {
 			rep.Drift = true
 		}
 	}
@@ -78,6 +78,12 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %-40s %-15s %s\n", r.ID, state, r.Summary)
 			if r.Why != "" && r.State != Pending {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
+			}
+			if r.Caveat != "" && r.State != NotApplicable {
+				fmt.Fprintf(w, "  %-40s %-15s caveat: %s\n", "", "", r.Caveat)
+			}
+			if r.Upstream != nil && r.State != NotApplicable {
+				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Upstream)
 			}
 		}
 	}

@@ -42,10 +42,38 @@ type Definition struct {
 	// Supersedes names v0.2.2 patch scripts (file names under
 	// patches/<package>/) that fix the same bug; they are not run.
 	Supersedes []string `toml:"supersedes" json:"supersedes,omitempty"`
+	// Caveat is what an operator must know about keeping the fix on (a
+	// guard that hides a race instead of fixing it); --check shows it.
+	Caveat string `toml:"caveat" json:"caveat,omitempty"`
+	// Status is where the fix stands upstream, and when to drop the patch.
+	Status *UpstreamStatus `toml:"upstream" json:"upstream,omitempty"`
 
 	Source string `toml:"-" json:"source"` // file it was read from
 
 	constraint goversion.Constraints
+}
+
+// UpstreamStatus is where a fix stands in the project it patches: the
+// upstream issue and pull request (or "none found"), the pull request's
+// state when it was last looked at, and what has to happen upstream for
+// the patch to be dropped.
+type UpstreamStatus struct {
+	Issue string `toml:"issue" json:"issue"`
+	PR    string `toml:"pr" json:"pr"`
+	State string `toml:"state" json:"state,omitempty"`
+	Drop  string `toml:"drop" json:"drop"`
+}
+
+// String is the status on one line, as --check prints it.
+func (u *UpstreamStatus) String() string {
+	if u == nil {
+		return ""
+	}
+	s := "upstream issue " + u.Issue + ", PR " + u.PR
+	if u.State != "" {
+		s += " (" + u.State + ")"
+	}
+	return s + "; drop when " + u.Drop
 }
 
 // Variant is one complete, self-consistent set of edits for a range of
@@ -64,9 +92,51 @@ type Variant struct {
 // directory) and, optionally, text it must contain. Where a guard does
 // not hold, the bug cannot exist and the patch (or variant) is
 // not-applicable, never drift.
+//
+// Absent turns a guard around: it holds where the file is absent or (with
+// Contains) lacks the text. A variant for a release without a second
+// implementation of the behaviour says so with it, so that it never
+// reads as the fix in force where that implementation exists.
 type Guard struct {
 	File     string `toml:"file" json:"file"`
 	Contains string `toml:"contains" json:"contains,omitempty"`
+	Absent   bool   `toml:"absent" json:"absent,omitempty"`
+	// ContainsAny: the file must also contain one of these (the code as
+	// upstream has it, or as a v0.2.2 script left it).
+	ContainsAny []string `toml:"contains_any" json:"contains_any,omitempty"`
+}
+
+// holds reports whether content has what the guard asks for (before
+// Absent turns it around).
+func (g *Guard) holds(count func(string) int) bool {
+	if g.Contains != "" && count(g.Contains) == 0 {
+		return false
+	}
+	if len(g.ContainsAny) == 0 {
+		return true
+	}
+	for _, c := range g.ContainsAny {
+		if count(c) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// what names the text a guard looks for, for messages.
+func (g *Guard) what() string {
+	var parts []string
+	if g.Contains != "" {
+		parts = append(parts, fmt.Sprintf("%q", strings.TrimSpace(g.Contains)))
+	}
+	if len(g.ContainsAny) > 0 {
+		var any []string
+		for _, c := range g.ContainsAny {
+			any = append(any, fmt.Sprintf("%q", strings.TrimSpace(c)))
+		}
+		parts = append(parts, "any of "+strings.Join(any, ", "))
+	}
+	return strings.Join(parts, " and ")
 }
 
 // Edit replaces Count occurrences of Anchor in File with Replacement.
@@ -79,6 +149,12 @@ type Edit struct {
 	// Optional: the file may be absent in some versions of the package;
 	// the edit is then not-applicable rather than drift.
 	Optional bool `toml:"optional" json:"optional,omitempty"`
+	// LegacyMarker is text that a v0.2.2 patch script (LegacyScript, a
+	// file name) leaves in the file when it has made this fix: with our
+	// replacement absent and the marker present, the edit is applied, by
+	// that script.
+	LegacyMarker string `toml:"legacy_marker" json:"-"`
+	LegacyScript string `toml:"legacy_script" json:"legacy_script,omitempty"`
 }
 
 var (
@@ -125,6 +201,9 @@ func (d *Definition) validate() error {
 	case len(d.Edits) > 0 && len(d.Variants) > 0:
 		return fmt.Errorf("%s: both [[edit]] and [[variant]]; put every edit in a variant", d.ID)
 	}
+	if u := d.Status; u != nil && (strings.TrimSpace(u.Issue) == "" || strings.TrimSpace(u.PR) == "" || strings.TrimSpace(u.Drop) == "") {
+		return fmt.Errorf("%s: [upstream] wants issue, pr and drop (\"none found\" where there is none)", d.ID)
+	}
 	var err error
 	if d.constraint, err = parseVersions(d.Versions); err != nil {
 		return fmt.Errorf("%s: %w", d.ID, err)
@@ -163,7 +242,7 @@ func (d *Definition) validate() error {
 			return err
 		}
 	}
-	return nil
+	return d.checkOverlap()
 }
 
 func parseVersions(s string) (goversion.Constraints, error) {
@@ -197,6 +276,9 @@ func validateGuards(owner string, guards []Guard) error {
 		if err := checkFile(fmt.Sprintf("%s: guard %d", owner, i+1), g.File); err != nil {
 			return err
 		}
+		if slices.Contains(g.ContainsAny, "") {
+			return fmt.Errorf("%s: guard %d (%s): contains_any holds an empty string", owner, i+1, g.File)
+		}
 	}
 	return nil
 }
@@ -229,6 +311,14 @@ func validateEdits(owner string, edits []Edit) error {
 		// unpatched code from upstream's fix.
 		if e.Upstream != "" && strings.Contains(e.Anchor, e.Upstream) {
 			return fmt.Errorf("%s: the upstream marker occurs in the anchor, so it cannot tell upstream's fix from the code to patch", where)
+		}
+		switch {
+		case (e.LegacyMarker == "") != (e.LegacyScript == ""):
+			return fmt.Errorf("%s: legacy_marker and legacy_script go together", where)
+		case e.LegacyScript != "" && (path.Base(e.LegacyScript) != e.LegacyScript || !strings.HasSuffix(e.LegacyScript, ".py")):
+			return fmt.Errorf("%s: legacy_script %q: want the file name of a patch script (*.py)", where, e.LegacyScript)
+		case e.LegacyMarker != "" && strings.Contains(e.Anchor, e.LegacyMarker):
+			return fmt.Errorf("%s: the legacy marker occurs in the anchor, so it cannot tell the script's result from the code to patch", where)
 		}
 	}
 	return nil

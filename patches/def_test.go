@@ -273,3 +273,58 @@ func TestUnguarded(t *testing.T) {
 	d.Variants = []Variant{{Name: "a", Guards: []Guard{{File: "x.py"}}}, {Name: "b"}}
 	assert.Equal(t, []string{"b"}, d.Unguarded())
 }
+
+func TestParseRejectsOverlappingVariants(t *testing.T) {
+	head := "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n"
+	variant := func(name, anchor string) string {
+		return "[[variant]]\nname = \"" + name + "\"\n[[variant.edit]]\nfile = \"a.py\"\nanchor = '''\n" + anchor + "'''\nreplacement = '''\n# fixed\n'''\n"
+	}
+	// The second variant's anchor is a piece of the first's: a file in the
+	// first's form matches both.
+	_, err := Parse([]byte(head+variant("long", "def f():\n    x = 1\n    return x\n")+variant("short", "    x = 1\n")), "t.toml")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "variants long and short overlap")
+	// Disjoint anchors are fine, and so are variants kept apart by their
+	// version ranges.
+	_, err = Parse([]byte(head+variant("new", "def f():\n    x = 2\n")+variant("old", "def f():\n    x = 1\n")), "t.toml")
+	require.NoError(t, err)
+	ranged := strings.Replace(head+variant("long", "def f():\n    x = 1\n")+variant("short", "    x = 1\n"), "name = \"short\"\n", "name = \"short\"\nversions = \"< 1\"\n", 1)
+	_, err = Parse([]byte(ranged), "t.toml")
+	require.NoError(t, err)
+}
+
+func TestParseUpstreamAndLegacy(t *testing.T) {
+	base := "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n[[edit]]\nfile = \"a.py\"\nanchor = \"x = 1\"\nreplacement = \"x = 2\"\n"
+	d, err := Parse([]byte(base+"legacy_marker = \"FIXED-BY-SCRIPT\"\nlegacy_script = \"patch_x.py\"\n[upstream]\nissue = \"none found\"\npr = \"none found\"\ndrop = \"upstream assigns 2\"\n"), "t.toml")
+	require.NoError(t, err)
+	assert.Equal(t, "upstream issue none found, PR none found; drop when upstream assigns 2", d.Status.String())
+	for _, c := range []struct{ extra, want string }{
+		{"legacy_marker = \"m\"\n", "legacy_marker and legacy_script go together"},
+		{"legacy_marker = \"x\"\nlegacy_script = \"p.py\"\n", "legacy marker occurs in the anchor"},
+		{"legacy_marker = \"m\"\nlegacy_script = \"../p.py\"\n", "want the file name of a patch script"},
+		{"[upstream]\nissue = \"#1\"\n", "[upstream] wants issue, pr and drop"},
+	} {
+		_, err := Parse([]byte(base+c.extra), "t.toml")
+		require.Error(t, err, c.extra)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	// What the script leaves is applied, in its name; the anchor still
+	// there is pending; neither is drift.
+	e := &d.Edits[0]
+	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 3\n"))
+	assert.Equal(t, Pending, Evaluate(e, "x = 1\n").State)
+	// A script that inserted its fix elsewhere leaves the anchor: still its fix.
+	assert.Equal(t, Applied, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 1\n").State)
+	assert.Equal(t, Drift, Evaluate(e, "x = 3\n").State)
+}
+
+// Every built-in definition says where its fix stands upstream and when
+// to drop it.
+func TestBuiltinDefinitionsHaveUpstreamStatus(t *testing.T) {
+	defs, err := Builtin()
+	require.NoError(t, err)
+	for _, d := range defs {
+		require.NotNil(t, d.Status, "%s has no [upstream]", d.ID)
+		assert.NotEmpty(t, d.Status.Drop, d.ID)
+	}
+}

@@ -20,7 +20,7 @@ import (
 // and the earlier steps.
 type Input struct {
 	// Config gives the payload root, INFERA_SKIP_ENGINE_PATCHES,
-	// INFERA_REQUIRE_PATCHES and the probe's deadline.
+	// INFERA_REQUIRE_PATCHES, INFERA_SKIP_PATCHES and the probe's deadline.
 	Config    config.Config
 	Python    string // the interpreter, resolved once for the whole pass; "" when it cannot run
 	PythonErr error  // why there is no interpreter
@@ -122,17 +122,11 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	for _, n := range set.Notes {
 		log.Info(n)
 	}
-	require := map[string]bool{}
-	for _, id := range in.Config.RequirePatches {
-		if set.Lookup(id) == nil {
-			var known []string
-			for _, d := range set.Defs {
-				known = append(known, d.ID)
-			}
-			return o, &ConfigError{fmt.Errorf("INFERA_REQUIRE_PATCHES names %q, which no patch definition has (known: %s)", id, strings.Join(known, ", "))}
-		}
-		require[id] = true
+	sel, err := selectDefs(set, in.Config.RequirePatches, in.Config.SkipPatches)
+	if err != nil {
+		return o, &ConfigError{err}
 	}
+	require := sel.require
 	scripts, names := in.Early.scriptsAndNames(set, in.Config.PayloadRoot)
 	if len(names) == 0 {
 		o.State, o.Summary = StepNone, "no patch definitions"
@@ -166,7 +160,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir})
+	o.Results = sel.withSkipped(set, Apply(sel.set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir}))
 	counts := map[State]int{}
 	var refusal error
 	for _, r := range o.Results {
@@ -188,7 +182,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 	}
 	var parts []string
-	for _, s := range []State{Applied, Pending, Shadowed, Upstream, NotApplicable, Drift} {
+	for _, s := range []State{Applied, Pending, Partial, Shadowed, Upstream, NotApplicable, Drift, Skipped} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -299,6 +293,10 @@ func logResult(log *slog.Logger, r Result) {
 		log.Warn(fmt.Sprintf("patch %s not applied: drift in %s", r.ID, r.Why))
 	case r.State == Shadowed:
 		log.Warn(fmt.Sprintf("patch %s not in force: %s", r.ID, r.Why))
+	case r.State == Partial:
+		log.Warn(fmt.Sprintf("patch %s partial: %s", r.ID, r.Why))
+	case r.State == Skipped:
+		log.Info(fmt.Sprintf("patch %s skipped: INFERA_SKIP_PATCHES names it", r.ID))
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}

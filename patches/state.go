@@ -19,6 +19,12 @@ const (
 	// Python never revalidates, or a timestamp .pyc that matches the new
 	// source's mtime and size). Not in force.
 	Shadowed State = "shadowed"
+	// Partial: the fix is in some of the places that need it and the
+	// code it is about is also somewhere no variant's anchors match: a
+	// behaviour implemented twice in a release (vLLM's V1 and V2 model
+	// runners) with only one of them patched, or a file of a patch that
+	// changed after the patch was applied. Not in force, never applied.
+	Partial State = "partial"
 )
 
 // Evaluation is the state of one edit in one file content, with the counts
@@ -59,6 +65,18 @@ func evaluate(e *Edit, content *text) Evaluation {
 		r -= a * j // replacements that are part of an anchor
 	}
 	ev := Evaluation{Anchors: a, Replacement: r}
+	if r == 0 && e.LegacyMarker != "" {
+		// What a v0.2.2 script left in place of the anchor (an image that
+		// ran it at build time) is the fix, in its words.
+		m := content.count(e.LegacyMarker)
+		if k := strings.Count(e.Replacement, e.LegacyMarker); k > 0 {
+			m -= content.count(e.Replacement) * k
+		}
+		if m > 0 {
+			ev.State, ev.Why = Applied, "by the v0.2.2 script "+e.LegacyScript
+			return ev
+		}
+	}
 	switch {
 	case a == e.Count && r == 0:
 		ev.State = Pending
@@ -71,8 +89,9 @@ func evaluate(e *Edit, content *text) Evaluation {
 	return ev
 }
 
-// Combine decides a patch's state from its edits' states: any drift is
-// drift; upstream only when every edit that applies is upstream (a partial
+// Combine decides a patch's state from its edits' states: drift beside
+// an applied edit is partial (the fix is in force in some places and
+// cannot be made so in the others); any other drift is drift; upstream only when every edit that applies is upstream (a partial
 // upstream fix mixed with ours would be neither); pending when at least one
 // edit is still pending and the rest are applied (a start that died
 // half-way is finished by the next); applied when all are applied.
@@ -83,6 +102,8 @@ func Combine(states []State) State {
 	}
 	live := len(states) - count[NotApplicable]
 	switch {
+	case count[Drift] > 0 && count[Applied] > 0:
+		return Partial
 	case count[Drift] > 0:
 		return Drift
 	case live == 0:

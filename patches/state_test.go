@@ -80,7 +80,8 @@ func TestCombine(t *testing.T) {
 		{[]State{Applied, Applied}, Applied},
 		{[]State{Applied, Pending}, Pending}, // a start that died between two files
 		{[]State{Pending, Drift}, Drift},
-		{[]State{Applied, Drift}, Drift},
+		{[]State{Applied, Drift}, Partial}, // in force in one place, not in the other
+		{[]State{Applied, Pending, Drift}, Partial},
 		{[]State{Upstream, Upstream}, Upstream},
 		{[]State{Upstream, NotApplicable}, Upstream},
 		{[]State{Upstream, Pending}, Drift}, // half fixed upstream: neither

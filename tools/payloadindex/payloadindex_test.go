@@ -61,14 +61,37 @@ anchor = "    return 1\n"
 replacement = "    return 2\n"
 `
 
+// overlappingFix has two variants of which the second's anchor is a part
+// of the first's: one file would match both.
+const overlappingFix = `id = "fix"
+summary = "s"
+package = "vllm"
+distribution = "vllm"
+[[guard]]
+file = "a.py"
+[[variant]]
+name = "long"
+[[variant.edit]]
+file = "a.py"
+anchor = "def f():\n    return 1\n"
+replacement = "def f():\n    return 2\n"
+[[variant]]
+name = "short"
+[[variant.edit]]
+file = "a.py"
+anchor = "    return 1\n"
+replacement = "    return 2\n"
+`
+
 // Definitions a start would refuse, or never read, fail the build before
 // anything is written: the payload directory in the way stays as it was.
 func TestBuildRefusesPatches(t *testing.T) {
 	for name, c := range map[string]struct{ file, content, want string }{
-		"malformed": {"vllm/fix.toml", "id = \"fix\"\n", "vllm/fix.toml: fix: summary is empty; a start with this payload would refuse to run (exit 78)"},
-		"not toml":  {"vllm/fix.toml", "id = [", "vllm/fix.toml"},
-		"stray":     {"fix.toml", guardedFix, "fix.toml: not at <import-name>/<file>.toml"},
-		"too deep":  {"vllm/sub/fix.toml", guardedFix, "vllm/sub/fix.toml: not at <import-name>/<file>.toml"},
+		"malformed":            {"vllm/fix.toml", "id = \"fix\"\n", "vllm/fix.toml: fix: summary is empty; a start with this payload would refuse to run (exit 78)"},
+		"not toml":             {"vllm/fix.toml", "id = [", "vllm/fix.toml"},
+		"stray":                {"fix.toml", guardedFix, "fix.toml: not at <import-name>/<file>.toml"},
+		"too deep":             {"vllm/sub/fix.toml", guardedFix, "vllm/sub/fix.toml: not at <import-name>/<file>.toml"},
+		"overlapping variants": {"vllm/fix.toml", overlappingFix, "vllm/fix.toml: fix: variants long and short overlap"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

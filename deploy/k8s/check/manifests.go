@@ -638,6 +638,14 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 			c.add(where, "INFERA_REQUIRE_PATCHES names %q, which is no built-in patch: infera-exec would refuse to start (78)", id)
 		}
 	}
+	for _, id := range cfg.SkipPatches {
+		switch {
+		case !c.ctx.PatchIDs[id]:
+			c.add(where, "INFERA_SKIP_PATCHES names %q, which is no built-in patch: infera-exec would refuse to start (78)", id)
+		case slices.Contains(cfg.RequirePatches, id):
+			c.add(where, "INFERA_SKIP_PATCHES and INFERA_REQUIRE_PATCHES both name %q: infera-exec would refuse to start (78)", id)
+		}
+	}
 
 	// Probes: ready on /health, and the kubelet must wait longer than the
 	// worker does, by a margin, so that the worker's own timeout reports

@@ -1,11 +1,13 @@
 """Fixture standing in for sglang/srt/disaggregation/common/utils.py in infera-exec
-engine-patch tests. Only the anchored dataclass field is upstream text.
+engine-patch tests. Only the anchored dataclass field and the typing import line (as at
+v0.5.15.post1, where the v0.2.2 script anchors too) are upstream text.
 """
 
 import dataclasses
 import threading
 from collections import deque
-from typing import Any, List, Optional, Union
+from typing import List, Optional, Tuple, Union
+from typing import Any  # the fixture's own
 
 
 class TraceNullContext:

@@ -1,9 +1,11 @@
 """Fixture standing in for sglang/srt/disaggregation/mooncake/conn.py in infera-exec
-engine-patch tests. Only the anchored lines are upstream text; the rest is invented.
+engine-patch tests. Only the anchored lines and the typing import line (as at v0.5.15.post1,
+where the v0.2.2 script anchors too) are upstream text; the rest is invented.
 """
 
 import enum
-from typing import Any, Dict, List, Optional, Union
+from typing import List, Optional, Tuple, Union
+from typing import Any, Dict  # the fixture's own
 
 from sglang.srt.disaggregation.common.utils import (
     FastQueue,

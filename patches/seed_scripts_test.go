@@ -1,0 +1,109 @@
+package patches
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
+)
+
+// seedScripts names, for each v0.2.2 patch script, the built-in definition
+// that supersedes it, the test tree it is run on, and the state that
+// definition must read after the script alone has run.
+var seedScripts = []struct {
+	script, tree, id string
+	after            State
+	// refuses: on infera-exec's result the script reports drift and
+	// writes nothing (its already-applied test is its own text, comments
+	// included, which infera-exec does not copy).
+	refuses bool
+}{
+	{"vllm/patch_moriio_pagelen.py", "vllm-mrv2", "vllm-moriio-mla-page-geometry", Applied, false},
+	{"vllm/patch_moriio_write.py", "vllm-moriio-write", "vllm-moriio-write-notify-prefill", Applied, false},
+	{"vllm/patch_sched_guard.py", "vllm-mrv2", "vllm-scheduler-kv-xfer-finished-guard", Applied, false},
+	{"vllm/patch_mooncake_mamba_unpack.py", "vllm-mrv2", "vllm-mooncake-mamba-arity", Applied, false},
+	// The script defers the V1 runner's registration only: Model Runner V2's
+	// is still to do, so the patch is pending, never drift.
+	{"vllm/patch_defer_kv_register.py", "vllm-mrv2", "vllm-defer-kv-connector-registration", Pending, false},
+	{"vllm/patch_defer_kv_register.py", "vllm-block-size-nbytes", "vllm-defer-kv-connector-registration", Applied, false},
+	{"sglang_disagg/patch_mooncake_early_send_wait_event.py", "sglang-editable", "sglang-mooncake-chunk-wait-event", Applied, true},
+	{"sglang_rocm/patch_hicache_rocm_host_alloc.py", "sglang-hicache", "sglang-hicache-rocm-host-alloc", Applied, false},
+	{"sglang_rocm/patch_hicache_rocm_staged_write_back.py", "sglang-hicache", "sglang-hicache-rocm-staged-write-back", Applied, false},
+}
+
+// TestSeedScripts runs the seed repository's v0.2.2 patch scripts
+// (INFERA_SEED_PATCHES names their deploy/docker/patches directory; the
+// test is skipped without it or without python3) in both directions: a
+// tree the script patched reads as that fix (applied, by the script), and
+// the script finds nothing to do on a tree infera-exec patched.
+func TestSeedScripts(t *testing.T) {
+	seed := os.Getenv("INFERA_SEED_PATCHES")
+	python, err := exec.LookPath("python3")
+	if seed == "" || err != nil {
+		t.Skip("needs INFERA_SEED_PATCHES (the seed's deploy/docker/patches) and python3")
+	}
+	set, err := LoadSet(filepath.Join(t.TempDir(), "no-payload"))
+	require.NoError(t, err)
+	trees := t.TempDir()
+	require.NoError(t, fixture.Trees("testdata/trees", trees))
+
+	run := func(t *testing.T, root, script string, fails bool) string {
+		cmd := exec.Command(python, filepath.Join(seed, script))
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1")
+		cmd.Dir = "/"
+		out, err := cmd.CombinedOutput()
+		if fails {
+			require.Error(t, err, "%s: %s", script, out)
+		} else {
+			require.NoError(t, err, "%s: %s", script, out)
+		}
+		return string(out)
+	}
+	result := func(t *testing.T, root, id string, dry bool) Result {
+		loc, err := LocateOffline(root, set.Packages())
+		require.NoError(t, err)
+		loc.FillVersions(set, root)
+		for _, r := range Apply(set, loc, Options{DryRun: dry}) {
+			if r.ID == id {
+				return r
+			}
+		}
+		t.Fatalf("no result for %s", id)
+		return Result{}
+	}
+	for _, c := range seedScripts {
+		t.Run(c.tree+"/"+filepath.Base(c.script), func(t *testing.T) {
+			// The script alone: its result is a known state of the fix.
+			dir := filepath.Join(t.TempDir(), "script")
+			require.NoError(t, fixture.CopyTree(filepath.Join(trees, c.tree), dir))
+			root := treeRoot(dir)
+			before := snapshot(t, dir)
+			out := run(t, root, c.script, false)
+			require.NotEqual(t, before, snapshot(t, dir), "the script changed nothing: %s", out)
+			r := result(t, root, c.id, true)
+			assert.Equal(t, c.after, r.State, r.Why)
+			if c.after == Applied {
+				assert.Contains(t, r.Why, "by the v0.2.2 script "+filepath.Base(c.script))
+			}
+			// A start on top of it converges and stays converged.
+			assert.Equal(t, Applied, result(t, root, c.id, false).State)
+			assert.Equal(t, Applied, result(t, root, c.id, true).State)
+
+			// infera-exec alone: the script then has nothing to do.
+			dir = filepath.Join(t.TempDir(), "ours")
+			require.NoError(t, fixture.CopyTree(filepath.Join(trees, c.tree), dir))
+			root = treeRoot(dir)
+			require.Equal(t, Applied, result(t, root, c.id, false).State)
+			ours := snapshot(t, dir)
+			out = run(t, root, c.script, c.refuses)
+			assert.Equal(t, ours, snapshot(t, dir), "the script changed a file infera-exec patched: %s", out)
+			assert.False(t, strings.Contains(out, "Traceback"), out)
+		})
+	}
+}
