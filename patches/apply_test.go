@@ -487,6 +487,23 @@ func TestOwnerAndModeKept(t *testing.T) {
 	assert.Equal(t, uint32(5678), st.Gid)
 }
 
+// A patched file keeps its mode exactly, 000 included (root reads it).
+func TestModeZeroKept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("reading a mode-000 file needs root")
+	}
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	p := filepath.Join(site, "demo/a.py")
+	require.NoError(t, os.Chmod(p, 0))
+	d := def(t, "mode0", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	require.Equal(t, Applied, r.State, r.Why)
+	fi, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0), fi.Mode().Perm(), "mode 000 is kept, not made 0644")
+	assert.Equal(t, "    a = x[0]\n", read(t, p))
+}
+
 // What a grouped run hands the record: a file's identity only where the
 // file on disk is the content a patch's result is about.
 func TestGroupedRunObserved(t *testing.T) {
