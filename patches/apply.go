@@ -7,6 +7,7 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -105,8 +106,10 @@ var removeFile = os.Remove
 
 // Options control a run.
 type Options struct {
-	DryRun      bool            // decide states, write nothing
-	Require     map[string]bool // ids required in addition to required = true
+	DryRun  bool            // decide states, write nothing
+	Require map[string]bool // ids required in addition to required = true
+	// LockTimeout bounds the wait for the package directories' locks, for
+	// all of them together; 0 tries each once (INFERA_PATCH_LOCK_TIMEOUT).
 	LockTimeout time.Duration
 	// StateDir is infera-exec's trusted state directory: where the state
 	// verified by a run is recorded, so that a restart on unchanged files
@@ -149,13 +152,8 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 	seen := &observed{}
 	results := make([]Result, len(set.Defs))
 	plans := make([]*plan, len(set.Defs))
-	locks := map[string]*os.File{}
-	defer func() {
-		for _, f := range locks {
-			f.Close() // releases the flock
-		}
-	}()
-	v := newView(!opt.DryRun)
+	pkgs := make([]Package, len(set.Defs))
+	var dirs []string // the package directories this run may write in
 	for i, d := range set.Defs {
 		r := &results[i]
 		*r = Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
@@ -174,18 +172,30 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
 			continue
 		}
-		if !opt.DryRun {
-			if _, held := locks[pkg.Dir]; !held {
-				f, err := lockDir(pkg.Dir, opt.LockTimeout)
-				if err != nil {
-					r.State, r.Before, r.Action, r.Why = Drift, Drift, "failed", err.Error()
-					seen.incomplete = true
-					continue
-				}
-				locks[pkg.Dir] = f
-			}
+		pkgs[i] = pkg
+		if !slices.Contains(dirs, pkg.Dir) {
+			dirs = append(dirs, pkg.Dir)
 		}
-		plans[i] = planOne(d, pkg, v, opt.DryRun, r)
+	}
+	// One lock per package directory and run, taken before anything is
+	// read, within one bounded wait for all of them together.
+	var unlocked map[string]error
+	if !opt.DryRun {
+		var release func()
+		unlocked, release = lockDirs(dirs, opt.LockTimeout)
+		defer release()
+	}
+	v := newView(!opt.DryRun)
+	for i, d := range set.Defs {
+		if !pkgs[i].Found {
+			continue
+		}
+		// A package whose lock could not be had is decided as a dry run
+		// decides it: what is in force stays so; what would need writing
+		// is not written.
+		lockErr := unlocked[pkgs[i].Dir]
+		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil, &results[i])
+		plans[i].lockErr = lockErr
 	}
 	if !opt.DryRun {
 		commitGroups(groupsOf(plans, v), set, plans, results)
@@ -194,8 +204,18 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 		if p == nil {
 			continue
 		}
-		p.finish(&results[i], opt.DryRun)
-		seen.add(p.pkg, results[i], p.fs)
+		r := &results[i]
+		p.finish(r, opt.DryRun || p.lockErr != nil)
+		if p.lockErr != nil {
+			seen.incomplete = true
+			switch {
+			case r.Action == "would-apply":
+				r.Action, r.Why = "failed", p.lockErr.Error()
+			case r.State == Shadowed:
+				r.Why += "; not removed: " + p.lockErr.Error()
+			}
+		}
+		seen.add(p.pkg, *r, p.fs)
 	}
 	return results, seen
 }
@@ -333,7 +353,8 @@ type plan struct {
 	links []*diskFile // files it changes, or read as planned by an earlier patch
 
 	err, restoreErr error
-	twice           bool // another writer got in the way of both attempts
+	twice           bool  // another writer got in the way of both attempts
+	lockErr         error // the package directory could not be locked: decided, not written
 }
 
 // planOne decides a patch against the view and, when it is pending in a
@@ -772,32 +793,65 @@ func pycHeader(pyc string) (flags uint32, stamp uint64, ok bool) {
 	return binary.LittleEndian.Uint32(hdr[4:8]), stamp, true
 }
 
-// lockDir takes an exclusive flock on the package directory itself: two
-// starts at once (two containers sharing an editable checkout, or a
-// restart racing its predecessor) patch one after the other. Directories
-// can be locked on read-only filesystems and nothing is created.
-func lockDir(dir string, timeout time.Duration) (*os.File, error) {
+// lockDirs takes an exclusive flock on each package directory itself, in
+// sorted order: two starts at once (two containers sharing an editable
+// checkout, or a restart racing its predecessor) patch one after the
+// other. Directories can be locked on read-only filesystems and nothing
+// is created. The wait is bounded for all of them together: whoever holds
+// a lock (any uid that can open the directory can), a start waits at most
+// timeout, then goes on without it. unlocked says, for each directory not
+// locked, why; release drops the locks taken.
+func lockDirs(dirs []string, timeout time.Duration) (unlocked map[string]error, release func()) {
+	sorted := slices.Clone(dirs)
+	slices.Sort(sorted)
+	deadline := time.Now().Add(timeout)
+	var held []*os.File
+	for _, dir := range sorted {
+		f, err := lockDir(dir, deadline, timeout)
+		if err != nil {
+			if unlocked == nil {
+				unlocked = map[string]error{}
+			}
+			unlocked[dir] = err
+			continue
+		}
+		held = append(held, f)
+	}
+	return unlocked, func() {
+		for _, f := range held {
+			f.Close() // releases the flock
+		}
+	}
+}
+
+// lockDir takes the flock of one directory, trying at least once and
+// again until deadline.
+func lockDir(dir string, deadline time.Time, timeout time.Duration) (*os.File, error) {
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
+		return nil, fmt.Errorf("cannot lock the package directory: %w", err)
 	}
-	if timeout <= 0 {
-		timeout = 60 * time.Second
-	}
-	deadline := time.Now().Add(timeout)
+	pause := time.Millisecond
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return f, nil
 		}
-		if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+		if err != syscall.EWOULDBLOCK {
 			f.Close()
-			if err == syscall.EWOULDBLOCK {
-				return nil, fmt.Errorf("lock %s: another start held it for %s", dir, timeout)
-			}
-			return nil, fmt.Errorf("lock %s: %w", dir, err)
+			return nil, fmt.Errorf("cannot lock the package directory %s: %w", dir, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		left := time.Until(deadline)
+		if left <= 0 {
+			f.Close()
+			waited := "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)"
+			if timeout > 0 {
+				waited = "waited " + timeout.String() + " (INFERA_PATCH_LOCK_TIMEOUT)"
+			}
+			return nil, fmt.Errorf("the package directory %s is locked (flock) by another process; %s", dir, waited)
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, 20*time.Millisecond)
 	}
 }
 

@@ -166,7 +166,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir})
+	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir, LockTimeout: in.Config.PatchLockTimeoutDuration()})
 	counts := map[State]int{}
 	var refusal error
 	for _, r := range o.Results {
