@@ -168,8 +168,8 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			continue
 		}
 		r.Version = pkg.Version
-		if in, why := d.InScope(pkg.Version); !in {
-			r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
+		if st, why := d.Scope(pkg.Version, pkg.VersionWhy); st != "" {
+			r.State, r.Before, r.Why = st, st, why
 			continue
 		}
 		pkgs[i] = pkg
@@ -540,8 +540,8 @@ type candidate struct {
 
 func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candidate {
 	c := candidate{variant: v}
-	if in, why := inScope(v.constraint, v.Versions, d.Package, d.Distribution, pkg.Version); !in {
-		c.state, c.why = NotApplicable, why
+	if st, why := scope(v.constraint, v.Versions, d.Distribution, pkg.Version, pkg.VersionWhy); st != "" {
+		c.state, c.why = st, why
 		return c
 	}
 	if why, st := guardsHold(v.Guards, pkg, files); st != "" {

@@ -60,6 +60,9 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 		pkg := rep.Location.Packages[n]
 		if pkg.Found {
 			fmt.Fprintf(w, "\n%s %s at %s\n", n, orUnknown(pkg.Version), pkg.Dir)
+			if pkg.Version == "" {
+				fmt.Fprintf(w, "  (%s)\n", orUnknownWhy(pkg))
+			}
 		} else {
 			fmt.Fprintf(w, "\n%s: %s\n", n, pkg.Why)
 		}

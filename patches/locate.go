@@ -22,13 +22,16 @@ import (
 
 // Package is where an import name resolves for the worker.
 type Package struct {
-	Name        string   `json:"name"`
-	Found       bool     `json:"found"`
-	Dir         string   `json:"dir,omitempty"`     // the package directory edits are relative to
-	Dirs        []string `json:"dirs,omitempty"`    // all portions of a namespace package
-	Version     string   `json:"version,omitempty"` // from *.dist-info/METADATA
-	VersionFrom string   `json:"version_from,omitempty"`
-	Why         string   `json:"why,omitempty"` // when not found
+	Name    string   `json:"name"`
+	Found   bool     `json:"found"`
+	Dir     string   `json:"dir,omitempty"`     // the package directory edits are relative to
+	Dirs    []string `json:"dirs,omitempty"`    // all portions of a namespace package
+	Version string   `json:"version,omitempty"` // from *.dist-info/METADATA
+	// VersionFrom is the metadata file the version was read from, or,
+	// with VersionWhy, the one that could not be read.
+	VersionFrom string `json:"version_from,omitempty"`
+	VersionWhy  string `json:"version_why,omitempty"` // why Version is ""
+	Why         string `json:"why,omitempty"`         // when not found
 }
 
 // Location is the answer of one interpreter run (or its cached copy).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/report"
@@ -163,6 +164,12 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		if loc.Cached {
 			cached = " (location cached)"
 		}
+		if pkg.Version == "" && set.gated(n) {
+			// Not a detail: the patches limited to a version range are
+			// not applied.
+			log.Warn(fmt.Sprintf("%s at %s: the version is unknown (%s); the patches limited to a version range are not applied%s", n, pkg.Dir, orUnknownWhy(pkg), cached))
+			continue
+		}
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
@@ -262,7 +269,8 @@ func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 				dirs = append(dirs, s)
 			}
 		}
-		pkg.Version, pkg.VersionFrom = DistVersion(dist, dirs)
+		f := distinfo.Find(dist, dirs)
+		pkg.Version, pkg.VersionFrom, pkg.VersionWhy = f.Version, f.From, f.Why
 		loc.Packages[n] = pkg
 	}
 }
@@ -302,6 +310,24 @@ func logResult(log *slog.Logger, r Result) {
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
+}
+
+// gated reports whether a definition for package pkg is limited to a
+// version range.
+func (s *Set) gated(pkg string) bool {
+	for _, d := range s.Defs {
+		if d.Package == pkg && d.Gated() {
+			return true
+		}
+	}
+	return false
+}
+
+func orUnknownWhy(p Package) string {
+	if p.VersionWhy == "" {
+		return "no dist-info found"
+	}
+	return p.VersionWhy
 }
 
 func orUnknown(v string) string {
