@@ -36,6 +36,12 @@ type Result struct {
 	Why      string       `json:"why,omitempty"`
 	Missing  bool         `json:"package_missing,omitempty"` // the package is not importable
 	Edits    []EditResult `json:"edits,omitempty"`
+	// NotImported: the patch is shadowed because a module it edits is
+	// not loaded from the edited file (a package directory or an
+	// extension module of that name beside it, or a parent that is no
+	// package); LoadsInstead names what loads. No start can fix that.
+	NotImported  bool   `json:"not_imported,omitempty"`
+	LoadsInstead string `json:"loads_instead,omitempty"`
 	// Recorded: decided from the record of an earlier verified run, every
 	// file's identity unchanged since; no file was read.
 	Recorded bool `json:"recorded,omitempty"`
@@ -111,6 +117,11 @@ type Options struct {
 	// LockTimeout bounds the wait for the package directories' locks, for
 	// all of them together; 0 tries each once (INFERA_PATCH_LOCK_TIMEOUT).
 	LockTimeout time.Duration
+	// PyMinor is the worker's CPython 3.minor (the ABI family's), which
+	// decides the extension-module suffixes that can shadow a patched
+	// module; 0 = read it from the package's path (python3.X), else
+	// unknown (see importer).
+	PyMinor int
 	// StateDir is infera-exec's trusted state directory: where the state
 	// verified by a run is recorded, so that a restart on unchanged files
 	// reads none of them (see record.go). "" = always the full check.
@@ -185,7 +196,7 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 		unlocked, release = lockDirs(dirs, opt.LockTimeout)
 		defer release()
 	}
-	v := newView(!opt.DryRun)
+	v := newView(!opt.DryRun, opt.PyMinor)
 	for i, d := range set.Defs {
 		if !pkgs[i].Found {
 			continue
@@ -268,6 +279,9 @@ type files struct {
 	// unread is set when a file could not be resolved or read: its
 	// identity is not in m, so the record cannot vouch for the run.
 	unread bool
+	// probes and dirs are what was consulted to tell which file the
+	// import system loads for each edited module (see importer).
+	probes, dirs []string
 }
 
 // view is a run's reading of the engine files: each is read from disk
@@ -278,6 +292,7 @@ type view struct {
 	disk    map[string]*diskFile // by real path
 	changed []*diskFile          // planned to change, in order of first change
 	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
+	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
@@ -286,8 +301,8 @@ type realPath struct {
 	err  error
 }
 
-func newView(compose bool) *view {
-	return &view{compose: compose, disk: map[string]*diskFile{}, real: map[string]realPath{}}
+func newView(compose bool, minor int) *view {
+	return &view{compose: compose, minor: minor, disk: map[string]*diskFile{}, real: map[string]realPath{}}
 }
 
 // evalSymlinks is filepath.EvalSymlinks, once per path and run: every
@@ -342,6 +357,7 @@ const (
 	disturbed              // its edits disturb one another: drift
 	wouldApply             // pending, in a dry run
 	writes                 // pending: its files are to be written
+	hidden                 // a module it edits loads from another file: nothing to write
 )
 
 // plan is one patch as decided in memory, and, once committed, how its
@@ -378,6 +394,15 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	vr := c.variant
 	r.Variant, r.Edits, r.Before, r.Why = vr.Name, c.edits, c.state, c.why
 	r.State = r.Before
+	if r.Before == Pending || r.Before == Applied || r.Before == Upstream {
+		// What the patch (or upstream's fix) is about must be the code
+		// that runs: each edited module must load from the edited file.
+		if by, why := importedFrom(pkg, vr, r.Edits, fs); why != "" {
+			r.State, r.Why, r.NotImported, r.LoadsInstead = Shadowed, why, true, by
+			p.kind = hidden
+			return p
+		}
+	}
 	if r.Before != Pending {
 		p.kind = decided
 		return p
@@ -445,6 +470,39 @@ func (p *plan) link() {
 	}
 }
 
+// importedFrom checks that every .py file the variant edits is the file
+// the import system loads for its module: "" when each is; else what
+// loads instead of the first that is not, and why.
+func importedFrom(pkg Package, vr *Variant, edits []EditResult, fs *files) (by, why string) {
+	minor := fs.v.minor
+	if minor == 0 {
+		minor = minorFromPath(pkg.Dir)
+	}
+	im := newImporter(minor)
+	defer func() {
+		for _, p := range im.probes {
+			if !slices.Contains(fs.probes, p) {
+				fs.probes = append(fs.probes, p)
+			}
+		}
+		for _, d := range im.dirs {
+			if !slices.Contains(fs.dirs, d) {
+				fs.dirs = append(fs.dirs, d)
+			}
+		}
+	}()
+	for i := range vr.Edits {
+		e := &edits[i]
+		if e.State == NotApplicable || e.Path == "" || !strings.HasSuffix(vr.Edits[i].File, ".py") {
+			continue
+		}
+		if by, why := im.shadow(pkg, vr.Edits[i].File, e.Path); why != "" {
+			return by, why
+		}
+	}
+	return "", ""
+}
+
 // finish completes a patch's result once the files are written (or the
 // write failed): bytecode, hashes, and the identities of what it consulted.
 func (p *plan) finish(r *Result, dry bool) {
@@ -464,6 +522,8 @@ func (p *plan) finish(r *Result, dry bool) {
 		fillAfter(r, files)
 	case disturbed:
 		fillAfter(r, nil)
+	case hidden:
+		fillAfter(r, files)
 	case wouldApply:
 		r.Action = "would-apply"
 		fillAfter(r, files)

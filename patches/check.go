@@ -14,6 +14,10 @@ type CheckReport struct {
 	Location *Location `json:"location"`
 	Results  []Result  `json:"results"`
 	Drift    bool      `json:"drift"`
+	// Shadowed: some patch edits a module that is not loaded from the
+	// edited file (a package directory or extension module beside it):
+	// not in force whatever a start does.
+	Shadowed bool `json:"shadowed"`
 }
 
 // CheckAnswering is Check after asking, through answers, whether the
@@ -43,6 +47,9 @@ func Check(root, payloadRoot string) (*CheckReport, error) {
 	for _, r := range rep.Results {
 		if r.State == Drift {
 			rep.Drift = true
+		}
+		if r.NotImported {
+			rep.Shadowed = true
 		}
 	}
 	return rep, nil

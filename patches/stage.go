@@ -24,6 +24,7 @@ type Input struct {
 	// INFERA_REQUIRE_PATCHES and the probe's deadline.
 	Config    config.Config
 	Python    string // the interpreter, resolved once for the whole pass; "" when it cannot run
+	PyMinor   int    // its CPython 3.minor, from the ABI family; 0 = unknown
 	PythonErr error  // why there is no interpreter
 	Env       *environ.Env
 	Worker    *launch.Outcome // how the worker starts: the probe runs in its working directory
@@ -173,13 +174,17 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir, LockTimeout: in.Config.PatchLockTimeoutDuration()})
+	o.Results = Apply(set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
+		LockTimeout: in.Config.PatchLockTimeoutDuration(), PyMinor: in.PyMinor})
 	counts := map[State]int{}
 	var refusal error
 	for _, r := range o.Results {
 		counts[r.State]++
 		logResult(log, r)
-		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed)) {
+		// A dry run leaves pending what a start would write, and stale
+		// bytecode a start would remove; a module that loads from
+		// another file stays shadowed whatever a start does.
+		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed && !r.NotImported)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}
 	}

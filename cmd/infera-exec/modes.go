@@ -80,7 +80,8 @@ type checkResult struct {
 }
 
 // runCheck evaluates every patch definition against an unpacked image root
-// or a site-packages directory, offline; exit 65 on drift.
+// or a site-packages directory, offline; exit 65 on drift, and on a patch
+// whose module loads from another file than the one it edits.
 func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
@@ -97,7 +98,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		rep.WriteText(stdout)
 		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
 	})
-	if rep.Drift {
+	if rep.Drift || rep.Shadowed {
 		return exitPatch
 	}
 	return exitOK
