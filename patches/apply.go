@@ -222,8 +222,8 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			switch {
 			case r.Action == "would-apply":
 				r.Action, r.Why = "failed", p.lockErr.Error()
-			case r.State == Shadowed:
-				r.Why += "; not removed: " + p.lockErr.Error()
+			case r.State == Shadowed && !r.NotImported:
+				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
 			}
 		}
 		seen.add(p.pkg, *r, p.fs)
