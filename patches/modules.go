@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // A patched source file is only worth "applied" if it is the file the
@@ -83,12 +84,13 @@ func newImporter(minor int) *importer {
 	return &importer{minor: minor, triplet: t}
 }
 
-var pyMinorRE = regexp.MustCompile(`(?:^|/)python3\.(\d+)(?:t)?/`)
+// Compiled when first used: a start that knows its minor never does.
+var pyMinorRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?:^|/)python3\.(\d+)(?:t)?/`) })
 
 // minorFromPath is the CPython minor a site directory's path names
 // (/usr/local/lib/python3.11/dist-packages/vllm: 11), else 0.
 func minorFromPath(p string) int {
-	m := pyMinorRE.FindStringSubmatch(filepath.ToSlash(p) + "/")
+	m := pyMinorRE().FindStringSubmatch(filepath.ToSlash(p) + "/")
 	if m == nil {
 		return 0
 	}
