@@ -32,6 +32,7 @@ type Config struct {
 	SkipEnginePatches  bool        `json:"skip_engine_patches"`
 	RequirePatches     []string    `json:"require_patches,omitempty"`
 	SkipPatches        []string    `json:"skip_patches,omitempty"`   // INFERA_SKIP_PATCHES: patch ids not applied
+	PatchLockTimeout   string      `json:"patch_lock_timeout"`       // INFERA_PATCH_LOCK_TIMEOUT
 	PreflightOff       bool        `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
 	PreflightSkip      []string    `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
 	PreflightShmMin    uint64      `json:"preflight_shm_min"`        // INFERA_PREFLIGHT_SHM_MIN, bytes
@@ -55,6 +56,7 @@ type Config struct {
 
 	pythonTimeout    time.Duration
 	preflightTimeout time.Duration
+	patchLockTimeout time.Duration
 }
 
 // InitMode is how infera-exec starts the worker: exec'ing it, or staying
@@ -109,6 +111,10 @@ func (c Config) PythonTimeoutDuration() time.Duration { return c.pythonTimeout }
 // files is slower than a bare version question, so it gets three times as
 // long.
 func (c Config) PatchProbeTimeout() time.Duration { return 3 * c.pythonTimeout }
+
+// PatchLockTimeoutDuration is how long a start waits, in all, for the
+// locks of the engine's package directories (0: it tries once).
+func (c Config) PatchLockTimeoutDuration() time.Duration { return c.patchLockTimeout }
 
 // Error is a configuration value that cannot be used: the start is
 // refused with exit code 78.

@@ -630,6 +630,35 @@ func TestLoadPreflightTimeout(t *testing.T) {
 	}
 }
 
+func TestLoadPatchLockTimeout(t *testing.T) {
+	tests := []struct {
+		value  string
+		want   time.Duration
+		warned bool
+	}{
+		{"", DefaultPatchLockTimeout, false},
+		{"2", 2 * time.Second, false},
+		{"250ms", 250 * time.Millisecond, false},
+		{"0", 0, false}, // do not wait
+		{"-1s", DefaultPatchLockTimeout, true},
+		{"later", DefaultPatchLockTimeout, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			c, warns := load(t, map[string]string{"INFERA_PATCH_LOCK_TIMEOUT": tt.value})
+			assert.Equal(t, tt.want, c.PatchLockTimeoutDuration())
+			assert.Equal(t, tt.want.String(), c.PatchLockTimeout)
+			if !tt.warned {
+				assert.Empty(t, warns)
+				return
+			}
+			require.Len(t, warns, 1)
+			assert.Contains(t, warns[0], `INFERA_PATCH_LOCK_TIMEOUT="`+tt.value+`"`)
+			assert.Contains(t, warns[0], "using 5s")
+		})
+	}
+}
+
 func TestLoadPreflightOnTimeout(t *testing.T) {
 	c, warns := load(t, map[string]string{})
 	assert.False(t, c.PreflightTimeoutError)

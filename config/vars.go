@@ -24,6 +24,7 @@ const (
 	DefaultShmMin           = 1 << 30 // bytes of /dev/shm below which the shm check warns
 	DefaultNofileMin        = 65536   // open-file hard limit below which the nofile check warns
 	DefaultPreflightTimeout = 5 * time.Second
+	DefaultPatchLockTimeout = 5 * time.Second
 )
 
 // Var is one environment variable infera-exec reads: its name, its line in
@@ -162,6 +163,18 @@ var Vars = []Var{
 	}},
 	{"INFERA_SKIP_PATCHES", "patch ids not to apply or check (unknown id: 78)", "", func(l *loader, v string) error {
 		l.c.SkipPatches = splitList(v)
+		return nil
+	}},
+	{"INFERA_PATCH_LOCK_TIMEOUT", "how long a start waits, in all, for the engine's package directories that another process holds locked; then it starts unpatched (a warning; 65 when a patch is required). 0 = do not wait", DefaultPatchLockTimeout.String(), func(l *loader, v string) error {
+		l.c.patchLockTimeout = DefaultPatchLockTimeout
+		if v = strings.TrimSpace(v); v != "" {
+			if d, err := ParseSeconds(v); err != nil || d < 0 {
+				l.warn("INFERA_PATCH_LOCK_TIMEOUT=%q is not a duration of zero or more; using %s", v, DefaultPatchLockTimeout)
+			} else {
+				l.c.patchLockTimeout = d
+			}
+		}
+		l.c.PatchLockTimeout = l.c.patchLockTimeout.String()
 		return nil
 	}},
 	{"INFERA_EXEC_STATE_DIR", "state directory: the caches, the patch record, the RDMA fallback directory and the default report", "/run/infera-exec, else /tmp/infera-exec", func(l *loader, v string) error {

@@ -36,6 +36,12 @@ type Result struct {
 	Why      string       `json:"why,omitempty"`
 	Missing  bool         `json:"package_missing,omitempty"` // the package is not importable
 	Edits    []EditResult `json:"edits,omitempty"`
+	// NotImported: the patch is shadowed because a module it edits is
+	// not loaded from the edited file (a package directory or an
+	// extension module of that name beside it, or a parent that is no
+	// package); LoadsInstead names what loads. No start can fix that.
+	NotImported  bool   `json:"not_imported,omitempty"`
+	LoadsInstead string `json:"loads_instead,omitempty"`
 	// Recorded: decided from the record of an earlier verified run, every
 	// file's identity unchanged since; no file was read.
 	Recorded bool `json:"recorded,omitempty"`
@@ -110,9 +116,16 @@ var removeFile = os.Remove
 
 // Options control a run.
 type Options struct {
-	DryRun      bool            // decide states, write nothing
-	Require     map[string]bool // ids required in addition to required = true
+	DryRun  bool            // decide states, write nothing
+	Require map[string]bool // ids required in addition to required = true
+	// LockTimeout bounds the wait for the package directories' locks, for
+	// all of them together; 0 tries each once (INFERA_PATCH_LOCK_TIMEOUT).
 	LockTimeout time.Duration
+	// PyMinor is the worker's CPython 3.minor (the ABI family's), which
+	// decides the extension-module suffixes that can shadow a patched
+	// module; 0 = read it from the package's path (python3.X), else
+	// unknown (see importer).
+	PyMinor int
 	// StateDir is infera-exec's trusted state directory: where the state
 	// verified by a run is recorded, so that a restart on unchanged files
 	// reads none of them (see record.go). "" = always the full check.
@@ -154,13 +167,8 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 	seen := &observed{}
 	results := make([]Result, len(set.Defs))
 	plans := make([]*plan, len(set.Defs))
-	locks := map[string]*os.File{}
-	defer func() {
-		for _, f := range locks {
-			f.Close() // releases the flock
-		}
-	}()
-	v := newView(!opt.DryRun)
+	pkgs := make([]Package, len(set.Defs))
+	var dirs []string // the package directories this run may write in
 	for i, d := range set.Defs {
 		r := &results[i]
 		*r = Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
@@ -175,22 +183,34 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			continue
 		}
 		r.Version = pkg.Version
-		if in, why := d.InScope(pkg.Version); !in {
-			r.State, r.Before, r.Why = NotApplicable, NotApplicable, why
+		if st, why := d.Scope(pkg.Version, pkg.VersionWhy); st != "" {
+			r.State, r.Before, r.Why = st, st, why
 			continue
 		}
-		if !opt.DryRun {
-			if _, held := locks[pkg.Dir]; !held {
-				f, err := lockDir(pkg.Dir, opt.LockTimeout)
-				if err != nil {
-					r.State, r.Before, r.Action, r.Why = Drift, Drift, "failed", err.Error()
-					seen.incomplete = true
-					continue
-				}
-				locks[pkg.Dir] = f
-			}
+		pkgs[i] = pkg
+		if !slices.Contains(dirs, pkg.Dir) {
+			dirs = append(dirs, pkg.Dir)
 		}
-		plans[i] = planOne(d, pkg, v, opt.DryRun, r)
+	}
+	// One lock per package directory and run, taken before anything is
+	// read, within one bounded wait for all of them together.
+	var unlocked map[string]error
+	if !opt.DryRun {
+		var release func()
+		unlocked, release = lockDirs(dirs, opt.LockTimeout)
+		defer release()
+	}
+	v := newView(!opt.DryRun, opt.PyMinor)
+	for i, d := range set.Defs {
+		if !pkgs[i].Found {
+			continue
+		}
+		// A package whose lock could not be had is decided as a dry run
+		// decides it: what is in force stays so; what would need writing
+		// is not written.
+		lockErr := unlocked[pkgs[i].Dir]
+		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil, &results[i])
+		plans[i].lockErr = lockErr
 	}
 	if !opt.DryRun {
 		commitGroups(groupsOf(plans, v), set, plans, results)
@@ -199,8 +219,18 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 		if p == nil {
 			continue
 		}
-		p.finish(&results[i], opt.DryRun)
-		seen.add(p.pkg, results[i], p.fs)
+		r := &results[i]
+		p.finish(r, opt.DryRun || p.lockErr != nil)
+		if p.lockErr != nil {
+			seen.incomplete = true
+			switch {
+			case r.Action == "would-apply":
+				r.Action, r.Why = "failed", p.lockErr.Error()
+			case r.State == Shadowed && !r.NotImported:
+				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
+			}
+		}
+		seen.add(p.pkg, *r, p.fs)
 	}
 	return results, seen
 }
@@ -253,6 +283,9 @@ type files struct {
 	// unread is set when a file could not be resolved or read: its
 	// identity is not in m, so the record cannot vouch for the run.
 	unread bool
+	// probes and dirs are what was consulted to tell which file the
+	// import system loads for each edited module (see importer).
+	probes, dirs []string
 }
 
 // view is a run's reading of the engine files: each is read from disk
@@ -263,6 +296,7 @@ type view struct {
 	disk    map[string]*diskFile // by real path
 	changed []*diskFile          // planned to change, in order of first change
 	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
+	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
@@ -271,8 +305,8 @@ type realPath struct {
 	err  error
 }
 
-func newView(compose bool) *view {
-	return &view{compose: compose, disk: map[string]*diskFile{}, real: map[string]realPath{}}
+func newView(compose bool, minor int) *view {
+	return &view{compose: compose, minor: minor, disk: map[string]*diskFile{}, real: map[string]realPath{}}
 }
 
 // evalSymlinks is filepath.EvalSymlinks, once per path and run: every
@@ -327,6 +361,7 @@ const (
 	disturbed              // its edits disturb one another: drift
 	wouldApply             // pending, in a dry run
 	writes                 // pending: its files are to be written
+	hidden                 // a module it edits loads from another file: nothing to write
 )
 
 // plan is one patch as decided in memory, and, once committed, how its
@@ -338,7 +373,8 @@ type plan struct {
 	links []*diskFile // files it changes, or read as planned by an earlier patch
 
 	err, restoreErr error
-	twice           bool // another writer got in the way of both attempts
+	twice           bool  // another writer got in the way of both attempts
+	lockErr         error // the package directory could not be locked: decided, not written
 }
 
 // planOne decides a patch against the view and, when it is pending in a
@@ -362,6 +398,15 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	vr := c.variant
 	r.Variant, r.Edits, r.Before, r.Why = vr.Name, c.edits, c.state, c.why
 	r.State = r.Before
+	if r.Before == Pending || r.Before == Applied || r.Before == Upstream {
+		// What the patch (or upstream's fix) is about must be the code
+		// that runs: each edited module must load from the edited file.
+		if by, why := importedFrom(pkg, vr, r.Edits, fs); why != "" {
+			r.State, r.Why, r.NotImported, r.LoadsInstead = Shadowed, why, true, by
+			p.kind = hidden
+			return p
+		}
+	}
 	if r.Before != Pending {
 		p.kind = decided
 		return p
@@ -429,6 +474,39 @@ func (p *plan) link() {
 	}
 }
 
+// importedFrom checks that every .py file the variant edits is the file
+// the import system loads for its module: "" when each is; else what
+// loads instead of the first that is not, and why.
+func importedFrom(pkg Package, vr *Variant, edits []EditResult, fs *files) (by, why string) {
+	minor := fs.v.minor
+	if minor == 0 {
+		minor = minorFromPath(pkg.Dir)
+	}
+	im := newImporter(minor)
+	defer func() {
+		for _, p := range im.probes {
+			if !slices.Contains(fs.probes, p) {
+				fs.probes = append(fs.probes, p)
+			}
+		}
+		for _, d := range im.dirs {
+			if !slices.Contains(fs.dirs, d) {
+				fs.dirs = append(fs.dirs, d)
+			}
+		}
+	}()
+	for i := range vr.Edits {
+		e := &edits[i]
+		if e.State == NotApplicable || e.Path == "" || !strings.HasSuffix(vr.Edits[i].File, ".py") {
+			continue
+		}
+		if by, why := im.shadow(pkg, vr.Edits[i].File, e.Path); why != "" {
+			return by, why
+		}
+	}
+	return "", ""
+}
+
 // finish completes a patch's result once the files are written (or the
 // write failed): bytecode, hashes, and the identities of what it consulted.
 func (p *plan) finish(r *Result, dry bool) {
@@ -448,6 +526,8 @@ func (p *plan) finish(r *Result, dry bool) {
 		fillAfter(r, files)
 	case disturbed:
 		fillAfter(r, nil)
+	case hidden:
+		fillAfter(r, files)
 	case wouldApply:
 		r.Action = "would-apply"
 		fillAfter(r, files)
@@ -524,8 +604,8 @@ type candidate struct {
 
 func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candidate {
 	c := candidate{variant: v}
-	if in, why := inScope(v.constraint, v.Versions, d.Package, d.Distribution, pkg.Version); !in {
-		c.state, c.why = NotApplicable, why
+	if st, why := scope(v.constraint, v.Versions, d.Distribution, pkg.Version, pkg.VersionWhy); st != "" {
+		c.state, c.why = st, why
 		return c
 	}
 	if why, st := guardsHold(v.Guards, pkg, files); st != "" {
@@ -813,32 +893,65 @@ func pycHeader(pyc string) (flags uint32, stamp uint64, ok bool) {
 	return binary.LittleEndian.Uint32(hdr[4:8]), stamp, true
 }
 
-// lockDir takes an exclusive flock on the package directory itself: two
-// starts at once (two containers sharing an editable checkout, or a
-// restart racing its predecessor) patch one after the other. Directories
-// can be locked on read-only filesystems and nothing is created.
-func lockDir(dir string, timeout time.Duration) (*os.File, error) {
+// lockDirs takes an exclusive flock on each package directory itself, in
+// sorted order: two starts at once (two containers sharing an editable
+// checkout, or a restart racing its predecessor) patch one after the
+// other. Directories can be locked on read-only filesystems and nothing
+// is created. The wait is bounded for all of them together: whoever holds
+// a lock (any uid that can open the directory can), a start waits at most
+// timeout, then goes on without it. unlocked says, for each directory not
+// locked, why; release drops the locks taken.
+func lockDirs(dirs []string, timeout time.Duration) (unlocked map[string]error, release func()) {
+	sorted := slices.Clone(dirs)
+	slices.Sort(sorted)
+	deadline := time.Now().Add(timeout)
+	var held []*os.File
+	for _, dir := range sorted {
+		f, err := lockDir(dir, deadline, timeout)
+		if err != nil {
+			if unlocked == nil {
+				unlocked = map[string]error{}
+			}
+			unlocked[dir] = err
+			continue
+		}
+		held = append(held, f)
+	}
+	return unlocked, func() {
+		for _, f := range held {
+			f.Close() // releases the flock
+		}
+	}
+}
+
+// lockDir takes the flock of one directory, trying at least once and
+// again until deadline.
+func lockDir(dir string, deadline time.Time, timeout time.Duration) (*os.File, error) {
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", dir, err)
+		return nil, fmt.Errorf("cannot lock the package directory: %w", err)
 	}
-	if timeout <= 0 {
-		timeout = 60 * time.Second
-	}
-	deadline := time.Now().Add(timeout)
+	pause := time.Millisecond
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return f, nil
 		}
-		if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+		if err != syscall.EWOULDBLOCK {
 			f.Close()
-			if err == syscall.EWOULDBLOCK {
-				return nil, fmt.Errorf("lock %s: another start held it for %s", dir, timeout)
-			}
-			return nil, fmt.Errorf("lock %s: %w", dir, err)
+			return nil, fmt.Errorf("cannot lock the package directory %s: %w", dir, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		left := time.Until(deadline)
+		if left <= 0 {
+			f.Close()
+			waited := "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)"
+			if timeout > 0 {
+				waited = "waited " + timeout.String() + " (INFERA_PATCH_LOCK_TIMEOUT)"
+			}
+			return nil, fmt.Errorf("the package directory %s is locked (flock) by another process; %s", dir, waited)
+		}
+		time.Sleep(min(pause, left))
+		pause = min(2*pause, 20*time.Millisecond)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/launch"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
@@ -436,17 +440,89 @@ func TestConflictingEditsAreDrift(t *testing.T) {
 	assert.Equal(t, "one\n", read(t, filepath.Join(site, "demo/a.py")))
 }
 
-func TestLockedByAnotherStart(t *testing.T) {
-	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
-	held, err := lockDir(filepath.Join(site, "demo"), time.Second)
+// holdLock takes the flock of dir from this process, as another process
+// (of any uid that can open the directory) can.
+func holdLock(t *testing.T, dir string) (release func()) {
+	t.Helper()
+	f, err := os.Open(dir)
 	require.NoError(t, err)
-	d := def(t, "locked", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{LockTimeout: 50 * time.Millisecond})[0]
-	assert.Equal(t, "failed", r.Action)
-	assert.Contains(t, r.Why, "another start held it")
-	held.Close()
-	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Applied, r.State)
+	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
+	t.Cleanup(func() { f.Close() })
+	return func() { f.Close() }
+}
+
+// Issue: whoever holds the package directory's flock held every start for
+// 60 s per definition, and each failed patch read as drift. Now a start
+// takes one lock per directory within one bounded wait, says what it
+// found (no guess at who holds it), and decides the patches without
+// writing: what is in force stays in force, what needs writing is pending.
+func TestLockedByAnotherProcess(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n", "b.py": "    b()\n", "c.py": "    c()\n", "d.py": "    done = 1\n"})
+	release := holdLock(t, filepath.Join(site, "demo"))
+	defs := []*Definition{
+		def(t, "pa", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "pb", Edit{File: "b.py", Anchor: "    b()\n", Replacement: "    b(1)\n"}),
+		def(t, "pc", Edit{File: "c.py", Anchor: "    c()\n", Replacement: "    c(1)\n"}),
+		def(t, "pd", Edit{File: "d.py", Anchor: "    done = 0\n", Replacement: "    done = 1\n"}), // already applied
+	}
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	res := Apply(&Set{Defs: defs}, loc, Options{LockTimeout: wait})
+	took := time.Since(start)
+	msg := "the package directory " + filepath.Join(site, "demo") + " is locked (flock) by another process; waited 300ms"
+	for _, r := range res[:3] {
+		assert.Equal(t, "failed", r.Action, r.ID)
+		assert.Equal(t, Pending, r.State, "%s: not written, and not drift: %s", r.ID, r.Why)
+		assert.Contains(t, r.Why, msg, r.ID)
+	}
+	assert.Equal(t, Applied, res[3].State, "already in force without the lock: %s", res[3].Why)
+	assert.Equal(t, "none", res[3].Action)
+	assert.Less(t, took, 3*wait, "one bounded wait for the run, not one per definition")
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
+
+	// Zero does not wait at all, and says so.
+	r := Apply(&Set{Defs: defs[:1]}, loc, Options{})[0]
+	assert.Contains(t, r.Why, "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)")
+
+	release()
+	for _, r := range Apply(&Set{Defs: defs}, loc, Options{}) {
+		assert.Equal(t, Applied, r.State, "%s: %s", r.ID, r.Why)
+	}
+}
+
+// A start under a held lock warns and starts the worker unpatched, or is
+// refused (65) when a patch it cannot write is required.
+func TestLockedRequiredRefuses(t *testing.T) {
+	py := debianPython(t)
+	site := t.TempDir()
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	write(t, filepath.Join(site, "demo/a.py"), "    a, _ = x\n")
+	payload := t.TempDir()
+	write(t, filepath.Join(payload, "patches/demo/fix.toml"), "id = \"demo-fix\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n[[guard]]\nfile = \"a.py\"\n[[edit]]\nfile = \"a.py\"\nanchor = \"    a, _ = x\\n\"\nreplacement = \"    a = x[0]\\n\"\n")
+	holdLock(t, filepath.Join(site, "demo"))
+	for _, required := range []bool{false, true} {
+		env := environ.New([]string{"PAYLOAD_ROOT=" + payload, "INFERA_PATCH_LOCK_TIMEOUT=0.2"})
+		if required {
+			env.Set("INFERA_REQUIRE_PATCHES", "demo-fix")
+		}
+		cfg, warns, err := config.Load(env, "/nonexistent/bin/infera-exec", "/", config.Flags{})
+		require.NoError(t, err)
+		require.Empty(t, warns)
+		var logs strings.Builder
+		out, err := Run(t.Context(), Input{Config: cfg, Python: py, Env: envWith("PYTHONPATH", site), Worker: &launch.Outcome{Cwd: "/"},
+			Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		if !required {
+			require.NoError(t, err)
+			assert.Contains(t, logs.String(), "level=WARN")
+			assert.Contains(t, logs.String(), "is locked (flock) by another process; waited 200ms")
+			assert.Contains(t, out.Summary, "1 pending")
+			continue
+		}
+		var req *RequiredError
+		require.True(t, errors.As(err, &req), "%v", err)
+		assert.Equal(t, 65, req.ExitCode())
+		assert.Contains(t, err.Error(), "required patch demo-fix is pending: the package directory")
+	}
 }
 
 func TestUncheckedHashPycRemovedWhenApplied(t *testing.T) {
@@ -485,6 +561,23 @@ func TestOwnerAndModeKept(t *testing.T) {
 	st := fi.Sys().(*syscall.Stat_t)
 	assert.Equal(t, uint32(1234), st.Uid)
 	assert.Equal(t, uint32(5678), st.Gid)
+}
+
+// A patched file keeps its mode exactly, 000 included (root reads it).
+func TestModeZeroKept(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("reading a mode-000 file needs root")
+	}
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	p := filepath.Join(site, "demo/a.py")
+	require.NoError(t, os.Chmod(p, 0))
+	d := def(t, "mode0", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	require.Equal(t, Applied, r.State, r.Why)
+	fi, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0), fi.Mode().Perm(), "mode 000 is kept, not made 0644")
+	assert.Equal(t, "    a = x[0]\n", read(t, p))
 }
 
 // What a grouped run hands the record: a file's identity only where the

@@ -15,6 +15,10 @@ type CheckReport struct {
 	Location *Location `json:"location"`
 	Results  []Result  `json:"results"`
 	Drift    bool      `json:"drift"`
+	// Shadowed: some patch edits a module that is not loaded from the
+	// edited file (a package directory or extension module beside it):
+	// not in force whatever a start does.
+	Shadowed bool `json:"shadowed"`
 }
 
 // CheckAnswering is Check after asking, through answers, whether the
@@ -45,6 +49,9 @@ func Check(root, payloadRoot string) (*CheckReport, error) {
 		if r.State == Drift || r.State == Partial {
 			rep.Drift = true
 		}
+		if r.NotImported {
+			rep.Shadowed = true
+		}
 	}
 	return rep, nil
 }
@@ -61,6 +68,9 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 		pkg := rep.Location.Packages[n]
 		if pkg.Found {
 			fmt.Fprintf(w, "\n%s %s at %s\n", n, orUnknown(pkg.Version), pkg.Dir)
+			if pkg.Version == "" {
+				fmt.Fprintf(w, "  (%s)\n", orUnknownWhy(pkg))
+			}
 			if len(pkg.Others) > 0 {
 				fmt.Fprintf(w, "  (also present, not imported: %s)\n", strings.Join(pkg.Others, ", "))
 			}

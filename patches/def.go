@@ -546,27 +546,56 @@ func (s *Set) Lookup(id string) *Definition {
 // InScope reports whether version satisfies the definition's constraint.
 // Engine versions are PEP 440 (0.11.1rc2.dev161+g6a6bd8ad3.rocm700); the
 // constraint is checked against the release segments (0.11.1), since a
-// ROCm build of a release is that release.
+// ROCm build of a release is that release. An unknown version is never in
+// scope (Scope says whether it is out of it or cannot be told).
 func (d *Definition) InScope(version string) (bool, string) {
-	return inScope(d.constraint, d.Versions, d.Package, d.Distribution, version)
+	st, why := d.Scope(version, "")
+	return st == "", why
 }
 
-func inScope(c goversion.Constraints, text, pkg, dist, version string) (bool, string) {
+// Scope decides the definition's version range for version: "" within
+// it, NotApplicable outside it, Drift when it cannot be told (the version
+// is unknown, versionWhy saying why, or not a release number). A range
+// that cannot be checked says nothing about the code, so a version-gated
+// patch on an unknown version is never applied, and never passes for
+// "not applicable" either.
+func (d *Definition) Scope(version, versionWhy string) (State, string) {
+	return scope(d.constraint, d.Versions, d.Distribution, version, versionWhy)
+}
+
+// Gated reports whether the definition, or one of its variants, is
+// limited to a version range.
+func (d *Definition) Gated() bool {
+	if d.Versions != "" {
+		return true
+	}
+	for _, v := range d.Variants {
+		if v.Versions != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func scope(c goversion.Constraints, text, dist, version, versionWhy string) (State, string) {
 	if c == nil {
-		return true, ""
+		return "", ""
 	}
 	if version == "" {
-		return false, fmt.Sprintf("version of %s unknown (no %s dist-info found); constraint %s", pkg, dist, text)
+		if versionWhy == "" {
+			versionWhy = "no " + dist + " dist-info found"
+		}
+		return Drift, fmt.Sprintf("the version of %s is unknown (%s), so the range %s cannot be checked; not applied", dist, versionWhy, text)
 	}
 	rel := releaseRE().FindString(version)
 	v, err := goversion.NewVersion(rel)
 	if rel == "" || err != nil {
-		return false, fmt.Sprintf("version %q of %s is not a release number; constraint %s", version, dist, text)
+		return Drift, fmt.Sprintf("version %q of %s is not a release number, so the range %s cannot be checked; not applied", version, dist, text)
 	}
 	if !c.Check(v) {
-		return false, fmt.Sprintf("%s %s is outside %s", dist, version, text)
+		return NotApplicable, fmt.Sprintf("%s %s is outside %s", dist, version, text)
 	}
-	return true, ""
+	return "", ""
 }
 
 //go:generate go test -run ^TestBuiltinGenerated$ -update-builtin .

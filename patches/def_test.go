@@ -44,7 +44,14 @@ func TestParseGood(t *testing.T) {
 	assert.True(t, in, "PEP 440 local and dev parts are compared by release")
 	in, why = d.InScope("")
 	assert.False(t, in)
-	assert.Contains(t, why, "version of demo unknown")
+	assert.Contains(t, why, "the version of demo-pkg is unknown")
+	st, why := d.Scope("", "cannot read /x/METADATA: not a regular file")
+	assert.Equal(t, Drift, st, "a range that cannot be checked is undecided, never not-applicable")
+	assert.Contains(t, why, "(cannot read /x/METADATA: not a regular file), so the range >= 1.0, < 2 cannot be checked; not applied")
+	st, _ = d.Scope("main", "")
+	assert.Equal(t, Drift, st)
+	st, _ = d.Scope("2.0.0", "")
+	assert.Equal(t, NotApplicable, st)
 }
 
 func TestParseRejects(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/fileid"
 
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
@@ -22,13 +24,16 @@ import (
 
 // Package is where an import name resolves for the worker.
 type Package struct {
-	Name        string   `json:"name"`
-	Found       bool     `json:"found"`
-	Dir         string   `json:"dir,omitempty"`     // the package directory edits are relative to
-	Dirs        []string `json:"dirs,omitempty"`    // all portions of a namespace package
-	Version     string   `json:"version,omitempty"` // from *.dist-info/METADATA
-	VersionFrom string   `json:"version_from,omitempty"`
-	Why         string   `json:"why,omitempty"` // when not found
+	Name    string   `json:"name"`
+	Found   bool     `json:"found"`
+	Dir     string   `json:"dir,omitempty"`     // the package directory edits are relative to
+	Dirs    []string `json:"dirs,omitempty"`    // all portions of a namespace package
+	Version string   `json:"version,omitempty"` // from *.dist-info/METADATA
+	// VersionFrom is the metadata file the version was read from, or,
+	// with VersionWhy, the one that could not be read.
+	VersionFrom string `json:"version_from,omitempty"`
+	VersionWhy  string `json:"version_why,omitempty"` // why Version is ""
+	Why         string `json:"why,omitempty"`         // when not found
 	// Offline lookups only: whether the name is a namespace package, and
 	// the other copies of it on the path, which are not imported.
 	Namespace bool     `json:"namespace,omitempty"`
@@ -37,11 +42,15 @@ type Package struct {
 
 // Location is the answer of one interpreter run (or its cached copy).
 type Location struct {
-	Interpreter string             `json:"interpreter"`
-	SysPath     []string           `json:"sys_path"`
-	Packages    map[string]Package `json:"packages"`
-	Cached      bool               `json:"cached"`
-	Took        string             `json:"took"`
+	Interpreter string   `json:"interpreter"`
+	SysPath     []string `json:"sys_path"`
+	// SiteDirs are the site directories Python would put on sys.path if
+	// they existed (the prefixes' and the user site): inputs of the
+	// answer, present or absent.
+	SiteDirs []string           `json:"site_dirs,omitempty"`
+	Packages map[string]Package `json:"packages"`
+	Cached   bool               `json:"cached"`
+	Took     string             `json:"took"`
 	// Fingerprint digests every input of the probe's answer (see
 	// probeInputs); "" for an offline location.
 	Fingerprint string `json:"-"`
@@ -56,10 +65,25 @@ type Location struct {
 // importlib.util alone would add a third to the interpreter's start).
 // It is run exactly as the worker's `python3 -m` is: same interpreter,
 // environment and working directory (” first on sys.path). The answer is
-// NUL-separated records: P<sys.path entry>, S<name>, then N (not found),
-// E<error>, or O<origin> and L<location>... for the name.
+// NUL-separated records: P<sys.path entry>, A<site directory that would be
+// on sys.path if it existed>, then per name S<name>, then N (not found),
+// E<error>, or O<origin> and L<location>... for the name. The A records
+// are what site.py looks for at start-up and adds only when present: the
+// site directories of the prefixes (getsitepackages) and, unless disabled
+// (-s, -I, PYTHONNOUSERSITE, a venv without system site packages), the
+// user site of HOME or PYTHONUSERBASE (getusersitepackages). Asking site
+// costs nothing: it is imported at start-up anyway.
 const probeScript = `import sys
 out = ["P" + p for p in sys.path]
+site = sys.modules.get("site")
+if site is not None:
+    try:
+        extra = list(site.getsitepackages())
+        if not sys.flags.no_user_site and site.ENABLE_USER_SITE is not False:
+            extra.append(site.getusersitepackages())
+    except Exception:
+        extra = []
+    out.extend("A" + p for p in extra if p)
 for name in sys.argv[1:]:
     out.append("S" + name)
     try:
@@ -83,7 +107,7 @@ sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "3"
+const probeVersion = "4"
 
 // Locator runs the probe.
 type Locator struct {
@@ -225,6 +249,8 @@ func parseProbe(out string, names []string) (*Location, error) {
 		switch {
 		case kind == 'P':
 			loc.SysPath = append(loc.SysPath, val)
+		case kind == 'A':
+			loc.SiteDirs = append(loc.SiteDirs, val)
 		case kind == 'S':
 			flush()
 			cur = &Package{Name: val}
@@ -286,6 +312,10 @@ func (l *Locator) settings(names []string) string {
 //   - the working directory and each sys.path entry: adding, removing or
 //     renaming anything in a directory (a package, a .pth file, an
 //     editable finder, a dist-info) moves its mtime and ctime;
+//   - the absences that would change the answer by appearing: each site
+//     directory Python adds only when it exists (the prefixes', the user
+//     site: Location.SiteDirs) and each directory a .pth file names (site
+//     adds it only when it exists);
 //   - in each of those directories, the files whose content decides
 //     resolution without touching the directory when edited in place:
 //     .pth, .egg-link, editable finders (__editable__*),
@@ -318,7 +348,7 @@ func (l *Locator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool)
 	add(filepath.Join(pyDir, "pyvenv.cfg"))
 	add(filepath.Join(filepath.Dir(pyDir), "pyvenv.cfg"))
 	add(l.Dir)
-	for _, p := range loc.SysPath {
+	for _, p := range append(slices.Clone(loc.SysPath), loc.SiteDirs...) {
 		if p == "" {
 			p = l.Dir
 		}
@@ -335,6 +365,11 @@ func (l *Locator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool)
 			if strings.HasSuffix(n, ".pth") || strings.HasSuffix(n, ".egg-link") || strings.HasPrefix(n, "__editable__") ||
 				n == "sitecustomize.py" || n == "usercustomize.py" {
 				add(filepath.Join(p, n))
+			}
+			if strings.HasSuffix(n, ".pth") {
+				for _, d := range pthDirs(p, filepath.Join(p, n)) {
+					add(d)
+				}
 			}
 		}
 	}
@@ -356,6 +391,34 @@ func (l *Locator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool)
 		}
 	}
 	return out, ok
+}
+
+// pthDirs are the directories a .pth file in site directory dir names, as
+// site.addpackage reads them (each line that is neither blank, a comment
+// nor an import, right-stripped, joined to dir), present or not: site adds
+// the ones that exist. A file that cannot be read names none (its own
+// identity is an input).
+func pthDirs(dir, file string) []string {
+	data, err := boundedread.File(file, boundedread.SmallText)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "#") || strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "import\t") {
+			continue
+		}
+		line = strings.TrimRight(line, " \t\r\n\f\v")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		p := line
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		out = append(out, filepath.Clean(p))
+	}
+	return out
 }
 
 // fingerprint digests settings and input identities: the probe's part of

@@ -366,3 +366,114 @@ func TestParseProbe(t *testing.T) {
 		assert.Error(t, err, "%q", bad)
 	}
 }
+
+// pythonHome makes a Python prefix for the machine's interpreter whose
+// standard library is the interpreter's own (linked entry by entry) and
+// whose site-packages is an empty directory of the test's: run with
+// PYTHONHOME set to it, the interpreter has a system site directory the
+// test may write, as an image's /usr/local/lib/python3.X/dist-packages.
+func pythonHome(t *testing.T, py string) (home, site string) {
+	t.Helper()
+	out := strings.Fields(run(t, "/", py, "-c", "import sysconfig; p = sysconfig.get_paths(); print(p['stdlib'], p['purelib'])"))
+	require.Len(t, out, 2)
+	stdlib, purelib := out[0], out[1]
+	home = t.TempDir()
+	lib := filepath.Join(home, "lib", filepath.Base(stdlib))
+	require.NoError(t, os.MkdirAll(lib, 0o755))
+	entries, err := os.ReadDir(stdlib)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if filepath.Join(stdlib, e.Name()) != purelib {
+			require.NoError(t, os.Symlink(filepath.Join(stdlib, e.Name()), filepath.Join(lib, e.Name())))
+		}
+	}
+	return home, filepath.Join(lib, filepath.Base(purelib))
+}
+
+// Issue: a user site directory created after the first start (another
+// copy of the engine in ~/.local/lib/python3.X/site-packages, or under
+// PYTHONUSERBASE) was not noticed: "(location cached)", and the worker
+// imported the unpatched user-site copy, which comes before the system
+// site directories on sys.path. The directories Python adds only when
+// they exist are now inputs of the cache, as absences.
+func TestLocateCacheUserSiteAppears(t *testing.T) {
+	if os.Getenv("PYTHONNOUSERSITE") != "" {
+		t.Skip("PYTHONNOUSERSITE is set: no user site")
+	}
+	py := python(t)
+	home, site := pythonHome(t, py)
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	userBase := filepath.Join(t.TempDir(), "userbase")
+	env := envWith("PYTHONHOME", home, "PYTHONUSERBASE", userBase)
+	userSite := strings.TrimSpace(runEnv(t, env, py, "-c", "import site; print(site.getusersitepackages())"))
+	require.True(t, strings.HasPrefix(userSite, userBase+"/"), userSite)
+	require.NoDirExists(t, userSite)
+
+	cache := t.TempDir()
+	time.Sleep(fileid.RacyWindow) // files written within the clock's granularity are not trusted
+	l := &Locator{Python: py, Env: env, Dir: "/", CacheDir: cache}
+	loc, err := l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
+	assert.Contains(t, loc.SiteDirs, userSite)
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.True(t, loc.Cached)
+
+	// Another copy appears in the user site: Python imports that one.
+	write(t, filepath.Join(userSite, "demo/__init__.py"), "")
+	origin := strings.TrimSpace(runEnv(t, env, py, "-c", "import importlib.util as u; print(u.find_spec('demo').origin)"))
+	require.Equal(t, filepath.Join(userSite, "demo/__init__.py"), origin, "python imports the user site's copy")
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached, "a user site that appeared is an input")
+	assert.Equal(t, filepath.Join(userSite, "demo"), loc.Packages["demo"].Dir)
+
+	// Disabled (PYTHONNOUSERSITE), the user site is not on sys.path and
+	// not asked about.
+	env.Set("PYTHONNOUSERSITE", "1")
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.NotContains(t, loc.SiteDirs, userSite)
+	assert.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
+}
+
+// runEnv runs a command in / with exactly env.
+func runEnv(t *testing.T, env *environ.Env, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = "/", env.Slice()
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
+// A directory named by a .pth file is added by site only when it exists:
+// one that appears later (with the engine in it) is noticed.
+func TestLocateCachePthDirAppears(t *testing.T) {
+	py, site := venv(t, false)
+	later := filepath.Join(t.TempDir(), "checkout", "src")
+	write(t, filepath.Join(site, "engine.pth"), "# the engine's checkout\n"+later+"\n")
+	cache := t.TempDir()
+	time.Sleep(fileid.RacyWindow)
+	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
+	loc, err := l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.False(t, loc.Packages["demo"].Found)
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.True(t, loc.Cached)
+
+	write(t, filepath.Join(later, "demo/__init__.py"), "")
+	loc, err = l.Locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached, "the .pth file's directory appeared")
+	assert.Equal(t, filepath.Join(later, "demo"), loc.Packages["demo"].Dir)
+}
+
+func TestPthDirs(t *testing.T) {
+	dir := t.TempDir()
+	pth := filepath.Join(dir, "x.pth")
+	write(t, pth, "# comment\n\n   \nimport os; os.environ\nimport\tsys\nrel/src  \n/abs/path\n  lead\n")
+	assert.Equal(t, []string{filepath.Join(dir, "rel/src"), "/abs/path", filepath.Join(dir, "  lead")}, pthDirs(dir, pth))
+}

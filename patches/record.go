@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/internal/fileid"
@@ -29,7 +30,7 @@ import (
 // is not ours alone) runs the full check, never a shortcut to "applied".
 
 // recordVersion changes with the record's format or meaning.
-const recordVersion = "1"
+const recordVersion = "2"
 
 // record is kept as JSON: it is read on every restart.
 type record struct {
@@ -45,6 +46,18 @@ type recordedFile struct {
 	// PyCache: a __pycache__ directory; when it alone changed, only the
 	// bytecode of the edited modules in it is checked again.
 	PyCache bool `json:"pycache,omitempty"`
+	// Type: only what the path is, as stat(2) sees it following links (a
+	// regular file, a directory, absent), counts: a name the import
+	// system tries before an edited module's file.
+	Type bool `json:"type,omitempty"`
+}
+
+// typeOnly is the part of an identity a Type entry compares.
+func typeOnly(id Identity) Identity {
+	if id.Absent {
+		return id
+	}
+	return Identity{Mode: id.Mode & syscall.S_IFMT}
 }
 
 // observed is what a run saw, for the record; incomplete when something
@@ -89,6 +102,33 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			o.seen[p] = true
 			o.files = append(o.files, recordedFile{Path: p, ID: t.id})
 		}
+	}
+	// What decided that each edited module loads from the edited file:
+	// the type of every path the import system would try before it (a
+	// package directory, an extension module, present or absent), and,
+	// for an interpreter of unknown minor, the directories searched.
+	for _, p := range fs.probes {
+		if o.seen[p] {
+			continue
+		}
+		o.seen[p] = true
+		id, ok := fileid.Stat(p)
+		if !ok {
+			o.incomplete = true
+			continue
+		}
+		o.files = append(o.files, recordedFile{Path: p, ID: typeOnly(id), Type: true})
+	}
+	for _, d := range fs.dirs {
+		if o.seen[d] {
+			continue
+		}
+		o.seen[d] = true
+		id, ok := fileid.Lstat(d)
+		if !ok {
+			o.incomplete = true
+		}
+		o.files = append(o.files, recordedFile{Path: d, ID: id})
 	}
 	for _, e := range r.Edits {
 		if e.State == NotApplicable || !strings.HasSuffix(e.Path, ".py") {
@@ -196,6 +236,10 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options, start ti
 	var pycDirs map[string]bool
 	for i, f := range rec.Files {
 		id, ok := fileid.Lstat(f.Path)
+		if f.Type {
+			id, ok = fileid.Stat(f.Path)
+			id = typeOnly(id)
+		}
 		switch {
 		case !ok:
 			return nil, false

@@ -30,7 +30,10 @@ func recorded(t *testing.T) (site string, set *Set, loc *Location, opt Options) 
 	site, loc = pkgTree(t, map[string]string{"a.py": "def f(x):\n    a, _ = x\n    return a\n"})
 	loc.Fingerprint = "probe-1"
 	set = &Set{Defs: []*Definition{def(t, "fix", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}, Digest: "defs-1"}
-	opt = Options{StateDir: t.TempDir()}
+	// A start knows its interpreter's minor (the ABI family): the names
+	// that could shadow a.py are then recorded one by one, not as the
+	// directory's identity, which a new __pycache__ moves.
+	opt = Options{StateDir: t.TempDir(), PyMinor: 12}
 	r := Apply(set, loc, opt)[0]
 	require.Equal(t, "applied", r.Action)
 	time.Sleep(fileid.RacyWindow)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/report"
@@ -23,6 +24,7 @@ type Input struct {
 	// INFERA_REQUIRE_PATCHES, INFERA_SKIP_PATCHES and the probe's deadline.
 	Config    config.Config
 	Python    string // the interpreter, resolved once for the whole pass; "" when it cannot run
+	PyMinor   int    // its CPython 3.minor, from the ABI family; 0 = unknown
 	PythonErr error  // why there is no interpreter
 	Env       *environ.Env
 	Worker    *launch.Outcome // how the worker starts: the probe runs in its working directory
@@ -157,16 +159,26 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		if loc.Cached {
 			cached = " (location cached)"
 		}
+		if pkg.Version == "" && set.gated(n) {
+			// Not a detail: the patches limited to a version range are
+			// not applied.
+			log.Warn(fmt.Sprintf("%s at %s: the version is unknown (%s); the patches limited to a version range are not applied%s", n, pkg.Dir, orUnknownWhy(pkg), cached))
+			continue
+		}
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = sel.withSkipped(set, Apply(sel.set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir}))
+	o.Results = sel.withSkipped(set, Apply(sel.set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
+		LockTimeout: in.Config.PatchLockTimeoutDuration(), PyMinor: in.PyMinor}))
 	counts := map[State]int{}
 	var refusal error
 	for _, r := range o.Results {
 		counts[r.State]++
 		logResult(log, r)
-		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed)) {
+		// A dry run leaves pending what a start would write, and stale
+		// bytecode a start would remove; a module that loads from
+		// another file stays shadowed whatever a start does.
+		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed && !r.NotImported)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}
 	}
@@ -256,7 +268,8 @@ func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 				dirs = append(dirs, s)
 			}
 		}
-		pkg.Version, pkg.VersionFrom = DistVersion(dist, dirs)
+		f := distinfo.Find(dist, dirs)
+		pkg.Version, pkg.VersionFrom, pkg.VersionWhy = f.Version, f.From, f.Why
 		loc.Packages[n] = pkg
 	}
 }
@@ -300,6 +313,24 @@ func logResult(log *slog.Logger, r Result) {
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
+}
+
+// gated reports whether a definition for package pkg is limited to a
+// version range.
+func (s *Set) gated(pkg string) bool {
+	for _, d := range s.Defs {
+		if d.Package == pkg && d.Gated() {
+			return true
+		}
+	}
+	return false
+}
+
+func orUnknownWhy(p Package) string {
+	if p.VersionWhy == "" {
+		return "no dist-info found"
+	}
+	return p.VersionWhy
 }
 
 func orUnknown(v string) string {

@@ -124,12 +124,16 @@ func TestVariantGuardAndVersionRange(t *testing.T) {
 	assert.Equal(t, Pending, r.State, r.Why)
 	assert.Equal(t, "two", r.Variant)
 
-	// An unknown version is outside every range.
-	pkg.Version = ""
+	// An unknown version cannot be placed in any range: no variant is
+	// applied, and the patch is undecided (drift), not "not applicable",
+	// which would pass for in force.
+	pkg.Version, pkg.VersionWhy = "", "cannot read /site/demo-2.1.dist-info/METADATA: not a regular file"
 	loc.Packages["demo"] = pkg
-	r = Apply(set, loc, Options{DryRun: true})[0]
-	assert.Equal(t, NotApplicable, r.State)
-	assert.Contains(t, r.Why, "version of demo unknown")
+	r = Apply(set, loc, Options{})[0]
+	assert.Equal(t, Drift, r.State)
+	assert.Equal(t, "none", r.Action)
+	assert.Contains(t, r.Why, "the version of demo is unknown (cannot read /site/demo-2.1.dist-info/METADATA: not a regular file)")
+	assert.False(t, r.Ok())
 }
 
 func TestUpstreamMarkerInsideReplacementIsOurs(t *testing.T) {

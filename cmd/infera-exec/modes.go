@@ -76,8 +76,9 @@ type checkResult struct {
 }
 
 // runCheck evaluates every patch definition against an unpacked image root
-// or a site-packages directory, offline; exit 65 on drift, 69 when the
-// payload's trees do not fit the image (overlay.Unfit).
+// or a site-packages directory, offline; exit 65 on drift (and on a patch
+// whose module loads from another file), 69 when the payload's trees do not
+// fit the image (overlay.Unfit).
 func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
@@ -92,7 +93,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 		rep.WriteText(stdout)
 		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
 	})
-	if rep.Drift {
+	if rep.Drift || rep.Shadowed {
 		return exitPatch
 	}
 	// The payload must fit the image: a file that does not load there, or a shadow, is 69.

@@ -180,8 +180,8 @@ func (p *pass) enginePatches(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) patchInput(early *patches.Early) patches.Input {
-	return patches.Input{Config: p.cfg, Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, Env: p.env, Worker: p.launch,
-		StateDir: p.state, DryRun: p.dry, Log: p.log, Early: early}
+	return patches.Input{Config: p.cfg, Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, PyMinor: p.abi.Python.Minor,
+		Env: p.env, Worker: p.launch, StateDir: p.state, DryRun: p.dry, Log: p.log, Early: early}
 }
 
 // exec is the irreversible end: report, chdir, execve (or the init).

@@ -18,8 +18,9 @@ import (
 
 // Options say what the new file looks like.
 type Options struct {
-	// Mode of the new file. When zero, an existing file's mode is kept, and
-	// a new file gets 0644.
+	// Mode of the new file. When zero, an existing file's mode is kept
+	// exactly (permission and set-id bits; 000 stays 000), and a new file
+	// gets 0644.
 	Mode os.FileMode
 	// KeepOwner copies the uid/gid of the file being replaced. Failing to
 	// do so as a non-root user is not an error: the file then belongs to
@@ -70,14 +71,16 @@ type Staged struct {
 // behind.
 func Stage(path string, r io.Reader, opt Options) (s *Staged, err error) {
 	dir := filepath.Dir(path)
-	mode := opt.Mode
+	// mode is what the new file gets: opt.Mode when given, else the
+	// replaced file's own, whatever it is (000 included), else 0644.
+	mode, decided := opt.Mode, opt.Mode != 0
 	var uid, gid = -1, -1
 	if fi, statErr := os.Lstat(path); statErr == nil {
 		if !fi.Mode().IsRegular() {
 			return nil, fmt.Errorf("replace %s: not a regular file (%s)", path, fi.Mode().Type())
 		}
-		if mode == 0 {
-			mode = fi.Mode().Perm() | (fi.Mode() & (os.ModeSetuid | os.ModeSetgid | os.ModeSticky))
+		if !decided {
+			mode, decided = fi.Mode().Perm()|(fi.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)), true
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && opt.KeepOwner {
 			uid, gid = int(st.Uid), int(st.Gid)
@@ -85,7 +88,7 @@ func Stage(path string, r io.Reader, opt Options) (s *Staged, err error) {
 	} else if !errors.Is(statErr, os.ErrNotExist) {
 		return nil, fmt.Errorf("replace %s: %w", path, statErr)
 	}
-	if mode == 0 {
+	if !decided {
 		mode = 0o644
 	}
 

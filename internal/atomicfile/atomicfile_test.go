@@ -110,6 +110,23 @@ func TestWriteKeepsMode(t *testing.T) {
 	}
 }
 
+// A file nobody may read or write (mode 000, alone or with a set-id bit)
+// keeps that mode: zero is a mode, not "unset".
+func TestWriteKeepsModeZero(t *testing.T) {
+	for _, m := range []os.FileMode{0, os.ModeSetuid, os.ModeSetgid | 0o010} {
+		t.Run(m.String(), func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "f")
+			write(t, p, "old", m)
+			require.Equal(t, m, mode(t, p), "fixture mode")
+			require.NoError(t, Write(p, strings.NewReader("new"), Options{}))
+			assert.Equal(t, m, mode(t, p))
+			fi, err := os.Stat(p)
+			require.NoError(t, err)
+			assert.Equal(t, int64(3), fi.Size())
+		})
+	}
+}
+
 func TestWriteNewFileMode(t *testing.T) {
 	old := unix.Umask(0o077)
 	defer unix.Umask(old)

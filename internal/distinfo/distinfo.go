@@ -116,15 +116,35 @@ func metaFile(name string) string {
 }
 
 // Version finds the distribution dist in the given directories and
-// returns its Version and the metadata file it was read from. Reading it
-// here is ~1000 times cheaper than importlib.metadata in Python.
+// returns its Version and the metadata file it was read from; "" when it
+// cannot be told (Find says why). Reading it here is ~1000 times cheaper
+// than importlib.metadata in Python.
 func Version(dist string, dirs []string) (version, from string) {
+	f := Find(dist, dirs)
+	return f.Version, f.From
+}
+
+// Found is what Find found of a distribution's version.
+type Found struct {
+	Version string // "" when it cannot be told
+	From    string // the metadata file read, or that could not be read
+	Why     string // why Version is "": the file, what is wrong with it
+}
+
+// Find looks for dist's metadata directory in dirs, in order. The first
+// directory that holds one decides, as importlib.metadata's first match
+// would: a metadata file there that cannot be read (not a regular file,
+// too large, unreadable) or has no Version, or two copies there that
+// disagree, make the version unknown, with the reason; a copy in a later
+// directory belongs to another installation and is never taken instead.
+func Find(dist string, dirs []string) Found {
 	want := Canonical(dist)
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			continue
 		}
+		var found []Found
 		for _, e := range entries {
 			name := e.Name()
 			meta := metaFile(name)
@@ -136,23 +156,62 @@ func Version(dist string, dirs []string) (version, from string) {
 			if Canonical(distPart) != want {
 				continue
 			}
-			f := filepath.Join(dir, name, meta)
-			if _, v := headers(f); v != "" {
-				return v, f
+			if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.IsDir() {
+				continue // a distutils .egg-info file, or a dangling link: not a metadata directory
+			}
+			f := Found{From: filepath.Join(dir, name, meta)}
+			_, v, err := readHeaders(f.From)
+			switch {
+			case err != nil:
+				msg := err.Error()
+				if !strings.Contains(msg, f.From) {
+					msg = f.From + ": " + msg
+				}
+				f.Why = "cannot read " + msg
+			case v == "":
+				f.Why = fmt.Sprintf("%s has no Version field", f.From)
+			default:
+				f.Version = v
+			}
+			found = append(found, f)
+		}
+		if len(found) == 0 {
+			continue
+		}
+		for _, f := range found[1:] {
+			if f.Version != found[0].Version || f.Why != "" {
+				var all []string
+				for _, f := range found {
+					all = append(all, fmt.Sprintf("%s (%s)", f.From, cmpOr(f.Version, "unreadable")))
+				}
+				return Found{From: found[0].From, Why: fmt.Sprintf("%s holds %d metadata directories for %s that do not agree: %s", dir, len(found), dist, strings.Join(all, ", "))}
 			}
 		}
+		return found[0]
 	}
-	return "", ""
+	return Found{Why: fmt.Sprintf("no %s *.dist-info or *.egg-info in %s", dist, strings.Join(dirs, ", "))}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // headers reads the Name and Version of a core metadata file; the
 // headers end at the first empty line.
 func headers(path string) (name, version string) {
+	name, version, _ = readHeaders(path)
+	return name, version
+}
+
+func readHeaders(path string) (name, version string, err error) {
 	// A regular file within the cap, opened without blocking: a FIFO
 	// planted as METADATA never answers, /dev/zero never ends.
 	data, err := boundedread.File(path, maxMeta)
 	if err != nil {
-		return "", ""
+		return "", "", err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSuffix(line, "\r")
@@ -166,7 +225,7 @@ func headers(path string) (name, version string) {
 			version = strings.TrimSpace(v)
 		}
 	}
-	return name, version
+	return name, version, nil
 }
 
 // Files are the paths d installed, relative to its site directory, as its

@@ -154,23 +154,41 @@ func TestList(t *testing.T) {
 func TestVersion(t *testing.T) {
 	first, second := t.TempDir(), t.TempDir()
 	write(t, second, "Demo_Pkg-1.0.dist-info/METADATA", "Name: Demo_Pkg\nVersion: 1.0.post1\n")
+	write(t, second, "other-2.0.dist-info/METADATA", "Name: other\nVersion: 2.0\n")
 	write(t, first, "legacy-0.9-py3.11.egg-info/PKG-INFO", "Name: legacy\nVersion: 0.9\n")
-	// The first directory's copy cannot be read (a FIFO): the search goes
-	// on to the next directory without blocking.
+	write(t, first, "nover-1.0.dist-info/METADATA", "Name: nover\n")
+	write(t, first, "twice-1.0.dist-info/METADATA", "Name: twice\nVersion: 1.0\n")
+	write(t, first, "twice-1.1.dist-info/METADATA", "Name: twice\nVersion: 1.1\n")
+	write(t, first, "other-2.0.egg-info", "Name: other\nVersion: 0.1\n") // a distutils file, not a directory
+	// The first directory's copy cannot be read (a FIFO): it decides, read
+	// without blocking, and the version is unknown. The second directory's
+	// copy is another installation, never taken instead.
 	mkdirs(t, first, "demo.pkg-7.0.dist-info")
-	require.NoError(t, syscall.Mkfifo(filepath.Join(first, "demo.pkg-7.0.dist-info", "METADATA"), 0o644))
+	fifo := filepath.Join(first, "demo.pkg-7.0.dist-info", "METADATA")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
 	dirs := []string{filepath.Join(first, "missing"), first, second}
 
-	for _, tc := range []struct{ dist, version, from string }{
-		{"demo-pkg", "1.0.post1", filepath.Join(second, "Demo_Pkg-1.0.dist-info", "METADATA")},
-		{"Demo.Pkg", "1.0.post1", filepath.Join(second, "Demo_Pkg-1.0.dist-info", "METADATA")},
-		{"legacy", "0.9", filepath.Join(first, "legacy-0.9-py3.11.egg-info", "PKG-INFO")},
-		{"absent", "", ""},
+	for _, tc := range []struct{ dist, version, from, why string }{
+		{"demo-pkg", "", fifo, "cannot read " + fifo + ": "},
+		{"Demo.Pkg", "", fifo, "not a regular file"},
+		{"legacy", "0.9", filepath.Join(first, "legacy-0.9-py3.11.egg-info", "PKG-INFO"), ""},
+		{"other", "2.0", filepath.Join(second, "other-2.0.dist-info", "METADATA"), ""},
+		{"nover", "", filepath.Join(first, "nover-1.0.dist-info", "METADATA"), "has no Version field"},
+		{"twice", "", filepath.Join(first, "twice-1.0.dist-info", "METADATA"), "2 metadata directories for twice that do not agree"},
+		{"absent", "", "", "no absent *.dist-info or *.egg-info in "},
 	} {
-		var v, from string
-		within(t, "Version", func() { v, from = Version(tc.dist, dirs) })
-		assert.Equal(t, tc.version, v, "Version(%q)", tc.dist)
-		assert.Equal(t, tc.from, from, "Version(%q) read from", tc.dist)
+		var f Found
+		within(t, "Find", func() { f = Find(tc.dist, dirs) })
+		assert.Equal(t, tc.version, f.Version, "Find(%q)", tc.dist)
+		assert.Equal(t, tc.from, f.From, "Find(%q) read from", tc.dist)
+		if tc.why == "" {
+			assert.Empty(t, f.Why, tc.dist)
+		} else {
+			assert.Contains(t, f.Why, tc.why, tc.dist)
+		}
+		v, from := Version(tc.dist, dirs)
+		assert.Equal(t, tc.version, v)
+		assert.Equal(t, tc.from, from)
 	}
 }
 
