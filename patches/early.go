@@ -33,7 +33,7 @@ type Early struct {
 // no interpreter, definitions that do not load: Run says why). Stop must
 // be called when the pass ends without Run taking the answer.
 func StartEarly(ctx context.Context, in Input) *Early {
-	if in.Config.SkipEnginePatches || in.Python == "" {
+	if in.Config.SkipEnginePatches || in.Python == "" || pythonPathAnswers(in) != nil {
 		return nil
 	}
 	set, err := LoadSet(in.Config.PayloadRoot)

@@ -13,6 +13,7 @@ import (
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/report"
 )
@@ -32,6 +33,10 @@ type Input struct {
 	DryRun    bool
 	Log       *slog.Logger
 	Early     *Early // the probe started ahead (StartEarly), or nil
+	// Answers says whether the filesystems of paths answer in time; the
+	// PYTHONPATH directories are asked before the interpreter is started
+	// on them. nil: not asked.
+	Answers func(paths ...string) error
 }
 
 // StepState is how the patch step ended.
@@ -214,6 +219,9 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 	if in.Python == "" {
 		return nil, fmt.Errorf("cannot run the interpreter to locate %s: %v", strings.Join(names, ", "), in.PythonErr)
 	}
+	if err := pythonPathAnswers(in); err != nil {
+		return nil, err
+	}
 	l := locator(in, dists)
 	if loc, err, ok := in.Early.answer(l.settings(names)); ok {
 		return loc, err
@@ -223,6 +231,21 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 
 func locator(in Input, dists map[string]string) *Locator {
 	return &Locator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists}
+}
+
+// pythonPathAnswers asks, with the deadline, whether every PYTHONPATH
+// directory's filesystem answers: an interpreter started on a dead mount
+// would hang in its first import until the probe's own deadline (3 x
+// INFERA_PYTHON_TIMEOUT), a dead mount costs the deadline of one access
+// instead.
+func pythonPathAnswers(in Input) error {
+	if in.Answers == nil {
+		return nil
+	}
+	if err := in.Answers(lookpath.AbsDirs(in.Env.Value("PYTHONPATH"))...); err != nil {
+		return fmt.Errorf("a PYTHONPATH directory %w; the engine was not located", err)
+	}
+	return nil
 }
 
 // dists names the distribution whose version decides each import name's

@@ -79,9 +79,7 @@ func (p *pass) steps() []step {
 	return []step{
 		{"config", func(context.Context) (report.Section, error) { return nil, p.cfgErr }},
 		{"state", func(context.Context) (report.Section, error) {
-			// Picked once, for every writer of the run; --explain writes
-			// nothing and reads no stale cache: it picks none.
-			if !p.dry {
+			if !p.dry { // once, for every writer; --explain writes nothing and reads no stale cache
 				p.state, p.noState = statedir.Choose(p.cfg.StateDir, p.log)
 			}
 			return nil, nil
@@ -181,7 +179,7 @@ func (p *pass) enginePatches(ctx context.Context) (report.Section, error) {
 
 func (p *pass) patchInput(early *patches.Early) patches.Input {
 	return patches.Input{Config: p.cfg, Python: p.abi.Interpreter, PythonErr: p.abi.InterpreterErr, PyMinor: p.abi.Python.Minor,
-		Env: p.env, Worker: p.launch, StateDir: p.state, DryRun: p.dry, Log: p.log, Early: early}
+		Env: p.env, Worker: p.launch, StateDir: p.state, DryRun: p.dry, Log: p.log, Early: early, Answers: p.probe.AllAnswer}
 }
 
 // exec is the irreversible end: report, chdir, execve (or the init).
