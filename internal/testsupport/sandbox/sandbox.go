@@ -426,7 +426,7 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 		host, target := filepath.Join(hostDir, name), filepath.Join(dir, name)
 		switch t := e.Type(); {
 		case t&os.ModeSymlink != 0:
-			if err := copySymlink(host, target); err != nil {
+			if err := copySymlink(host, target); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}
 			continue
@@ -441,6 +441,12 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 			return err
 		}
 		if err := bindMount(host, target, true); err != nil {
+			// An entry of a directory others share (/tmp: a compiler's
+			// temporary file) that went away since it was listed.
+			if errors.Is(err, unix.ENOENT) {
+				os.Remove(target)
+				continue
+			}
 			return err
 		}
 		*mounts = append(*mounts, host)
