@@ -29,7 +29,7 @@ import (
 // says so.
 const (
 	initChildEnv = "INITPROC_TEST_CHILD"
-	guard        = 20 * time.Second
+	guard        = 2 * time.Minute
 )
 
 func TestMain(m *testing.M) {
@@ -100,7 +100,23 @@ func startInit(t *testing.T, script string, o initOpts) *initRun {
 		}
 		close(r.lines)
 	}()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Process.Wait(); stderr.Close() })
+	t.Cleanup(func() {
+		// A test that stopped midway leaves the worker, and what it
+		// started, waiting: their process groups end with the init.
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, c := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(c); err == nil {
+					syscall.Kill(-pid, syscall.SIGKILL)
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Process.Wait()
+		stderr.Close()
+	})
 	return r
 }
 
@@ -404,8 +420,9 @@ func TestForwardsEverySignal(t *testing.T) {
 // the worker runs elsewhere.
 func TestInitLeavesStartDirectory(t *testing.T) {
 	dir := t.TempDir()
+	idle := idleFifo(t)
 	r := startInit(t, `pwd; echo "init=$(readlink /proc/$PPID/cwd)"; role=worker; `+idleLoop,
-		initOpts{dir: dir, env: []string{"IDLE=" + idleFifo(t)}})
+		initOpts{dir: dir, env: []string{"IDLE=" + idle}})
 	real, err := filepath.EvalSymlinks(dir)
 	require.NoError(t, err)
 	assert.Equal(t, real, r.line(t), "the worker's directory")
@@ -413,7 +430,9 @@ func TestInitLeavesStartDirectory(t *testing.T) {
 	cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", r.cmd.Process.Pid))
 	require.NoError(t, err)
 	assert.Equal(t, "/", cwd, "the init's, read by the test")
-	r.cmd.Process.Kill()
+	release(t, idle, 1)
+	code, _ := r.wait(t)
+	assert.Equal(t, 0, code)
 }
 
 // SIGTSTP, SIGTTIN and SIGTTOU sent to the init stop the worker's group

@@ -223,6 +223,12 @@ func tourJobctl(args []string) error {
 	if err := p.await("start", "worker ready"); err != nil {
 		return err
 	}
+	released := false
+	defer func() {
+		if !released {
+			p.release(1) // the story ends on the error, not on a worker left idling
+		}
+	}()
 	member := exec.Command("sleep", "1000")
 	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 	if err := member.Start(); err != nil {
@@ -252,6 +258,7 @@ func tourJobctl(args []string) error {
 	// group before the worker ends.
 	member.Process.Kill()
 	member.Wait()
+	released = true
 	return p.release(1)
 }
 
