@@ -48,10 +48,11 @@ Options (before COMMAND; the first word that is not an option starts it):
                exit 65 if a patch drifted
   --init       do not exec: start COMMAND as a child and stay as its
                minimal init (PID 1, else a child subreaper), forwarding
-               SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGWINCH and
-               SIGCONT, reaping zombies, exiting with its status
-               (128+signal when a signal killed it); for docker run
-  --init-group as --init, forwarding signals to the worker's process group
+               every signal but KILL, STOP and CHLD (TSTP, TTIN, TTOU
+               stop the init too), reaping zombies, exiting with its
+               status (128+signal when a signal killed it); for docker run
+  --init-group as --init, forwarding signals to the worker's process group,
+               which gets SIGTERM when the worker ends (SIGKILL 5s later)
   --verbose    also log debug lines; with --explain, the full environment
   --version    print version, commit and Go version
   -h, --help   print this help
