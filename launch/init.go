@@ -137,6 +137,14 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 	defer signal.Stop(raw)
 	go in.drain(raw)
 
+	// The relay goes in before the start, so that a signal it carries
+	// finds it in place as soon as the worker runs. A child forked with
+	// it in place keeps it until its exec: a signal sent to the child in
+	// that instant is written to the init's pipe and forwarded to the
+	// worker, which is where it was going.
+	stopRelay := startRelay(in.put, note)
+	defer stopRelay()
+
 	terminal := isTerminal(0)
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if terminal {
@@ -174,9 +182,6 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 		// the init, nor be passed on as if sent to it.
 		signal.Ignore(syscall.SIGTTIN, syscall.SIGTTOU)
 	}
-	stopRelay := startRelay(in.put, note)
-	defer stopRelay()
-
 	sv := supervisor{spec: s, out: InitOutcome{PID: pid}, note: note, pid1: pid1, target: pid}
 	if s.Group {
 		sv.target = -pid // the group the worker leads
@@ -252,8 +257,10 @@ func (sv *supervisor) reap() bool {
 		// The rest of the group goes with the worker: SIGTERM, and
 		// SIGCONT so that a stopped member acts on it; SIGKILL after the
 		// grace period.
-		if err := syscall.Kill(-sv.out.PID, syscall.SIGTERM); err != nil {
-			return true // ESRCH: nothing left
+		if err := syscall.Kill(-sv.out.PID, syscall.SIGTERM); err == syscall.ESRCH {
+			return true // nothing left
+		} else if err != nil {
+			sv.note(fmt.Sprintf("init: SIGTERM to the worker's process group %d: %v", sv.out.PID, err))
 		}
 		sv.out.GroupSignal = syscall.SIGTERM
 		syscall.Kill(-sv.out.PID, syscall.SIGCONT)

@@ -192,7 +192,7 @@ func (r *initRun) wait(t *testing.T) (int, InitOutcome) {
 	select {
 	case res = <-done:
 	case <-time.After(guard):
-		t.Fatalf("the init did not end within %v; stderr: %s", guard, r.errText())
+		t.Fatalf("the init did not end within %v; stderr: %s\nprocesses: %s", guard, r.errText(), procTree(r.cmd.Process.Pid))
 	}
 	require.NoError(t, res.err)
 	var out InitOutcome
@@ -200,6 +200,29 @@ func (r *initRun) wait(t *testing.T) (int, InitOutcome) {
 	require.True(t, ok, "no outcome: %s", r.errText())
 	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(js)), &out))
 	return res.st.ExitCode(), out
+}
+
+// procTree describes pid and its descendants (state, group, command), for
+// a failure message.
+func procTree(pid int) string {
+	var b strings.Builder
+	var walk func(pid int, depth int)
+	walk = func(pid int, depth int) {
+		stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		fmt.Fprintf(&b, "\n%s%d %s %q", strings.Repeat("  ", depth), pid, stat, strings.ReplaceAll(string(cmd), "\x00", " "))
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		for _, f := range tasks {
+			c, _ := os.ReadFile(f)
+			for _, s := range strings.Fields(string(c)) {
+				if n, err := strconv.Atoi(s); err == nil {
+					walk(n, depth+1)
+				}
+			}
+		}
+	}
+	walk(pid, 0)
+	return b.String()
 }
 
 func (r *initRun) errText() string {

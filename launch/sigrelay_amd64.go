@@ -58,8 +58,6 @@ func rtSigaction(sig syscall.Signal, act, old *sigactiont) error {
 
 // startRelay installs relayHandler for the relayed signals, passing each
 // one it catches to put, and returns what puts the previous handlers back.
-// Call it after the worker started: a child forked with relayHandler in
-// place would inherit it until its exec.
 func startRelay(put func(syscall.Signal), note func(string)) (stop func()) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
