@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bufio"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -67,6 +68,7 @@ type initRun struct {
 	stdin  io.WriteCloser // the worker's standard input
 	lines  chan string    // the worker's stdout, line by line; closed at EOF, when every process holding it has ended
 	stderr *os.File       // a file, not a pipe: an orphan holding it open must not hold up the test
+	waited bool           // the init has been waited for (reaped)
 }
 
 func startInit(t *testing.T, script string, o initOpts) *initRun {
@@ -101,8 +103,13 @@ func startInit(t *testing.T, script string, o initOpts) *initRun {
 		close(r.lines)
 	}()
 	t.Cleanup(func() {
+		defer stderr.Close()
+		if r.waited {
+			return // its pid may be another process's by now
+		}
 		// A test that stopped midway leaves the worker, and what it
-		// started, waiting: their process groups end with the init.
+		// started, waiting: their process groups end with the init (not
+		// reaped yet, so its pid and its children's are still theirs).
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
 		for _, f := range tasks {
 			b, _ := os.ReadFile(f)
@@ -115,7 +122,6 @@ func startInit(t *testing.T, script string, o initOpts) *initRun {
 		}
 		cmd.Process.Kill()
 		cmd.Process.Wait()
-		stderr.Close()
 	})
 	return r
 }
@@ -195,6 +201,7 @@ func (r *initRun) wait(t *testing.T) (int, InitOutcome) {
 		t.Fatalf("the init did not end within %v; stderr: %s\nprocesses: %s", guard, r.errText(), procTree(r.cmd.Process.Pid))
 	}
 	require.NoError(t, res.err)
+	r.waited = true
 	var out InitOutcome
 	_, js, ok := strings.Cut(r.errText(), "outcome=")
 	require.True(t, ok, "no outcome: %s", r.errText())
@@ -283,27 +290,34 @@ func idleFifo(t *testing.T) string {
 // (A trap set while dash blocks in read(2) waits for the read to end if
 // its signal comes just before the read starts.) What it waits for is a
 // reader of $IDLE (opened for reading and writing, so never at its end):
-// the idling ends when a reader has read a line; a signal that ends a
-// reader (in group mode, readers are in the group too) starts another.
+// a signal that ends a reader (in group mode readers are in the group
+// too) starts another, until release has made $IDLE.done and written a
+// line for the reader to end on. The loop asks the file, not wait's
+// status, which a trap can take the place of.
 const idleLoop = `exec 3<>"$IDLE"
 echo "$role ready $$"
-while :; do
+while [ ! -e "$IDLE.done" ]; do
 	sh -c 'read x <&3' & r=$!
-	while :; do
-		wait $r; st=$?
-		kill -0 $r 2>/dev/null || break
-	done
-	[ $st = 0 ] && break
+	while kill -0 $r 2>/dev/null; do wait $r; done
 done
+exit 0
 `
 
+// release ends the idling of n shell processes. A process that sees
+// $IDLE.done between two readers ends without reading: the line may find
+// no reader (ENXIO, EPIPE), which is as good.
 func release(t *testing.T, fifo string, n int) {
 	t.Helper()
-	f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	require.NoError(t, os.WriteFile(fifo+".done", nil, 0o600))
+	f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ENXIO) {
+		return
+	}
 	require.NoError(t, err)
 	defer f.Close()
-	_, err = f.WriteString(strings.Repeat("go\n", n))
-	require.NoError(t, err)
+	if _, err = f.WriteString(strings.Repeat("go\n", n)); !errors.Is(err, syscall.EPIPE) {
+		require.NoError(t, err)
+	}
 }
 
 func TestExitStatus(t *testing.T) {
