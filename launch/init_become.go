@@ -38,5 +38,14 @@ func Become(s InitSpec, log *slog.Logger) int {
 	} else {
 		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
 	}
+	if out.Reaped > 0 {
+		log.Debug(fmt.Sprintf("init: reaped %d orphaned process(es) of the worker", out.Reaped))
+	}
+	switch out.GroupSignal {
+	case syscall.SIGTERM:
+		log.Info("init: the rest of the worker's process group ended on SIGTERM")
+	case syscall.SIGKILL:
+		log.Warn(fmt.Sprintf("init: the rest of the worker's process group was still there %v after SIGTERM; sent SIGKILL", GroupGrace))
+	}
 	return out.Code
 }

@@ -27,6 +27,8 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"sandbox":     func() { os.Exit(sandbox.Main()) },
 		"show-worker": showWorker,
+		// Signals sent to the init and where they arrive (sigtour_test.go).
+		"sigtour": sigtour,
 		// A FUSE filesystem that stops answering, and the story run
 		// against it (deadmount_test.go).
 		"dead-fuse-server": deadFuseServer,
