@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/infera/infera-exec/internal/lookpath"
+	"golang.org/x/sys/unix"
 )
 
 // Role is what infera-exec becomes for the worker: PID 1 in a container
@@ -34,7 +35,7 @@ func Become(s InitSpec, log *slog.Logger) int {
 		return code
 	}
 	if out.Signal != 0 {
-		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %v; exit %d", out.PID, out.Signal, out.Code))
+		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Code))
 	} else {
 		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
 	}
