@@ -431,7 +431,8 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 		switch {
 		case t&os.ModeSymlink != 0:
 			if err := copySymlink(host, target); err != nil {
-				if gone(host, t) {
+				// EINVAL from readlink: no longer a link.
+				if changed(err) || errors.Is(err, unix.EINVAL) || gone(host, t) {
 					continue
 				}
 				return err
@@ -448,7 +449,10 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 			return err
 		}
 		if err := bindMount(host, target, true); err != nil {
-			if gone(host, t) {
+			// ENOENT or ENOTDIR from the bind itself proves the entry
+			// changed since it was listed (it may have come back since,
+			// under the same name: asking again would not tell).
+			if changed(err) || gone(host, t) {
 				os.Remove(target) // the empty mount point made for it
 				continue
 			}
@@ -457,6 +461,13 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 		*mounts = append(*mounts, host)
 	}
 	return nil
+}
+
+// changed reports whether an error binding an entry says the entry is not
+// what was listed: gone (ENOENT), or a directory where a file was or the
+// reverse (ENOTDIR).
+func changed(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR)
 }
 
 // gone reports whether the entry listed at host with type t is no longer
