@@ -426,7 +426,9 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 		host, target := filepath.Join(hostDir, name), filepath.Join(dir, name)
 		switch t := e.Type(); {
 		case t&os.ModeSymlink != 0:
-			if err := copySymlink(host, target); err != nil && !errors.Is(err, os.ErrNotExist) {
+			// A link of a shared directory (/tmp) may be gone, or no
+			// longer a link, since it was listed.
+			if err := copySymlink(host, target); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.EINVAL) {
 				return err
 			}
 			continue
@@ -442,8 +444,9 @@ func mirror(hostDir, dir string, skip func(name string) bool, files bool, mounts
 		}
 		if err := bindMount(host, target, true); err != nil {
 			// An entry of a directory others share (/tmp: a compiler's
-			// temporary file) that went away since it was listed.
-			if errors.Is(err, unix.ENOENT) {
+			// temporary file) that went away, or changed from a
+			// directory to a file, since it was listed.
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 				os.Remove(target)
 				continue
 			}
