@@ -236,6 +236,27 @@ func nativeLibsFor(p *Payload, natives []NativeTree, py string) []string {
 	return out
 }
 
+// loadLines is one tree's load check as the audit prints it: ok, or a
+// warning with every file that does not load and why.
+func loadLines(kind, files string, v *capability.LoadVerdict, rel func(string) string) []string {
+	switch {
+	case v.Error != "":
+		return []string{fmt.Sprintf("WARN  %s %s: load check failed: %s", kind, rel(v.Tree), v.Error)}
+	case len(v.Failed) == 0:
+		return []string{fmt.Sprintf("ok    %s %s: all %d %s load against %s", kind, rel(v.Tree), v.Checked, files, v.Root)}
+	}
+	out := []string{fmt.Sprintf("WARN  %s %s: %d of %d ELF files do not load against %s", kind, rel(v.Tree), len(v.Failed), v.Checked, v.Root)}
+	names := make([]string, 0, len(v.Failed))
+	for f := range v.Failed {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	for _, f := range names {
+		out = append(out, fmt.Sprintf("        %s: %s", f, strings.Join(v.Failed[f], "; ")))
+	}
+	return out
+}
+
 // Problems says whether the audit found anything to warn about.
 func (a *Audit) Problems() bool {
 	if len(a.Shadows) > 0 || len(a.Withdrawn) > 0 {
@@ -305,40 +326,11 @@ func (a *Audit) TextLines() []string {
 		out = append(out, "WARN  shadow: "+s.String())
 	}
 	for _, v := range a.Loads {
-		switch {
-		case v.Error != "":
-			out = append(out, fmt.Sprintf("WARN  native tree %s: load check failed: %s", rel(v.Tree), v.Error))
-		case len(v.Failed) == 0:
-			out = append(out, fmt.Sprintf("ok    native tree %s: all %d ELF files load against %s", rel(v.Tree), v.Checked, v.Root))
-		default:
-			out = append(out, fmt.Sprintf("WARN  native tree %s: %d of %d ELF files do not load against %s", rel(v.Tree), len(v.Failed), v.Checked, v.Root))
-			files := make([]string, 0, len(v.Failed))
-			for f := range v.Failed {
-				files = append(files, f)
-			}
-			sort.Strings(files)
-			for _, f := range files {
-				out = append(out, fmt.Sprintf("        %s: %s", f, strings.Join(v.Failed[f], "; ")))
-			}
-		}
+		out = append(out, loadLines("native tree", "ELF files", v, rel)...)
 	}
 	for _, v := range a.PythonLoads {
-		switch {
-		case v.Error != "":
-			out = append(out, fmt.Sprintf("WARN  python tree %s: load check failed: %s", rel(v.Tree), v.Error))
-		case v.Checked == 0:
-		case len(v.Failed) == 0:
-			out = append(out, fmt.Sprintf("ok    python tree %s: all %d compiled extensions and libraries load against %s", rel(v.Tree), v.Checked, v.Root))
-		default:
-			out = append(out, fmt.Sprintf("WARN  python tree %s: %d of %d ELF files do not load against %s", rel(v.Tree), len(v.Failed), v.Checked, v.Root))
-			files := make([]string, 0, len(v.Failed))
-			for f := range v.Failed {
-				files = append(files, f)
-			}
-			sort.Strings(files)
-			for _, f := range files {
-				out = append(out, fmt.Sprintf("        %s: %s", f, strings.Join(v.Failed[f], "; ")))
-			}
+		if v.Error != "" || v.Checked > 0 {
+			out = append(out, loadLines("python tree", "compiled extensions and libraries", v, rel)...)
 		}
 	}
 	trees := make([]string, 0, len(a.Withdrawn))

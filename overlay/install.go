@@ -166,8 +166,16 @@ func installPerm(e Entry) uint32 { return uint32(e.Perm() &^ 0o022) }
 
 func (in *installer) run(st unix.Stat_t) error {
 	in.takeDest(st)
-	if err := replaceFileAt(in.fd, installingName, []byte("an infera-exec --install is under way or was interrupted\n"), in.dev); err != nil {
-		return &DestError{fmt.Errorf("install destination %s is not writable: %w", in.dest, err)}
+	// DEST is marked unfinished at every instant: the marker an earlier,
+	// interrupted install left (a regular file of ours) is kept as it is,
+	// since removing and creating it again would leave a moment without
+	// it; anything else at the name (a link, another uid's file) is
+	// replaced.
+	var mst unix.Stat_t
+	if err := unix.Fstatat(in.fd, installingName, &mst, unix.AT_SYMLINK_NOFOLLOW); err != nil || mst.Mode&unix.S_IFMT != unix.S_IFREG || mst.Uid != in.euid || mst.Nlink != 1 {
+		if err := replaceFileAt(in.fd, installingName, []byte("an infera-exec --install is under way or was interrupted\n"), in.dev); err != nil {
+			return &DestError{fmt.Errorf("install destination %s is not writable: %w", in.dest, err)}
+		}
 	}
 	if err := in.removeLeftovers(); err != nil {
 		return err
