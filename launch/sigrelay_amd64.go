@@ -28,8 +28,13 @@ var relayFD atomic.Int32
 
 func init() { relayFD.Store(-1) }
 
-// Implemented in sigrelay_amd64.s.
+// Implemented in sigrelay_amd64.s; the first two are called by the
+// kernel only, their addresses taken by relayAddrs in assembly.
+//
+//lint:ignore U1000 referenced from sigrelay_amd64.s
 func relayHandler()
+
+//lint:ignore U1000 referenced from sigrelay_amd64.s
 func relayRestorer()
 func relayAddrs() (handler, restorer uintptr)
 
