@@ -168,6 +168,7 @@ func shortPkg(p string) string {
 // group; a reason that names its own command needs no entry.
 var enabling = []struct{ words, command string }{
 	{"Linux namespaces", "run the tests as root (or where unprivileged user namespaces are allowed)"},
+	{"INFERA_SEED_PATCHES", "INFERA_SEED_PATCHES=DIR go test ./patches/ (DIR: the seed repository's deploy/docker/patches)"},
 	{"libibverbs1", "apt-get install libibverbs1 ibverbs-providers ibverbs-utils"},
 	{"Debian python3", "apt-get install python3 python3-venv python3-setuptools python3-wheel python3-pip"},
 	{"python3", "apt-get install python3"},
