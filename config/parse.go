@@ -1,7 +1,6 @@
 package config
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -65,8 +64,6 @@ func providerName(v string) bool { return providerRE().MatchString(v) }
 // parentOfBin is the payload root a binary at exe belongs to: the parent
 // of the directory holding it (PAYLOAD/bin/infera-exec).
 func parentOfBin(exe string) string { return filepath.Dir(filepath.Dir(exe)) }
-
-func cmpOr(v, def string) string { return cmp.Or(v, def) }
 
 // Requirement is what the deployment asks of the native tree
 // (INFERA_REQUIRE_NATIVE).

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strconv"
@@ -63,7 +64,7 @@ var Vars = []Var{
 		return nil
 	}},
 	{"INFERA_PYTHON", "interpreter to detect and probe", DefaultPython, func(l *loader, v string) error {
-		l.c.Python = cmpOr(v, DefaultPython)
+		l.c.Python = cmp.Or(v, DefaultPython)
 		return nil
 	}},
 	{"INFERA_PYTHON_TIMEOUT", "how long it may take to answer a version question; the engine probe gets three times as long, in all", DefaultPythonTimeout.String(), func(l *loader, v string) error {

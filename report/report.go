@@ -102,16 +102,36 @@ func (r *Report) Has(s Section) bool {
 	return false
 }
 
-// MarshalJSON writes the fixed members, with every section's fields after
-// the configuration, in pass order. Secrets are redacted by the types
-// that hold them (Argv, Env, Changes).
+// MarshalJSON writes the inputs (schema to config), every section's
+// fields in pass order, then what the pass did (env_changes to outcome).
+// Secrets are redacted by the types that hold them (Argv, Env, Changes).
 func (r *Report) MarshalJSON() ([]byte, error) {
-	type plain Report // the same members, without this method
-	head, err := json.Marshal((*plain)(r))
+	head, err := json.Marshal(struct {
+		Schema  int            `json:"schema"`
+		Tool    Tool           `json:"tool"`
+		Mode    string         `json:"mode"`
+		Started time.Time      `json:"started"`
+		PID     int            `json:"pid"`
+		UID     int            `json:"uid"`
+		GID     int            `json:"gid"`
+		Args    Argv           `json:"args"`
+		Config  *config.Config `json:"config,omitempty"`
+	}{r.Schema, r.Tool, r.Mode, r.Started, r.PID, r.UID, r.GID, r.Args, r.Config})
 	if err != nil {
 		return nil, err
 	}
-	var extra bytes.Buffer
+	tail, err := json.Marshal(struct {
+		EnvChanges Changes         `json:"env_changes,omitempty"`
+		Log        []logging.Entry `json:"log"`
+		Timings    []Timing        `json:"timings"`
+		Resources  *Resources      `json:"resources,omitempty"`
+		Outcome    Outcome         `json:"outcome"`
+	}{r.EnvChanges, r.Log, r.Timings, r.Resources, r.Outcome})
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.Write(head[:len(head)-1]) // without its closing brace
 	for _, s := range r.Sections {
 		for _, f := range s.Fields() {
 			if isNil(f.Value) {
@@ -122,22 +142,15 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 				return nil, fmt.Errorf("report field %s: %w", f.Key, err)
 			}
 			k, _ := json.Marshal(f.Key)
-			extra.WriteByte(',')
-			extra.Write(k)
-			extra.WriteByte(':')
-			extra.Write(v)
+			b.WriteByte(',')
+			b.Write(k)
+			b.WriteByte(':')
+			b.Write(v)
 		}
 	}
-	// After the inputs (args, config), before what the pass did to the
-	// environment and its log: the sections in pass order.
-	at := bytes.Index(head, []byte(`,"env_changes":`))
-	if at < 0 {
-		at = bytes.Index(head, []byte(`,"log":`))
-	}
-	out := make([]byte, 0, len(head)+extra.Len())
-	out = append(out, head[:at]...)
-	out = append(out, extra.Bytes()...)
-	return append(out, head[at:]...), nil
+	b.WriteByte(',')
+	b.Write(tail[1:]) // without its opening brace; "log" is always there
+	return b.Bytes(), nil
 }
 
 // isNil reports whether v is nil or a nil pointer, map or slice.
