@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/patchdef"
 
 	"golang.org/x/sys/unix"
 
@@ -23,19 +24,19 @@ import (
 
 // Result is what happened to one patch.
 type Result struct {
-	ID       string       `json:"id"`
-	Summary  string       `json:"summary"`
-	Source   string       `json:"source"`
-	Package  string       `json:"package"`
-	Version  string       `json:"version,omitempty"`
-	Required bool         `json:"required"`
-	Variant  string       `json:"variant,omitempty"` // the variant that decided the state
-	State    State        `json:"state"`             // after this run
-	Before   State        `json:"before"`            // as found
-	Action   string       `json:"action"`            // applied, would-apply, none, failed
-	Why      string       `json:"why,omitempty"`
-	Missing  bool         `json:"package_missing,omitempty"` // the package is not importable
-	Edits    []EditResult `json:"edits,omitempty"`
+	ID       string         `json:"id"`
+	Summary  string         `json:"summary"`
+	Source   string         `json:"source"`
+	Package  string         `json:"package"`
+	Version  string         `json:"version,omitempty"`
+	Required bool           `json:"required"`
+	Variant  string         `json:"variant,omitempty"` // the variant that decided the state
+	State    patchdef.State `json:"state"`             // after this run
+	Before   patchdef.State `json:"before"`            // as found
+	Action   string         `json:"action"`            // applied, would-apply, none, failed
+	Why      string         `json:"why,omitempty"`
+	Missing  bool           `json:"package_missing,omitempty"` // the package is not importable
+	Edits    []EditResult   `json:"edits,omitempty"`
 	// NotImported: the patch is shadowed because a module it edits is
 	// not loaded from the edited file (a package directory or an
 	// extension module of that name beside it, or a parent that is no
@@ -47,22 +48,22 @@ type Result struct {
 	Recorded bool `json:"recorded,omitempty"`
 	// Caveat and Upstream are the definition's: what to know about
 	// keeping the fix on, and where it stands upstream.
-	Caveat   string          `json:"caveat,omitempty"`
-	Upstream *UpstreamStatus `json:"upstream,omitempty"`
+	Caveat   string                   `json:"caveat,omitempty"`
+	Upstream *patchdef.UpstreamStatus `json:"upstream,omitempty"`
 
 	err error // why a write was abandoned
 }
 
 // Ok reports whether the patch is in a state the worker can run with.
 func (r *Result) Ok() bool {
-	return r.State == Applied || r.State == Upstream || r.State == NotApplicable
+	return r.State == patchdef.Applied || r.State == patchdef.Upstream || r.State == patchdef.NotApplicable
 }
 
 // EditResult is one edit of a patch.
 type EditResult struct {
 	File string `json:"file"`
 	Path string `json:"path,omitempty"`
-	Evaluation
+	patchdef.Evaluation
 	SHA256Before string   `json:"sha256_before,omitempty"`
 	SHA256After  string   `json:"sha256_after,omitempty"`
 	PycsRemoved  []string `json:"pycs_removed,omitempty"`
@@ -79,7 +80,7 @@ var writeFile = atomicWrite
 // over path only while path is still the file read (identity was); a
 // variable so tests can make it fail or count the writes. It runs in
 // several goroutines at once.
-var stageFile = func(path, content string, was Identity) (*atomicfile.Staged, error) {
+var stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
 	return atomicfile.Stage(path, strings.NewReader(content), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
 }
 
@@ -95,7 +96,7 @@ var errChanged = errors.New("changed by another writer since it was read")
 
 // stillRead is the last check before a rename: path is still the file
 // whose identity was was, so another writer's change is never overwritten.
-func stillRead(path string, was Identity) func() error {
+func stillRead(path string, was identity) func() error {
 	return func() error {
 		if beforeRenameHook != nil {
 			beforeRenameHook(path)
@@ -107,15 +108,15 @@ func stillRead(path string, was Identity) func() error {
 	}
 }
 
-func atomicWrite(path string, data []byte, was Identity) error {
+func atomicWrite(path string, data []byte, was identity) error {
 	return atomicfile.WriteBytes(path, data, atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
 }
 
 // removeFile deletes cached bytecode; a variable so tests can make it fail.
 var removeFile = os.Remove
 
-// Options control a run.
-type Options struct {
+// options control a run.
+type options struct {
 	DryRun  bool            // decide states, write nothing
 	Require map[string]bool // ids required in addition to required = true
 	// LockTimeout bounds the wait for the package directories' locks, for
@@ -132,7 +133,7 @@ type Options struct {
 	StateDir string
 }
 
-// Apply brings every definition of set to its target state in the
+// applySet brings every definition of set to its target state in the
 // packages of loc, under an exclusive flock on each package directory.
 //
 // It plans first: the definitions are decided in order, in memory, each
@@ -153,7 +154,7 @@ type Options struct {
 // file is its old or its new complete content, and a start that died
 // between two files of a group is finished by the next one, because
 // "some applied, some pending" is itself pending.
-func Apply(set *Set, loc *Location, opt Options) []Result {
+func applySet(set *patchdef.Set, loc *Location, opt options) []Result {
 	if opt.StateDir == "" || opt.DryRun {
 		res, _ := apply(set, loc, opt)
 		return res
@@ -163,7 +164,7 @@ func Apply(set *Set, loc *Location, opt Options) []Result {
 
 // apply is Apply without the record: it returns what it saw of every file
 // it consulted, for the record.
-func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
+func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) {
 	seen := &observed{}
 	results := make([]Result, len(set.Defs))
 	plans := make([]*plan, len(set.Defs))
@@ -175,7 +176,7 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			Required: d.Required || opt.Require[d.ID], Action: "none", Caveat: d.Caveat, Upstream: d.Status}
 		pkg, ok := loc.Packages[d.Package]
 		if !ok || !pkg.Found {
-			r.State, r.Before, r.Missing = NotApplicable, NotApplicable, true
+			r.State, r.Before, r.Missing = patchdef.NotApplicable, patchdef.NotApplicable, true
 			r.Why = pkg.Why
 			if r.Why == "" {
 				r.Why = d.Package + " was not looked up"
@@ -226,7 +227,7 @@ func apply(set *Set, loc *Location, opt Options) ([]Result, *observed) {
 			switch {
 			case r.Action == "would-apply":
 				r.Action, r.Why = "failed", p.lockErr.Error()
-			case r.State == Shadowed && !r.NotImported:
+			case r.State == patchdef.Shadowed && !r.NotImported:
 				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
 			}
 		}
@@ -242,7 +243,7 @@ type target struct {
 	exists   bool
 	mode     iofs.FileMode
 	direct   bool     // path is the package directory joined with the file: no symlink on the way
-	id       Identity // as read, or after this run's verified write
+	id       identity // as read, or after this run's verified write
 	verified bool     // id is known to be the identity of content
 	disk     *diskFile
 	planned  bool // original is an earlier patch's plan, not yet on disk
@@ -325,7 +326,7 @@ func (v *view) evalSymlinks(p string) (string, error) {
 type diskFile struct {
 	path string
 	data string   // as read
-	id   Identity // of data
+	id   identity // of data
 	cur  string   // after the patches planned so far
 	text *text    // index of cur
 	// changed: some patch of the run planned a new content (cur may
@@ -334,8 +335,8 @@ type diskFile struct {
 
 	staged    *atomicfile.Staged
 	stageErr  error
-	renamedID Identity // right after this run renamed it into place
-	final     Identity // on disk after the commit
+	renamedID identity // right after this run renamed it into place
+	final     identity // on disk after the commit
 	finalOK   bool     // final is known to be the identity of cur
 }
 
@@ -380,7 +381,7 @@ type plan struct {
 // planOne decides a patch against the view and, when it is pending in a
 // run that writes, computes its files' new contents (into the view when
 // it composes).
-func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
+func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	fs := &files{m: map[string]*target{}, v: v}
 	p := &plan{pkg: pkg, fs: fs}
 	defer p.link()
@@ -389,7 +390,7 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 		r.State, r.Before, r.Why = st, st, why
 		return p
 	}
-	variants := d.variants()
+	variants := d.EditSets()
 	cands := make([]candidate, len(variants))
 	for i := range variants {
 		cands[i] = evaluateVariant(&variants[i], d, pkg, fs)
@@ -398,16 +399,16 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	vr := c.variant
 	r.Variant, r.Edits, r.Before, r.Why = vr.Name, c.edits, c.state, c.why
 	r.State = r.Before
-	if r.Before == Pending || r.Before == Applied || r.Before == Upstream {
+	if r.Before == patchdef.Pending || r.Before == patchdef.Applied || r.Before == patchdef.Upstream {
 		// What the patch (or upstream's fix) is about must be the code
 		// that runs: each edited module must load from the edited file.
 		if by, why := importedFrom(pkg, vr, r.Edits, fs); why != "" {
-			r.State, r.Why, r.NotImported, r.LoadsInstead = Shadowed, why, true, by
+			r.State, r.Why, r.NotImported, r.LoadsInstead = patchdef.Shadowed, why, true, by
 			p.kind = hidden
 			return p
 		}
 	}
-	if r.Before != Pending {
+	if r.Before != patchdef.Pending {
 		p.kind = decided
 		return p
 	}
@@ -415,7 +416,7 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 	// Compute every new file in memory, then check that each edit is
 	// applied in the result: edits that disturb one another are drift.
 	for i := range vr.Edits {
-		if r.Edits[i].State == Pending {
+		if r.Edits[i].State == patchdef.Pending {
 			t := files[r.Edits[i].Path]
 			// The first edit of a file reads the content the evaluation
 			// indexed: its line starts are not found again.
@@ -423,19 +424,19 @@ func planOne(d *Definition, pkg Package, v *view, dry bool, r *Result) *plan {
 			if tx == nil || tx.s != t.content {
 				tx = newText(t.content)
 			}
-			t.content = applyEdit(&vr.Edits[i], tx)
+			t.content = tx.replaceAll(vr.Edits[i].Anchor, vr.Edits[i].Replacement)
 		}
 	}
 	for i := range vr.Edits {
-		if r.Edits[i].State == NotApplicable {
+		if r.Edits[i].State == patchdef.NotApplicable {
 			continue
 		}
 		t := files[r.Edits[i].Path]
 		if t.newText == nil {
 			t.newText = newText(t.content)
 		}
-		if ev := evaluate(&vr.Edits[i], t.newText); ev.State != Applied {
-			r.State, r.Action = Drift, "none"
+		if ev := patchdef.Evaluate(&vr.Edits[i], t.newText.count); ev.State != patchdef.Applied {
+			r.State, r.Action = patchdef.Drift, "none"
 			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", vr.Edits[i].File, i+1, ev.State, ev.Why)
 			p.kind = disturbed
 			return p
@@ -477,7 +478,7 @@ func (p *plan) link() {
 // importedFrom checks that every .py file the variant edits is the file
 // the import system loads for its module: "" when each is; else what
 // loads instead of the first that is not, and why.
-func importedFrom(pkg Package, vr *Variant, edits []EditResult, fs *files) (by, why string) {
+func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *files) (by, why string) {
 	minor := fs.v.minor
 	if minor == 0 {
 		minor = minorFromPath(pkg.Dir)
@@ -497,7 +498,7 @@ func importedFrom(pkg Package, vr *Variant, edits []EditResult, fs *files) (by, 
 	}()
 	for i := range vr.Edits {
 		e := &edits[i]
-		if e.State == NotApplicable || e.Path == "" || !strings.HasSuffix(vr.Edits[i].File, ".py") {
+		if e.State == patchdef.NotApplicable || e.Path == "" || !strings.HasSuffix(vr.Edits[i].File, ".py") {
 			continue
 		}
 		if by, why := im.shadow(pkg, vr.Edits[i].File, e.Path); why != "" {
@@ -520,7 +521,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	wrote := p.kind == writes && p.err == nil
 	switch p.kind {
 	case decided:
-		if r.Before == Applied {
+		if r.Before == patchdef.Applied {
 			checkBytecode(r, files, false, dry)
 		}
 		fillAfter(r, files)
@@ -533,7 +534,7 @@ func (p *plan) finish(r *Result, dry bool) {
 		fillAfter(r, files)
 	case writes:
 		if wrote {
-			r.Action, r.State = "applied", Applied
+			r.Action, r.State = "applied", patchdef.Applied
 			checkBytecode(r, files, true, false)
 			fillAfter(r, files)
 			break
@@ -543,12 +544,12 @@ func (p *plan) finish(r *Result, dry bool) {
 			r.Why += "; " + fix
 		}
 		if p.restoreErr != nil {
-			r.State = Drift
+			r.State = patchdef.Drift
 			r.Why += "; restoring the files already written failed: " + p.restoreErr.Error()
 		}
 		fillAfter(r, nil)
 		if p.twice {
-			r.State, r.Action = Drift, "none"
+			r.State, r.Action = patchdef.Drift, "none"
 			r.Why = "another writer changed the files while they were being patched, twice; nothing of theirs was overwritten: " + r.Why
 		}
 	}
@@ -561,7 +562,7 @@ func (p *plan) finish(r *Result, dry bool) {
 			continue
 		}
 		if wrote && t.content != d.cur || !wrote && t.original != d.cur {
-			t.id, t.verified = Identity{}, false
+			t.id, t.verified = identity{}, false
 		}
 	}
 }
@@ -575,7 +576,7 @@ func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
 	var shadows []string
 	for i := range r.Edits {
 		e := &r.Edits[i]
-		if e.State == NotApplicable || e.Path == "" {
+		if e.State == patchdef.NotApplicable || e.Path == "" {
 			continue
 		}
 		t := files[e.Path]
@@ -584,7 +585,7 @@ func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
 		shadows = append(shadows, stuck...)
 	}
 	if len(shadows) > 0 {
-		r.State = Shadowed
+		r.State = patchdef.Shadowed
 		if dry {
 			r.Why = "stale bytecode would run instead of the patched source (a start removes it): " + strings.Join(shadows, "; ")
 		} else {
@@ -595,16 +596,16 @@ func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
 
 // candidate is one variant as evaluated against the files.
 type candidate struct {
-	variant *Variant
+	variant *patchdef.Variant
 	edits   []EditResult
-	state   State
+	state   patchdef.State
 	why     string
 	matched int // edits pending or applied: how close a drifting variant came
 }
 
-func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candidate {
+func evaluateVariant(v *patchdef.Variant, d *patchdef.Definition, pkg Package, files *files) candidate {
 	c := candidate{variant: v}
-	if st, why := scope(v.constraint, v.Versions, d.Distribution, pkg.Version, pkg.VersionWhy); st != "" {
+	if st, why := v.Scope(d.Distribution, pkg.Version, pkg.VersionWhy); st != "" {
 		c.state, c.why = st, why
 		return c
 	}
@@ -612,31 +613,31 @@ func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candi
 		c.state, c.why = st, why
 		return c
 	}
-	var states []State
+	var states []patchdef.State
 	for i := range v.Edits {
 		e := &v.Edits[i]
 		er := EditResult{File: e.File}
 		t, err := resolve(pkg, e.File, files)
 		switch {
 		case err != nil:
-			er.State, er.Why = Drift, err.Error()
+			er.State, er.Why = patchdef.Drift, err.Error()
 		case !t.exists && e.Optional:
-			er.Path, er.State, er.Why = t.path, NotApplicable, "optional file absent"
+			er.Path, er.State, er.Why = t.path, patchdef.NotApplicable, "optional file absent"
 		case !t.exists:
-			er.Path, er.State, er.Why = t.path, Drift, "file absent"
+			er.Path, er.State, er.Why = t.path, patchdef.Drift, "file absent"
 		default:
 			er.Path = t.path
-			er.Evaluation = evaluate(e, t.indexed())
+			er.Evaluation = patchdef.Evaluate(e, t.indexed().count)
 		}
-		if er.State == Pending || er.State == Applied {
+		if er.State == patchdef.Pending || er.State == patchdef.Applied {
 			c.matched++
 		}
 		states = append(states, er.State)
 		c.edits = append(c.edits, er)
 	}
-	c.state = Combine(states)
+	c.state = patchdef.Combine(states)
 	c.why = firstWhy(c.edits, c.state)
-	if c.state == Partial {
+	if c.state == patchdef.Partial {
 		c.why = partialWhy(c.edits)
 	}
 	return c
@@ -648,26 +649,26 @@ func evaluateVariant(v *Variant, d *Definition, pkg Package, files *files) candi
 // scope, else drift, reported against the variant that came closest.
 func pick(cands []candidate) candidate {
 	for _, c := range cands {
-		if c.state == Applied || c.state == Upstream {
+		if c.state == patchdef.Applied || c.state == patchdef.Upstream {
 			return c
 		}
 	}
 	for _, c := range cands {
-		if c.state == Pending {
+		if c.state == patchdef.Pending {
 			return c
 		}
 	}
 	var drift *candidate
 	for i := range cands {
-		if cands[i].state == Partial && (drift == nil || drift.state != Partial || cands[i].matched > drift.matched) {
+		if cands[i].state == patchdef.Partial && (drift == nil || drift.state != patchdef.Partial || cands[i].matched > drift.matched) {
 			drift = &cands[i]
 		}
 	}
 	for i := range cands {
-		if drift != nil && drift.state == Partial {
+		if drift != nil && drift.state == patchdef.Partial {
 			break
 		}
-		if cands[i].state == Drift && (drift == nil || cands[i].matched > drift.matched) {
+		if cands[i].state == patchdef.Drift && (drift == nil || cands[i].matched > drift.matched) {
 			drift = &cands[i]
 		}
 	}
@@ -694,20 +695,20 @@ func pick(cands []candidate) candidate {
 // guard's file cannot be read (too large, unreadable, a link out of the
 // package): the code may well be there, so the patch is undecided, never
 // quietly not-applicable.
-func guardsHold(guards []Guard, pkg Package, files *files) (string, State) {
+func guardsHold(guards []patchdef.Guard, pkg Package, files *files) (string, patchdef.State) {
 	for _, g := range guards {
 		t, err := resolve(pkg, g.File, files)
 		switch {
 		case err != nil:
-			return fmt.Sprintf("guard %s: %v", g.File, err), Drift
+			return fmt.Sprintf("guard %s: %v", g.File, err), patchdef.Drift
 		case g.Absent:
-			if t.exists && g.holds(t.indexed().count) {
-				return fmt.Sprintf("%s has %s: this variant is for releases without it", g.File, g.what()), NotApplicable
+			if t.exists && g.Holds(t.indexed().count) {
+				return fmt.Sprintf("%s has %s: this variant is for releases without it", g.File, g.What()), patchdef.NotApplicable
 			}
 		case !t.exists:
-			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), NotApplicable
-		case !g.holds(t.indexed().count):
-			return fmt.Sprintf("%s has no %s: the code this fix is about does not exist here", g.File, g.what()), NotApplicable
+			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), patchdef.NotApplicable
+		case !g.Holds(t.indexed().count):
+			return fmt.Sprintf("%s has no %s: the code this fix is about does not exist here", g.File, g.What()), patchdef.NotApplicable
 		}
 	}
 	return "", ""
@@ -777,7 +778,7 @@ func resolve(pkg Package, file string, fs *files) (t *target, err error) {
 	if t, ok := fs.m[p]; ok {
 		return t, nil
 	}
-	t = &target{path: p, direct: len(dirs) == 1, id: Identity{Absent: true}, verified: true}
+	t = &target{path: p, direct: len(dirs) == 1, id: identity{Absent: true}, verified: true}
 	fs.m[p] = t
 	return t, nil
 }
@@ -807,20 +808,20 @@ func partialWhy(edits []EditResult) string {
 			p = e.File
 		}
 		switch e.State {
-		case Applied:
+		case patchdef.Applied:
 			if !slices.Contains(done, p) {
 				done = append(done, p)
 			}
-		case Drift:
+		case patchdef.Drift:
 			left = append(left, p+": "+e.Why)
 		}
 	}
 	return fmt.Sprintf("applied in %s but not in force: left unpatched %s", strings.Join(done, ", "), strings.Join(left, "; "))
 }
 
-func firstWhy(edits []EditResult, s State) string {
+func firstWhy(edits []EditResult, s patchdef.State) string {
 	for _, e := range edits {
-		if e.State == s && e.Why != "" || s == Drift && e.State == Drift {
+		if e.State == s && e.Why != "" || s == patchdef.Drift && e.State == patchdef.Drift {
 			if e.Path != "" {
 				return e.Path + ": " + e.Why
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/patches/patchdef"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
@@ -39,10 +40,10 @@ func pkgTree(t *testing.T, files map[string]string) (string, *Location) {
 	return site, &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}, Version: "1.2.0"}}}
 }
 
-func def(t *testing.T, id string, edits ...Edit) *Definition {
+func def(t *testing.T, id string, edits ...patchdef.Edit) *patchdef.Definition {
 	t.Helper()
-	d := &Definition{ID: id, Summary: "test " + id, Package: "demo", Distribution: "demo", Edits: edits}
-	require.NoError(t, d.validate())
+	d := &patchdef.Definition{ID: id, Summary: "test " + id, Package: "demo", Distribution: "demo", Edits: edits}
+	require.NoError(t, d.Validate())
 	return d
 }
 
@@ -60,15 +61,15 @@ func TestApplyTwoFilesThenNoop(t *testing.T) {
 		"__pycache__/a.cpython-312.pyc": "stale",
 	})
 	d := def(t, "two-files",
-		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
-		Edit{File: "sub/b.py", Anchor: "    register()\n", Replacement: "    pass  # registered later\n"},
+		patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		patchdef.Edit{File: "sub/b.py", Anchor: "    register()\n", Replacement: "    pass  # registered later\n"},
 	)
-	set := &Set{Defs: []*Definition{d}}
-	res := Apply(set, loc, Options{})
+	set := &patchdef.Set{Defs: []*patchdef.Definition{d}}
+	res := applySet(set, loc, options{})
 	require.Len(t, res, 1)
 	r := res[0]
-	assert.Equal(t, Pending, r.Before)
-	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, patchdef.Pending, r.Before)
+	assert.Equal(t, patchdef.Applied, r.State)
 	assert.Equal(t, "applied", r.Action)
 	assert.Equal(t, "def f(x):\n    a = x[0]\n    return a\n", read(t, filepath.Join(site, "demo/a.py")))
 	assert.Equal(t, "def g():\n    pass  # registered later\n", read(t, filepath.Join(site, "demo/sub/b.py")))
@@ -80,8 +81,8 @@ func TestApplyTwoFilesThenNoop(t *testing.T) {
 	fi1, err := os.Stat(filepath.Join(site, "demo/a.py"))
 	require.NoError(t, err)
 	time.Sleep(10 * time.Millisecond)
-	res = Apply(set, loc, Options{})
-	assert.Equal(t, Applied, res[0].Before)
+	res = applySet(set, loc, options{})
+	assert.Equal(t, patchdef.Applied, res[0].Before)
 	assert.Equal(t, "none", res[0].Action)
 	fi2, err := os.Stat(filepath.Join(site, "demo/a.py"))
 	require.NoError(t, err)
@@ -95,11 +96,11 @@ func TestDriftNeverHalfApplies(t *testing.T) {
 		"b.py": "    register()\n    register()\n", // found twice, expected once
 	})
 	d := def(t, "drifted",
-		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
-		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+		patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Equal(t, "none", r.Action)
 	assert.Contains(t, r.Why, "b.py: anchor found 2 times")
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")), "the pending file is not written either")
@@ -112,12 +113,12 @@ func TestHalfAppliedIsFinished(t *testing.T) {
 		"b.py": "    register()\n",
 	})
 	d := def(t, "resume",
-		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
-		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+		patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Pending, r.Before)
-	assert.Equal(t, Applied, r.State)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Pending, r.Before)
+	assert.Equal(t, patchdef.Applied, r.State)
 	assert.Equal(t, "    pass\n", read(t, filepath.Join(site, "demo/b.py")))
 }
 
@@ -127,8 +128,8 @@ func TestFailedWriteRestores(t *testing.T) {
 		"b.py": "    register()\n",
 	})
 	d := def(t, "rollback",
-		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
-		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+		patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
 	renames, restores := 0, 0
 	failRename(t, func(s *atomicfile.Staged) error {
@@ -139,9 +140,9 @@ func TestFailedWriteRestores(t *testing.T) {
 		return s.Commit()
 	})
 	countRestores(t, &restores)
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, "failed", r.Action)
-	assert.Equal(t, Pending, r.State, "nothing changed: the patch is still pending")
+	assert.Equal(t, patchdef.Pending, r.State, "nothing changed: the patch is still pending")
 	assert.Contains(t, r.Why, "read-only file system")
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")), "the first file was restored")
 	assert.Equal(t, "    register()\n", read(t, filepath.Join(site, "demo/b.py")))
@@ -158,11 +159,11 @@ func TestFailedStageRenamesNothing(t *testing.T) {
 		"b.py": "    register()\n",
 	})
 	d := def(t, "rollback",
-		Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
-		Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
+		patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
+		patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
 	stage := stageFile
-	stageFile = func(path, content string, was Identity) (*atomicfile.Staged, error) {
+	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
 		if filepath.Base(path) == "b.py" {
 			return nil, errors.New("replace " + path + ": no space left on device")
 		}
@@ -172,9 +173,9 @@ func TestFailedStageRenamesNothing(t *testing.T) {
 	renamed, restores := 0, 0
 	failRename(t, func(s *atomicfile.Staged) error { renamed++; return s.Commit() })
 	countRestores(t, &restores)
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, "failed", r.Action)
-	assert.Equal(t, Pending, r.State)
+	assert.Equal(t, patchdef.Pending, r.State)
 	assert.Contains(t, r.Why, "no space left on device")
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
 	assert.Equal(t, "    register()\n", read(t, filepath.Join(site, "demo/b.py")))
@@ -192,7 +193,7 @@ func failRename(t *testing.T, f func(*atomicfile.Staged) error) {
 
 // countRestores counts the writes that put a file's original back.
 func countRestores(t *testing.T, n *int) {
-	writeFile = func(path string, data []byte, was Identity) error {
+	writeFile = func(path string, data []byte, was identity) error {
 		*n++
 		return atomicWrite(path, data, was)
 	}
@@ -204,7 +205,7 @@ func countRestores(t *testing.T, n *int) {
 func countStages(t *testing.T) *atomic.Int32 {
 	var n atomic.Int32
 	stage := stageFile
-	stageFile = func(path, content string, was Identity) (*atomicfile.Staged, error) {
+	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
 		n.Add(1)
 		return stage(path, content, was)
 	}
@@ -225,17 +226,17 @@ func temporaries(t *testing.T, site string) []string {
 }
 
 // onePatchFile is three patches on one module, each edit somewhere else.
-func threeOnOneFile(t *testing.T) (map[string]string, []*Definition) {
+func threeOnOneFile(t *testing.T) (map[string]string, []*patchdef.Definition) {
 	files := map[string]string{
 		"conn.py":  "class Conn:\n    pass\n\ndef send(x):\n    a, _ = x\n\ndef recv():\n    register()\n",
 		"other.py": "EVENT = None\n",
 	}
-	return files, []*Definition{
-		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
-		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+	return files, []*patchdef.Definition{
+		def(t, "p1", patchdef.Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", patchdef.Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
 		def(t, "p3",
-			Edit{File: "conn.py", Anchor: "    register()\n", Replacement: "    pass  # registered later\n"},
-			Edit{File: "other.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
+			patchdef.Edit{File: "conn.py", Anchor: "    register()\n", Replacement: "    pass  # registered later\n"},
+			patchdef.Edit{File: "other.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
 	}
 }
 
@@ -247,12 +248,12 @@ func TestPatchesOnOneFileWriteItOnce(t *testing.T) {
 	refSite, refLoc := pkgTree(t, files)
 	var want []Result
 	for _, d := range defs {
-		want = append(want, Apply(&Set{Defs: []*Definition{d}}, refLoc, Options{})...)
+		want = append(want, applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, refLoc, options{})...)
 	}
 
 	site, loc := pkgTree(t, files)
 	stages := countStages(t)
-	got := Apply(&Set{Defs: defs}, loc, Options{})
+	got := applySet(&patchdef.Set{Defs: defs}, loc, options{})
 	assert.Equal(t, int32(2), stages.Load(), "conn.py and other.py each written once")
 	for _, name := range []string{"conn.py", "other.py"} {
 		assert.Equal(t, read(t, filepath.Join(refSite, "demo", name)), read(t, filepath.Join(site, "demo", name)), name)
@@ -260,8 +261,8 @@ func TestPatchesOnOneFileWriteItOnce(t *testing.T) {
 	require.Len(t, got, 3)
 	for i := range got {
 		assert.Equal(t, "applied", got[i].Action, got[i].Why)
-		assert.Equal(t, Pending, got[i].Before)
-		assert.Equal(t, Applied, got[i].State)
+		assert.Equal(t, patchdef.Pending, got[i].Before)
+		assert.Equal(t, patchdef.Applied, got[i].State)
 		require.Len(t, got[i].Edits, len(want[i].Edits))
 		for j := range got[i].Edits {
 			assert.Equal(t, want[i].Edits[j].SHA256Before, got[i].Edits[j].SHA256Before, "%s edit %d", got[i].ID, j)
@@ -274,7 +275,7 @@ func TestPatchesOnOneFileWriteItOnce(t *testing.T) {
 
 	// A dry run decides each against the files as they are.
 	site, loc = pkgTree(t, files)
-	dry := Apply(&Set{Defs: defs}, loc, Options{DryRun: true})
+	dry := applySet(&patchdef.Set{Defs: defs}, loc, options{DryRun: true})
 	for _, r := range dry {
 		assert.Equal(t, "would-apply", r.Action)
 		assert.Equal(t, digestOf(files["conn.py"]), r.Edits[0].SHA256Before, r.ID)
@@ -290,10 +291,10 @@ func TestFailedGroupFailsAllItsPatches(t *testing.T) {
 		"other.py": "EVENT = None\n",
 	}
 	site, loc := pkgTree(t, files)
-	defs := []*Definition{
-		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
-		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
-		def(t, "p3", Edit{File: "other.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
+	defs := []*patchdef.Definition{
+		def(t, "p1", patchdef.Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", patchdef.Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "p3", patchdef.Edit{File: "other.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
 	}
 	failRename(t, func(s *atomicfile.Staged) error {
 		if filepath.Base(s.Path()) == "conn.py" {
@@ -302,12 +303,12 @@ func TestFailedGroupFailsAllItsPatches(t *testing.T) {
 		return s.Commit()
 	})
 	stages := countStages(t)
-	res := Apply(&Set{Defs: defs}, loc, Options{})
+	res := applySet(&patchdef.Set{Defs: defs}, loc, options{})
 	assert.Equal(t, int32(2), stages.Load(), "conn.py staged once, other.py once")
 	assert.Equal(t, files["conn.py"], read(t, filepath.Join(site, "demo/conn.py")), "unchanged")
 	for _, r := range res[:2] {
 		assert.Equal(t, "failed", r.Action, r.ID)
-		assert.Equal(t, Pending, r.State, r.ID)
+		assert.Equal(t, patchdef.Pending, r.State, r.ID)
 		assert.Contains(t, r.Why, "read-only file system", r.ID)
 		assert.Equal(t, r.Edits[0].SHA256Before, r.Edits[0].SHA256After, "%s: nothing written", r.ID)
 	}
@@ -321,15 +322,15 @@ func TestFailedGroupFailsAllItsPatches(t *testing.T) {
 func TestDependentOfFailedGroupIsDecidedAgain(t *testing.T) {
 	files := map[string]string{"conn.py": "class Conn:\n    pass\n\ndef send(x):\n    a = x[0]\n"}
 	site, loc := pkgTree(t, files)
-	defs := []*Definition{
-		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
-		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
+	defs := []*patchdef.Definition{
+		def(t, "p1", patchdef.Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", patchdef.Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
 	}
 	failRename(t, func(s *atomicfile.Staged) error { return errors.New("replace " + s.Path() + ": read-only file system") })
-	res := Apply(&Set{Defs: defs}, loc, Options{})
+	res := applySet(&patchdef.Set{Defs: defs}, loc, options{})
 	assert.Equal(t, "failed", res[0].Action)
 	assert.Equal(t, "none", res[1].Action)
-	assert.Equal(t, Applied, res[1].State)
+	assert.Equal(t, patchdef.Applied, res[1].State)
 	assert.Equal(t, digestOf(files["conn.py"]), res[1].Edits[0].SHA256Before, "decided on the file as it is")
 	assert.Equal(t, files["conn.py"], read(t, filepath.Join(site, "demo/conn.py")))
 }
@@ -354,9 +355,9 @@ func TestConcurrentWriterInGroup(t *testing.T) {
 	t.Cleanup(func() { beforeRenameHook = nil })
 	countRestores(t, &restores)
 	stages := countStages(t)
-	res := Apply(&Set{Defs: defs}, loc, Options{})
+	res := applySet(&patchdef.Set{Defs: defs}, loc, options{})
 	for _, r := range res {
-		assert.Equal(t, Applied, r.State, "%s: %s", r.ID, r.Why)
+		assert.Equal(t, patchdef.Applied, r.State, "%s: %s", r.ID, r.Why)
 		assert.Equal(t, "applied", r.Action, r.ID)
 	}
 	assert.Equal(t, 1, restores, "conn.py, renamed first, was restored")
@@ -376,15 +377,15 @@ func TestSymlinkOutOfPackageIsRefused(t *testing.T) {
 	// A link that stays inside the package is followed.
 	require.NoError(t, os.Symlink("inside.py", filepath.Join(site, "demo/alias.py")))
 
-	d := def(t, "escape", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	d := def(t, "escape", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "outside the package directory")
 	assert.Equal(t, "    a, _ = x\n", read(t, outside))
 
-	d2 := def(t, "alias", Edit{File: "alias.py", Anchor: "x\n", Replacement: "y\n"})
-	r = Apply(&Set{Defs: []*Definition{d2}}, loc, Options{})[0]
-	assert.Equal(t, Applied, r.State)
+	d2 := def(t, "alias", patchdef.Edit{File: "alias.py", Anchor: "x\n", Replacement: "y\n"})
+	r = applySet(&patchdef.Set{Defs: []*patchdef.Definition{d2}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Applied, r.State)
 	assert.Equal(t, "y\n", read(t, filepath.Join(site, "demo/inside.py")))
 	fi, err := os.Lstat(filepath.Join(site, "demo/alias.py"))
 	require.NoError(t, err)
@@ -393,34 +394,34 @@ func TestSymlinkOutOfPackageIsRefused(t *testing.T) {
 
 func TestVersionAndAbsence(t *testing.T) {
 	_, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
-	d := def(t, "old-only", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	d := def(t, "old-only", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
 	d.Versions = "< 1.0"
-	require.NoError(t, d.validate())
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, NotApplicable, r.State)
+	require.NoError(t, d.Validate())
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.NotApplicable, r.State)
 	assert.Contains(t, r.Why, "demo 1.2.0 is outside < 1.0")
 
-	opt := def(t, "optional-file", Edit{File: "gone.py", Anchor: "x", Replacement: "y", Optional: true})
-	r = Apply(&Set{Defs: []*Definition{opt}}, loc, Options{})[0]
-	assert.Equal(t, NotApplicable, r.State)
+	opt := def(t, "optional-file", patchdef.Edit{File: "gone.py", Anchor: "x", Replacement: "y", Optional: true})
+	r = applySet(&patchdef.Set{Defs: []*patchdef.Definition{opt}}, loc, options{})[0]
+	assert.Equal(t, patchdef.NotApplicable, r.State)
 
-	must := def(t, "missing-file", Edit{File: "gone.py", Anchor: "x", Replacement: "y"})
-	r = Apply(&Set{Defs: []*Definition{must}}, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	must := def(t, "missing-file", patchdef.Edit{File: "gone.py", Anchor: "x", Replacement: "y"})
+	r = applySet(&patchdef.Set{Defs: []*patchdef.Definition{must}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "file absent")
 
 	loc.Packages["demo"] = Package{Name: "demo", Why: "demo is not importable"}
-	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, NotApplicable, r.State)
+	r = applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.NotApplicable, r.State)
 	assert.Equal(t, "demo is not importable", r.Why)
 }
 
 func TestDryRunWritesNothing(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n", "__pycache__/a.cpython-312.pyc": "x"})
-	d := def(t, "dry", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{DryRun: true})[0]
+	d := def(t, "dry", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{DryRun: true})[0]
 	assert.Equal(t, "would-apply", r.Action)
-	assert.Equal(t, Pending, r.State)
+	assert.Equal(t, patchdef.Pending, r.State)
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
 	assert.FileExists(t, filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc"))
 	assert.NotEqual(t, r.Edits[0].SHA256Before, r.Edits[0].SHA256After, "the plan shows the hash the file would get")
@@ -431,11 +432,11 @@ func TestConflictingEditsAreDrift(t *testing.T) {
 	// second one's anchor.
 	site, loc := pkgTree(t, map[string]string{"a.py": "one\n"})
 	d := def(t, "conflict",
-		Edit{File: "a.py", Anchor: "one\n", Replacement: "two\n"},
-		Edit{File: "a.py", Anchor: "one\n", Replacement: "three\n"},
+		patchdef.Edit{File: "a.py", Anchor: "one\n", Replacement: "two\n"},
+		patchdef.Edit{File: "a.py", Anchor: "one\n", Replacement: "three\n"},
 	)
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "disturb one another")
 	assert.Equal(t, "one\n", read(t, filepath.Join(site, "demo/a.py")))
 }
@@ -459,34 +460,34 @@ func holdLock(t *testing.T, dir string) (release func()) {
 func TestLockedByAnotherProcess(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n", "b.py": "    b()\n", "c.py": "    c()\n", "d.py": "    done = 1\n"})
 	release := holdLock(t, filepath.Join(site, "demo"))
-	defs := []*Definition{
-		def(t, "pa", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
-		def(t, "pb", Edit{File: "b.py", Anchor: "    b()\n", Replacement: "    b(1)\n"}),
-		def(t, "pc", Edit{File: "c.py", Anchor: "    c()\n", Replacement: "    c(1)\n"}),
-		def(t, "pd", Edit{File: "d.py", Anchor: "    done = 0\n", Replacement: "    done = 1\n"}), // already applied
+	defs := []*patchdef.Definition{
+		def(t, "pa", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "pb", patchdef.Edit{File: "b.py", Anchor: "    b()\n", Replacement: "    b(1)\n"}),
+		def(t, "pc", patchdef.Edit{File: "c.py", Anchor: "    c()\n", Replacement: "    c(1)\n"}),
+		def(t, "pd", patchdef.Edit{File: "d.py", Anchor: "    done = 0\n", Replacement: "    done = 1\n"}), // already applied
 	}
 	const wait = 300 * time.Millisecond
 	start := time.Now()
-	res := Apply(&Set{Defs: defs}, loc, Options{LockTimeout: wait})
+	res := applySet(&patchdef.Set{Defs: defs}, loc, options{LockTimeout: wait})
 	took := time.Since(start)
 	msg := "the package directory " + filepath.Join(site, "demo") + " is locked (flock) by another process; waited 300ms"
 	for _, r := range res[:3] {
 		assert.Equal(t, "failed", r.Action, r.ID)
-		assert.Equal(t, Pending, r.State, "%s: not written, and not drift: %s", r.ID, r.Why)
+		assert.Equal(t, patchdef.Pending, r.State, "%s: not written, and not drift: %s", r.ID, r.Why)
 		assert.Contains(t, r.Why, msg, r.ID)
 	}
-	assert.Equal(t, Applied, res[3].State, "already in force without the lock: %s", res[3].Why)
+	assert.Equal(t, patchdef.Applied, res[3].State, "already in force without the lock: %s", res[3].Why)
 	assert.Equal(t, "none", res[3].Action)
 	assert.Less(t, took, 3*wait, "one bounded wait for the run, not one per definition")
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
 
 	// Zero does not wait at all, and says so.
-	r := Apply(&Set{Defs: defs[:1]}, loc, Options{})[0]
+	r := applySet(&patchdef.Set{Defs: defs[:1]}, loc, options{})[0]
 	assert.Contains(t, r.Why, "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)")
 
 	release()
-	for _, r := range Apply(&Set{Defs: defs}, loc, Options{}) {
-		assert.Equal(t, Applied, r.State, "%s: %s", r.ID, r.Why)
+	for _, r := range applySet(&patchdef.Set{Defs: defs}, loc, options{}) {
+		assert.Equal(t, patchdef.Applied, r.State, "%s: %s", r.ID, r.Why)
 	}
 }
 
@@ -536,9 +537,9 @@ func TestUncheckedHashPycRemovedWhenApplied(t *testing.T) {
 		"__pycache__/a.cpython-312.opt-1.pyc": hdr(0b11), // checked hash: revalidated
 		"__pycache__/a.cpython-311.pyc":       hdr(0),    // timestamp: revalidated
 	})
-	d := def(t, "pyc", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Applied, r.State)
+	d := def(t, "pyc", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Applied, r.State)
 	pc := filepath.Join(site, "demo/__pycache__")
 	assert.NoFileExists(t, filepath.Join(pc, "a.cpython-312.pyc"))
 	assert.FileExists(t, filepath.Join(pc, "a.cpython-312.opt-1.pyc"))
@@ -553,8 +554,8 @@ func TestOwnerAndModeKept(t *testing.T) {
 	p := filepath.Join(site, "demo/a.py")
 	require.NoError(t, os.Chown(p, 1234, 5678))
 	require.NoError(t, os.Chmod(p, 0o640))
-	d := def(t, "owner", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	require.Equal(t, Applied, Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0].State)
+	d := def(t, "owner", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	require.Equal(t, patchdef.Applied, applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0].State)
 	fi, err := os.Stat(p)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
@@ -571,9 +572,9 @@ func TestModeZeroKept(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
 	p := filepath.Join(site, "demo/a.py")
 	require.NoError(t, os.Chmod(p, 0))
-	d := def(t, "mode0", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	require.Equal(t, Applied, r.State, r.Why)
+	d := def(t, "mode0", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	require.Equal(t, patchdef.Applied, r.State, r.Why)
 	fi, err := os.Stat(p)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0), fi.Mode().Perm(), "mode 000 is kept, not made 0644")
@@ -585,13 +586,13 @@ func TestModeZeroKept(t *testing.T) {
 func TestGroupedRunObserved(t *testing.T) {
 	files := map[string]string{"conn.py": "class Conn:\n    pass\n\ndef send(x):\n    a = x[0]\n"}
 	site, loc := pkgTree(t, files)
-	defs := []*Definition{
-		def(t, "p1", Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
-		def(t, "p2", Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
+	defs := []*patchdef.Definition{
+		def(t, "p1", patchdef.Edit{File: "conn.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"}),
+		def(t, "p2", patchdef.Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}), // already applied
 	}
-	res, seen := apply(&Set{Defs: defs}, loc, Options{})
+	res, seen := apply(&patchdef.Set{Defs: defs}, loc, options{})
 	require.Equal(t, "applied", res[0].Action)
-	require.Equal(t, Applied, res[1].State)
+	require.Equal(t, patchdef.Applied, res[1].State)
 	assert.False(t, seen.incomplete, "p1 wrote what is on disk, p2 read it")
 	now, ok := fileid.Lstat(filepath.Join(site, "demo/conn.py"))
 	require.True(t, ok)
@@ -603,7 +604,7 @@ func TestGroupedRunObserved(t *testing.T) {
 	// about a content no longer on disk, so the run is not recorded.
 	files, defs = threeOnOneFile(t)
 	_, loc = pkgTree(t, files)
-	_, seen = apply(&Set{Defs: defs}, loc, Options{})
+	_, seen = apply(&patchdef.Set{Defs: defs}, loc, options{})
 	assert.True(t, seen.incomplete)
 }
 
@@ -660,13 +661,13 @@ func TestUnreadableGuardIsDriftNotRecorded(t *testing.T) {
 	guard := filepath.Join(site, "demo/g.py")
 	require.NoError(t, os.Symlink(outside, guard))
 
-	d := def(t, "guarded", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	d.Guards = []Guard{{File: "g.py", Contains: "def f("}}
-	set := &Set{Defs: []*Definition{d}}
-	opt := Options{StateDir: t.TempDir()}
+	d := def(t, "guarded", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	d.Guards = []patchdef.Guard{{File: "g.py", Contains: "def f("}}
+	set := &patchdef.Set{Defs: []*patchdef.Definition{d}}
+	opt := options{StateDir: t.TempDir()}
 
-	r := Apply(set, loc, opt)[0]
-	assert.Equal(t, Drift, r.State)
+	r := applySet(set, loc, opt)[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "guard g.py: ")
 	assert.Contains(t, r.Why, "outside the package directory")
 	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
@@ -675,8 +676,8 @@ func TestUnreadableGuardIsDriftNotRecorded(t *testing.T) {
 
 	require.NoError(t, os.Remove(guard))
 	require.NoError(t, os.WriteFile(guard, []byte("def f(x):\n"), 0o644))
-	r = Apply(set, loc, opt)[0]
-	assert.Equal(t, Applied, r.State, r.Why)
+	r = applySet(set, loc, opt)[0]
+	assert.Equal(t, patchdef.Applied, r.State, r.Why)
 	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
 }
 
@@ -694,10 +695,10 @@ func TestReadBackMismatchIsNotApplied(t *testing.T) {
 	}
 	t.Cleanup(func() { renameFile = rename })
 
-	d := def(t, "fix", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	opt := Options{StateDir: t.TempDir()}
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, opt)[0]
-	assert.NotEqual(t, Applied, r.State)
+	d := def(t, "fix", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	opt := options{StateDir: t.TempDir()}
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, opt)[0]
+	assert.NotEqual(t, patchdef.Applied, r.State)
 	assert.Equal(t, "failed", r.Action)
 	assert.Contains(t, r.Why, "does not hold what was written")
 	assert.Equal(t, "theirs\n", read(t, filepath.Join(site, "demo/a.py")))

@@ -4,22 +4,23 @@ import (
 	"testing"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // benchEngine is the real-sized vLLM install of `make bench` (see
 // fixture.EngineInstall), located offline, with the built-in set.
-func benchEngine(b *testing.B) (string, map[string][]byte, *Set, *Location) {
+func benchEngine(b *testing.B) (string, map[string][]byte, *patchdef.Set, *Location) {
 	b.Helper()
 	site := b.TempDir()
 	targets, err := fixture.EngineInstall("testdata/trees/vllm-pending/site-packages", site)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defs, err := Builtin()
+	defs, err := patchdef.Builtin()
 	if err != nil {
 		b.Fatal(err)
 	}
-	set, err := Merge(defs, nil)
+	set, err := patchdef.Merge(defs, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -41,8 +42,8 @@ func BenchmarkApplyPending(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		for _, r := range Apply(set, loc, Options{}) {
-			if r.Action == "failed" || (r.Package == "vllm" && r.State != Applied && r.State != NotApplicable) {
+		for _, r := range applySet(set, loc, options{}) {
+			if r.Action == "failed" || (r.Package == "vllm" && r.State != patchdef.Applied && r.State != patchdef.NotApplicable) {
 				b.Fatalf("%s: %s %s: %s", r.ID, r.State, r.Action, r.Why)
 			}
 		}
@@ -53,11 +54,11 @@ func BenchmarkApplyPending(b *testing.B) {
 // already applied, each file read and evaluated, nothing written.
 func BenchmarkEvaluateApplied(b *testing.B) {
 	_, _, set, loc := benchEngine(b)
-	Apply(set, loc, Options{})
+	applySet(set, loc, options{})
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, r := range Apply(set, loc, Options{DryRun: true}) {
-			if r.Package == "vllm" && r.State != Applied && r.State != NotApplicable {
+		for _, r := range applySet(set, loc, options{DryRun: true}) {
+			if r.Package == "vllm" && r.State != patchdef.Applied && r.State != patchdef.NotApplicable {
 				b.Fatalf("%s: %s: %s", r.ID, r.State, r.Why)
 			}
 		}

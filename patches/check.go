@@ -5,6 +5,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // CheckReport is --check ROOT: every definition evaluated against an
@@ -28,14 +30,14 @@ func CheckAnswering(root, payloadRoot string, answers func(paths ...string) erro
 	if err := answers(root, payloadRoot); err != nil {
 		return nil, &ConfigError{err}
 	}
-	return Check(root, payloadRoot)
+	return check(root, payloadRoot)
 }
 
-// Check evaluates the built-in and the payload's definitions against root
+// check evaluates the built-in and the payload's definitions against root
 // without Python and without writing, so a payload build can catch an
 // upstream change before anything is deployed.
-func Check(root, payloadRoot string) (*CheckReport, error) {
-	set, err := LoadSet(payloadRoot)
+func check(root, payloadRoot string) (*CheckReport, error) {
+	set, err := loadSet(payloadRoot)
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -43,10 +45,10 @@ func Check(root, payloadRoot string) (*CheckReport, error) {
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
-	loc.FillVersions(set, root)
-	rep := &CheckReport{Root: root, Location: loc, Results: Apply(set, loc, Options{DryRun: true})}
+	loc.fillDistVersions(set, root)
+	rep := &CheckReport{Root: root, Location: loc, Results: applySet(set, loc, options{DryRun: true})}
 	for _, r := range rep.Results {
-		if r.State == Drift || r.State == Partial {
+		if r.State == patchdef.Drift || r.State == patchdef.Partial {
 			rep.Drift = true
 		}
 		if r.NotImported {
@@ -86,13 +88,13 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 				state += " (" + r.Variant + ")"
 			}
 			fmt.Fprintf(w, "  %-40s %-15s %s\n", r.ID, state, r.Summary)
-			if r.Why != "" && r.State != Pending {
+			if r.Why != "" && r.State != patchdef.Pending {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
 			}
-			if r.Caveat != "" && r.State != NotApplicable {
+			if r.Caveat != "" && r.State != patchdef.NotApplicable {
 				fmt.Fprintf(w, "  %-40s %-15s caveat: %s\n", "", "", r.Caveat)
 			}
-			if r.Upstream != nil && r.State != NotApplicable {
+			if r.Upstream != nil && r.State != patchdef.NotApplicable {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Upstream)
 			}
 		}

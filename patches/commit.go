@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/patchdef"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 )
@@ -80,7 +81,7 @@ func groupsOf(plans []*plan, v *view) []*group {
 // of is planned and committed afresh once; the patches of a group that
 // still failed that wrote nothing themselves are decided again against
 // the files as they are now on disk.
-func commitGroups(groups []*group, set *Set, plans []*plan, results []Result) {
+func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []Result) {
 	commit(groups, plans)
 	for _, g := range groups {
 		if errors.Is(g.err, errChanged) {
@@ -94,7 +95,7 @@ func commitGroups(groups []*group, set *Set, plans []*plan, results []Result) {
 
 // replan reads the group's files afresh and plans and commits its patches
 // again, as one group.
-func replan(g *group, set *Set, plans []*plan, results []Result) *group {
+func replan(g *group, set *patchdef.Set, plans []*plan, results []Result) *group {
 	v := newView(true, plans[g.pats[0]].fs.v.minor)
 	for _, i := range g.pats {
 		r := &results[i]
@@ -115,7 +116,7 @@ func replan(g *group, set *Set, plans []*plan, results []Result) *group {
 // redecide: the patches of a failed group that wrote nothing were decided
 // on content that is not on disk; they are decided again on what is. One
 // that now needs writing shares the group's failure.
-func redecide(g *group, set *Set, plans []*plan, results []Result) {
+func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
 	v := newView(false, plans[g.pats[0]].fs.v.minor)
 	for _, i := range g.pats {
 		if plans[i].kind == writes {

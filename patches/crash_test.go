@@ -20,6 +20,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/testsupport"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // The test binary doubles as a patching process for the crash and
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 			}
 		}
 		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}}}}
-		res := Apply(crashSet(), loc, Options{LockTimeout: 30 * time.Second})
+		res := applySet(crashSet(), loc, options{LockTimeout: 30 * time.Second})
 		json.NewEncoder(os.Stdout).Encode(res)
 		os.Exit(0)
 	}
@@ -48,22 +49,22 @@ func TestMain(m *testing.M) {
 
 // crashSet is three patches over four files, two of them multi-file, with
 // enough content that a write takes measurable time.
-func crashSet() *Set {
-	mk := func(id string, edits ...Edit) *Definition {
-		d := &Definition{ID: id, Summary: id, Package: "demo", Distribution: "demo", Edits: edits}
-		if err := d.validate(); err != nil {
+func crashSet() *patchdef.Set {
+	mk := func(id string, edits ...patchdef.Edit) *patchdef.Definition {
+		d := &patchdef.Definition{ID: id, Summary: id, Package: "demo", Distribution: "demo", Edits: edits}
+		if err := d.Validate(); err != nil {
 			panic(err)
 		}
 		return d
 	}
-	return &Set{Defs: []*Definition{
-		mk("p1", Edit{File: "a.py", Anchor: "    conv, _ = caches\n", Replacement: "    conv = caches[0]\n"}),
+	return &patchdef.Set{Defs: []*patchdef.Definition{
+		mk("p1", patchdef.Edit{File: "a.py", Anchor: "    conv, _ = caches\n", Replacement: "    conv = caches[0]\n"}),
 		mk("p2",
-			Edit{File: "b.py", Anchor: "def register():\n", Replacement: "def register():\n    return  # deferred\n"},
-			Edit{File: "sub/c.py", Anchor: "    warm_up()\n", Replacement: "    warm_up()\n    register()\n"}),
+			patchdef.Edit{File: "b.py", Anchor: "def register():\n", Replacement: "def register():\n    return  # deferred\n"},
+			patchdef.Edit{File: "sub/c.py", Anchor: "    warm_up()\n", Replacement: "    warm_up()\n    register()\n"}),
 		mk("p3",
-			Edit{File: "a.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"},
-			Edit{File: "sub/d.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
+			patchdef.Edit{File: "a.py", Anchor: "class Conn:\n", Replacement: "class Conn:\n    metrics = None\n"},
+			patchdef.Edit{File: "sub/d.py", Anchor: "EVENT = None\n", Replacement: "EVENT = object()\n"}),
 	}}
 }
 
@@ -97,8 +98,8 @@ func crashTree(t *testing.T) (string, map[string][]string) {
 			write(t, filepath.Join(ref, name), content+pad)
 		}
 		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: ref, Dirs: []string{ref}}}}
-		for _, r := range Apply(&Set{Defs: set.Defs[:n]}, loc, Options{}) {
-			require.Equal(t, Applied, r.State, r.Why)
+		for _, r := range applySet(&patchdef.Set{Defs: set.Defs[:n]}, loc, options{}) {
+			require.Equal(t, patchdef.Applied, r.State, r.Why)
 		}
 		for name := range crashOriginals {
 			got := read(t, filepath.Join(ref, name))
@@ -219,12 +220,12 @@ func TestDeathBetweenTwoFilesOfAGroup(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	var res []Result
 	require.NoError(t, json.Unmarshal(out, &res))
-	before := map[string]State{}
+	before := map[string]patchdef.State{}
 	for _, r := range res {
-		assert.Equal(t, Applied, r.State, "%s: %s", r.ID, r.Why)
+		assert.Equal(t, patchdef.Applied, r.State, "%s: %s", r.ID, r.Why)
 		before[r.ID] = r.Before
 	}
-	assert.Equal(t, map[string]State{"p1": Applied, "p2": Pending, "p3": Pending}, before)
+	assert.Equal(t, map[string]patchdef.State{"p1": patchdef.Applied, "p2": patchdef.Pending, "p3": patchdef.Pending}, before)
 	for name := range crashOriginals {
 		assert.Equal(t, final(valid, name), read(t, filepath.Join(dir, name)), name)
 	}

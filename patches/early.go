@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // Early is the engine probe started ahead of the patch step (StartEarly):
@@ -18,8 +20,8 @@ import (
 // answer is dropped and Run locates afresh.
 type Early struct {
 	payloadRoot string
-	set         *Set // the definitions it loaded, for Run
-	scripts     []Script
+	set         *patchdef.Set // the definitions it loaded, for Run
+	scripts     []legacyScript
 	names       []string
 	settings    string
 	cancel      context.CancelFunc
@@ -36,7 +38,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	if in.Config.SkipEnginePatches || in.Python == "" || pythonPathAnswers(in) != nil {
 		return nil
 	}
-	set, err := LoadSet(in.Config.PayloadRoot)
+	set, err := loadSet(in.Config.PayloadRoot)
 	if err != nil {
 		return nil
 	}
@@ -46,7 +48,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 		return nil
 	}
 	in.Env = in.Env.Clone() // the pass goes on editing its own
-	l := locator(in, set.dists(names))
+	l := locator(in, set.Distributions(names))
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Early{payloadRoot: in.Config.PayloadRoot, set: set, scripts: scripts, names: names, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
@@ -76,7 +78,7 @@ func (e *Early) Stop() {
 
 // scriptsAndNames are the payload's v0.2.2 scripts and the packages to
 // locate, from what StartEarly found when it read the same payload.
-func (e *Early) scriptsAndNames(set *Set, payloadRoot string) ([]Script, []string) {
+func (e *Early) scriptsAndNames(set *patchdef.Set, payloadRoot string) ([]legacyScript, []string) {
 	if e != nil && e.payloadRoot == payloadRoot && e.set == set {
 		return e.scripts, e.names
 	}
@@ -86,11 +88,11 @@ func (e *Early) scriptsAndNames(set *Set, payloadRoot string) ([]Script, []strin
 
 // loadSet is LoadSet, from what StartEarly loaded when it read the same
 // payload: the definitions are read once per start.
-func (e *Early) loadSet(payloadRoot string) (*Set, error) {
+func (e *Early) loadSet(payloadRoot string) (*patchdef.Set, error) {
 	if e != nil && e.payloadRoot == payloadRoot {
 		return e.set, nil
 	}
-	return LoadSet(payloadRoot)
+	return loadSet(payloadRoot)
 }
 
 // answer is the early answer when it was asked with settings; ok false
@@ -110,7 +112,7 @@ func (e *Early) answer(settings string) (*Location, error, bool) {
 
 // probeNames are the packages the definitions and the payload's patch
 // scripts are about, sorted.
-func probeNames(set *Set, scripts []Script) []string {
+func probeNames(set *patchdef.Set, scripts []legacyScript) []string {
 	names := set.Packages()
 	for _, s := range scripts {
 		if !slices.Contains(names, s.Package) {
@@ -123,6 +125,6 @@ func probeNames(set *Set, scripts []Script) []string {
 
 // payloadScripts are the payload's legacy patch scripts that no
 // definition supersedes.
-func payloadScripts(set *Set, payloadRoot string) []Script {
-	return Superseded(Scripts(filepath.Join(payloadRoot, "patches")), set)
+func payloadScripts(set *patchdef.Set, payloadRoot string) []legacyScript {
+	return superseded(legacyScripts(filepath.Join(payloadRoot, "patches")), set)
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/infera/infera-exec/internal/fileid"
 )
 
-// Identity is a file's identity (package fileid), the key of the record
+// identity is a file's identity (package fileid), the key of the record
 // and the probe cache.
-type Identity = fileid.Identity
+type identity = fileid.Identity
 
 // Caps on the files infera-exec reads here: an engine source file, a
 // dist-info METADATA, the probe cache and the patch record. Anything
@@ -31,17 +31,17 @@ const (
 // file must not hang the start), checks the open file rather than the
 // path, and returns the identity of what it read; a file that changed
 // while it was read is an error.
-func readRegular(path string, limit int64) ([]byte, Identity, error) {
+func readRegular(path string, limit int64) ([]byte, identity, error) {
 	var data []byte
 	id, err := stableRead(path, func(f *os.File, _ *unix.Stat_t) (err error) {
 		data, err = boundedread.ReadAll(f, path, limit)
 		return err
 	})
 	if err != nil {
-		return nil, Identity{}, err
+		return nil, identity{}, err
 	}
 	if int64(len(data)) != id.Size {
-		return nil, Identity{}, fmt.Errorf("%s changed while it was read", path)
+		return nil, identity{}, fmt.Errorf("%s changed while it was read", path)
 	}
 	return data, id, nil
 }
@@ -51,7 +51,7 @@ func readRegular(path string, limit int64) ([]byte, Identity, error) {
 // through buf (any size) instead of reading the file whole, so that
 // checking hundreds of kilobytes of engine source touches no fresh memory
 // beyond buf; a file that changes while it is compared does not match.
-func readsAs(path, want string, buf []byte) (Identity, bool) {
+func readsAs(path, want string, buf []byte) (identity, bool) {
 	errDiffers := errors.New("differs")
 	id, err := stableRead(path, func(f *os.File, st *unix.Stat_t) error {
 		if st.Size != int64(len(want)) {
@@ -82,26 +82,26 @@ func readsAs(path, want string, buf []byte) (Identity, bool) {
 // stableRead opens path as readRegular does, runs read on it, and
 // returns the file's identity, or an error when read fails or the
 // identity changed while it ran.
-func stableRead(path string, read func(f *os.File, before *unix.Stat_t) error) (Identity, error) {
+func stableRead(path string, read func(f *os.File, before *unix.Stat_t) error) (identity, error) {
 	f, err := boundedread.Open(path, 0)
 	if err != nil {
-		return Identity{}, err
+		return identity{}, err
 	}
 	defer f.Close()
 	fd := int(f.Fd())
 	var before, after unix.Stat_t
 	if err := unix.Fstat(fd, &before); err != nil {
-		return Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
+		return identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if err := read(f, &before); err != nil {
-		return Identity{}, err
+		return identity{}, err
 	}
 	if err := unix.Fstat(fd, &after); err != nil {
-		return Identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
+		return identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	id := fileid.Of(&after)
 	if id != fileid.Of(&before) {
-		return Identity{}, fmt.Errorf("%s changed while it was read", path)
+		return identity{}, fmt.Errorf("%s changed while it was read", path)
 	}
 	return id, nil
 }

@@ -11,12 +11,13 @@ import (
 
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/procgroup"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
-// Script is a v0.2.2 patch: an executable Python file in
+// legacyScript is a v0.2.2 patch: an executable Python file in
 // <payload>/patches/<import-name>/*.py, run with the interpreter when that
 // package is importable.
-type Script struct {
+type legacyScript struct {
 	Path     string `json:"path"`
 	Package  string `json:"package"`
 	Ran      bool   `json:"ran"`
@@ -30,37 +31,37 @@ type Script struct {
 	SupersededBy string `json:"superseded_by,omitempty"`
 }
 
-// Scripts lists the v0.2.2 scripts under dir, in name order per package.
-func Scripts(dir string) []Script {
+// legacyScripts lists the v0.2.2 scripts under dir, in name order per package.
+func legacyScripts(dir string) []legacyScript {
 	matches, _ := filepath.Glob(filepath.Join(dir, "*", "*.py"))
 	sort.Strings(matches)
-	var out []Script
+	var out []legacyScript
 	for _, m := range matches {
 		if fi, err := os.Stat(m); err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		out = append(out, Script{Path: m, Package: filepath.Base(filepath.Dir(m))})
+		out = append(out, legacyScript{Path: m, Package: filepath.Base(filepath.Dir(m))})
 	}
 	return out
 }
 
-// Superseded marks the scripts whose fix a definition of set covers (its
+// superseded marks the scripts whose fix a definition of set covers (its
 // supersedes list names the script's file name, for the same package).
-func Superseded(scripts []Script, set *Set) []Script {
+func superseded(scripts []legacyScript, set *patchdef.Set) []legacyScript {
 	for i := range scripts {
 		scripts[i].SupersededBy = set.Supersede(scripts[i].Path, scripts[i].Package)
 	}
 	return scripts
 }
 
-// RunScripts runs each script whose package was found, as v0.2.2 did:
+// runScripts runs each script whose package was found, as v0.2.2 did:
 // `<python> <script>` with the worker's environment and cwd /. A failing
 // script is reported, never fatal.
-func RunScripts(ctx context.Context, scripts []Script, loc *Location, python string, env *environ.Env, timeout time.Duration, dry bool) []Script {
+func runScripts(ctx context.Context, scripts []legacyScript, loc *Location, python string, env *environ.Env, timeout time.Duration, dry bool) []legacyScript {
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
-	out := make([]Script, 0, len(scripts))
+	out := make([]legacyScript, 0, len(scripts))
 	for _, s := range scripts {
 		pkg, ok := loc.Packages[s.Package]
 		switch {
@@ -78,7 +79,7 @@ func RunScripts(ctx context.Context, scripts []Script, loc *Location, python str
 	return out
 }
 
-func runScript(ctx context.Context, s *Script, python string, env *environ.Env, timeout time.Duration) {
+func runScript(ctx context.Context, s *legacyScript, python string, env *environ.Env, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()

@@ -109,8 +109,8 @@ sys.stdout.write("\0".join(out))
 // probeVersion changes when the script or the cache format changes.
 const probeVersion = "4"
 
-// Locator runs the probe.
-type Locator struct {
+// engineLocator runs the probe.
+type engineLocator struct {
 	Python   string        // resolved interpreter path
 	Env      *environ.Env  // the worker's final environment
 	Dir      string        // the worker's final working directory
@@ -134,21 +134,21 @@ type cacheEntry struct {
 type cachedIdentity struct {
 	Path string   `json:"path"`
 	Link bool     `json:"link,omitempty"` // the identity of the path itself, not what it names
-	ID   Identity `json:"id"`
+	ID   identity `json:"id"`
 }
 
 // current is the identity the path has now.
-func (c cachedIdentity) current() (Identity, bool) {
+func (c cachedIdentity) current() (identity, bool) {
 	if c.Link {
 		return fileid.Lstat(c.Path)
 	}
 	return fileid.Stat(c.Path)
 }
 
-// Locate resolves names. It reuses the last answer when nothing that
+// locate resolves names. It reuses the last answer when nothing that
 // decides import resolution has changed (see probeInputs), else runs the
 // interpreter once.
-func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error) {
+func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
 	if loc, ok := l.fromCache(names, l.settings(names), start); ok {
 		return loc, nil
@@ -157,7 +157,7 @@ func (l *Locator) Locate(ctx context.Context, names []string) (*Location, error)
 }
 
 // fromCache is the cached answer, when it still holds.
-func (l *Locator) fromCache(names []string, settings string, start time.Time) (*Location, bool) {
+func (l *engineLocator) fromCache(names []string, settings string, start time.Time) (*Location, bool) {
 	if l.CacheDir == "" {
 		return nil, false
 	}
@@ -169,7 +169,7 @@ func (l *Locator) fromCache(names []string, settings string, start time.Time) (*
 	return loc, ok
 }
 
-func (l *Locator) cacheFile(names []string) string {
+func (l *engineLocator) cacheFile(names []string) string {
 	if l.CacheDir == "" {
 		return ""
 	}
@@ -177,7 +177,7 @@ func (l *Locator) cacheFile(names []string) string {
 }
 
 // probe runs the interpreter and caches its answer.
-func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*Location, error) {
+func (l *engineLocator) probe(ctx context.Context, names []string, start time.Time) (*Location, error) {
 	cacheFile := l.cacheFile(names)
 	loc, err := l.run(ctx, names)
 	if err != nil {
@@ -201,7 +201,7 @@ func (l *Locator) probe(ctx context.Context, names []string, start time.Time) (*
 	return loc, nil
 }
 
-func (l *Locator) run(ctx context.Context, names []string) (*Location, error) {
+func (l *engineLocator) run(ctx context.Context, names []string) (*Location, error) {
 	// One deadline for the whole probe (INFERA_PYTHON_TIMEOUT x 3); none
 	// when the caller gives none.
 	if l.Timeout > 0 {
@@ -286,7 +286,7 @@ var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYT
 // settings are the probe's inputs that are not files: its version, the
 // interpreter's path, the variables above, the working directory, the
 // names asked for and the distributions whose versions are read.
-func (l *Locator) settings(names []string) string {
+func (l *engineLocator) settings(names []string) string {
 	h := &strings.Builder{}
 	for _, s := range []string{"v", probeVersion, "\x00", l.Python, "\x00cwd=", l.Dir, "\x00names=", strings.Join(names, ","), "\x00"} {
 		h.WriteString(s)
@@ -326,7 +326,7 @@ func (l *Locator) settings(names []string) string {
 // With scan false the listed files are not looked for (verifying a cached
 // answer: the directories' own identities say none came or went). ok is
 // false when some input cannot be stat'ed (then nothing is cached).
-func (l *Locator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool) {
+func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool) {
 	var out []cachedIdentity
 	seen := map[cachedIdentity]bool{}
 	ok := true
@@ -442,7 +442,7 @@ func racy(inputs []cachedIdentity, now time.Time) bool {
 	return false
 }
 
-func (l *Locator) key(names []string) string {
+func (l *engineLocator) key(names []string) string {
 	return digest.Bytes([]byte(l.Python + "\x00" + l.Dir + "\x00" + strings.Join(names, ",")))[:16]
 }
 
@@ -450,7 +450,7 @@ func (l *Locator) key(names []string) string {
 // every input it was decided by is unchanged: the settings are equal, and
 // each recorded path has the identity it had (so no .pth file, finder,
 // package or dist-info came, went or changed).
-func (l *Locator) cached(file, settings string) (*Location, bool) {
+func (l *engineLocator) cached(file, settings string) (*Location, bool) {
 	data, ok := statedir.ReadCache(l.CacheDir, filepath.Base(file), maxStateBytes)
 	if !ok {
 		return nil, false
@@ -468,9 +468,9 @@ func (l *Locator) cached(file, settings string) (*Location, bool) {
 	return &c.Location, true
 }
 
-// DistVersion finds <dist>-<version>.dist-info/METADATA (or an .egg-info
+// distVersion finds <dist>-<version>.dist-info/METADATA (or an .egg-info
 // PKG-INFO) in the given directories and returns its Version field.
-func DistVersion(dist string, dirs []string) (version, from string) {
+func distVersion(dist string, dirs []string) (version, from string) {
 	return distinfo.Version(dist, dirs)
 }
 

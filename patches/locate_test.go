@@ -15,6 +15,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // python is the machine's interpreter; these tests use the real import
@@ -92,16 +93,16 @@ func TestLocateRegularInstallAndVersion(t *testing.T) {
 	py, site := venv(t, false)
 	write(t, filepath.Join(site, "demo/__init__.py"), "")
 	write(t, filepath.Join(site, "demo_pkg-1.4.0rc1.dist-info/METADATA"), "Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.4.0rc1\n\nVersion: 9.9.9 (in the body)\n")
-	l := &Locator{Python: py, Env: envWith(), Dir: "/"}
-	loc, err := l.Locate(context.Background(), []string{"demo", "absent_pkg"})
+	l := &engineLocator{Python: py, Env: envWith(), Dir: "/"}
+	loc, err := l.locate(context.Background(), []string{"demo", "absent_pkg"})
 	require.NoError(t, err)
 	assert.Equal(t, Package{Name: "demo", Found: true, Dir: filepath.Join(site, "demo"), Dirs: []string{filepath.Join(site, "demo")}}, loc.Packages["demo"])
 	assert.False(t, loc.Packages["absent_pkg"].Found)
 	assert.Contains(t, loc.Packages["absent_pkg"].Why, "absent_pkg is not importable")
-	v, from := DistVersion("demo-pkg", []string{site})
+	v, from := distVersion("demo-pkg", []string{site})
 	assert.Equal(t, "1.4.0rc1", v)
 	assert.Equal(t, filepath.Join(site, "demo_pkg-1.4.0rc1.dist-info/METADATA"), from)
-	v, _ = DistVersion("Demo.Pkg", []string{site})
+	v, _ = distVersion("Demo.Pkg", []string{site})
 	assert.Equal(t, "1.4.0rc1", v, "distribution names compare normalized")
 }
 
@@ -116,13 +117,13 @@ func TestLocateEditableInstall(t *testing.T) {
 	write(t, filepath.Join(src, "other/stray.py"), "")
 	run(t, src, py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps", "-q", "-e", ".")
 
-	l := &Locator{Python: py, Env: envWith(), Dir: "/"}
-	loc, err := l.Locate(context.Background(), []string{"demo_engine"})
+	l := &engineLocator{Python: py, Env: envWith(), Dir: "/"}
+	loc, err := l.locate(context.Background(), []string{"demo_engine"})
 	require.NoError(t, err)
 	got := loc.Packages["demo_engine"]
 	require.True(t, got.Found, got.Why)
 	assert.Equal(t, filepath.Join(src, "demo_engine"), got.Dir)
-	v, _ := DistVersion("demo-engine", loc.SysPath)
+	v, _ := distVersion("demo-engine", loc.SysPath)
 	assert.Equal(t, "0.5.5", v, "the dist-info of an editable install is in site-packages")
 
 	// The offline locator reads the same install without Python.
@@ -141,12 +142,12 @@ func TestLocateShadowing(t *testing.T) {
 	write(t, filepath.Join(cwd, "demo/__init__.py"), "")
 
 	// PYTHONPATH comes before site-packages.
-	loc, err := (&Locator{Python: py, Env: envWith("PYTHONPATH", pp), Dir: "/"}).Locate(context.Background(), []string{"demo"})
+	loc, err := (&engineLocator{Python: py, Env: envWith("PYTHONPATH", pp), Dir: "/"}).locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(pp, "demo"), loc.Packages["demo"].Dir)
 
 	// The working directory comes before PYTHONPATH (as for `python3 -m`).
-	loc, err = (&Locator{Python: py, Env: envWith("PYTHONPATH", pp), Dir: cwd}).Locate(context.Background(), []string{"demo"})
+	loc, err = (&engineLocator{Python: py, Env: envWith("PYTHONPATH", pp), Dir: cwd}).locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.Equal(t, filepath.Join(cwd, "demo"), loc.Packages["demo"].Dir)
 }
@@ -156,17 +157,17 @@ func TestLocateNamespacePackage(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	write(t, filepath.Join(a, "nsdemo/one.py"), "")
 	write(t, filepath.Join(b, "nsdemo/two.py"), "    a, _ = x\n")
-	loc, err := (&Locator{Python: py, Env: envWith("PYTHONPATH", a+":"+b), Dir: "/"}).Locate(context.Background(), []string{"nsdemo"})
+	loc, err := (&engineLocator{Python: py, Env: envWith("PYTHONPATH", a+":"+b), Dir: "/"}).locate(context.Background(), []string{"nsdemo"})
 	require.NoError(t, err)
 	pkg := loc.Packages["nsdemo"]
 	require.True(t, pkg.Found)
 	assert.Equal(t, []string{filepath.Join(a, "nsdemo"), filepath.Join(b, "nsdemo")}, pkg.Dirs)
 
 	// An edit finds its file in whichever portion holds it.
-	d := &Definition{ID: "ns", Summary: "s", Package: "nsdemo", Distribution: "nsdemo", Edits: []Edit{{File: "two.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}}}
-	require.NoError(t, d.validate())
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Applied, r.State)
+	d := &patchdef.Definition{ID: "ns", Summary: "s", Package: "nsdemo", Distribution: "nsdemo", Edits: []patchdef.Edit{{File: "two.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}}}
+	require.NoError(t, d.Validate())
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Applied, r.State)
 	assert.Equal(t, filepath.Join(b, "nsdemo/two.py"), r.Edits[0].Path)
 }
 
@@ -185,13 +186,13 @@ func TestLocateCache(t *testing.T) {
 	}
 	cache := t.TempDir()
 	time.Sleep(fileid.RacyWindow) // files written within the clock's granularity are not trusted
-	l := &Locator{Python: wrapper, Env: envWith(), Dir: "/", CacheDir: cache}
-	loc, err := l.Locate(context.Background(), []string{"demo"})
+	l := &engineLocator{Python: wrapper, Env: envWith(), Dir: "/", CacheDir: cache}
+	loc, err := l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached)
 	assert.Equal(t, 1, runs())
 
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.True(t, loc.Cached)
 	assert.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
@@ -200,14 +201,14 @@ func TestLocateCache(t *testing.T) {
 	// A new .pth in site-packages may change resolution: asked again.
 	time.Sleep(10 * time.Millisecond)
 	write(t, filepath.Join(site, "extra.pth"), "/nonexistent\n")
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached)
 	assert.Equal(t, 2, runs())
 
 	// So does a different PYTHONPATH.
 	l.Env = envWith("PYTHONPATH", t.TempDir())
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached)
 	assert.Equal(t, 3, runs())
@@ -225,11 +226,11 @@ func TestLocateCachePthEditedInPlace(t *testing.T) {
 	write(t, pth, a+"\n")
 	cache := t.TempDir()
 	time.Sleep(fileid.RacyWindow)
-	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
-	loc, err := l.Locate(context.Background(), []string{"demo"})
+	l := &engineLocator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
+	loc, err := l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(a, "demo"), loc.Packages["demo"].Dir)
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.True(t, loc.Cached)
 
@@ -245,7 +246,7 @@ func TestLocateCachePthEditedInPlace(t *testing.T) {
 	siteAfter, _ := os.Stat(site)
 	require.Equal(t, siteBefore.ModTime(), siteAfter.ModTime(), "the directory does not show the edit")
 
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "the .pth file's ctime moved")
 	assert.Equal(t, filepath.Join(b, "demo"), loc.Packages["demo"].Dir)
@@ -260,10 +261,10 @@ func TestLocateCacheFinderAndTrust(t *testing.T) {
 	write(t, finder, "MAPPING = {}\n")
 	cache := t.TempDir()
 	time.Sleep(fileid.RacyWindow)
-	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
-	_, err := l.Locate(context.Background(), []string{"demo"})
+	l := &engineLocator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
+	_, err := l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
-	loc, err := l.Locate(context.Background(), []string{"demo"})
+	loc, err := l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.True(t, loc.Cached)
 
@@ -271,17 +272,17 @@ func TestLocateCacheFinderAndTrust(t *testing.T) {
 	require.NoError(t, err)
 	f.WriteString("# edited\n")
 	f.Close()
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "the finder changed")
 
 	time.Sleep(fileid.RacyWindow)
-	_, err = l.Locate(context.Background(), []string{"demo"})
+	_, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	files, _ := filepath.Glob(filepath.Join(cache, "probe-*.json"))
 	require.Len(t, files, 1)
 	require.NoError(t, os.Chmod(files[0], 0o666))
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "a world-writable cache file is not trusted")
 
@@ -291,7 +292,7 @@ func TestLocateCacheFinderAndTrust(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		loc, err = (&Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}).Locate(context.Background(), []string{"demo"})
+		loc, err = (&engineLocator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}).locate(context.Background(), []string{"demo"})
 	}()
 	select {
 	case <-done:
@@ -308,12 +309,12 @@ func TestMetadataIsBounded(t *testing.T) {
 	site := t.TempDir()
 	meta := filepath.Join(site, "demo-1.0.dist-info", "METADATA")
 	write(t, meta, "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n\n")
-	v, _ := DistVersion("demo", []string{site})
+	v, _ := distVersion("demo", []string{site})
 	assert.Equal(t, "1.0", v)
 	require.NoError(t, os.Remove(meta))
 	require.NoError(t, syscall.Mkfifo(meta, 0o644))
 	done := make(chan string)
-	go func() { v, _ := DistVersion("demo", []string{site}); done <- v }()
+	go func() { v, _ := distVersion("demo", []string{site}); done <- v }()
 	select {
 	case v := <-done:
 		assert.Equal(t, "", v)
@@ -322,7 +323,7 @@ func TestMetadataIsBounded(t *testing.T) {
 	}
 	require.NoError(t, os.Remove(meta))
 	write(t, meta, "Version: 1.0\n"+strings.Repeat("x", maxMetadataBytes))
-	v, _ = DistVersion("demo", []string{site})
+	v, _ = distVersion("demo", []string{site})
 	assert.Equal(t, "", v, "over the cap")
 }
 
@@ -331,21 +332,21 @@ func TestLocateInterpreterFailures(t *testing.T) {
 	hang := filepath.Join(dir, "hang")
 	write(t, hang, "#!/bin/sh\nsleep 30\n")
 	require.NoError(t, os.Chmod(hang, 0o755))
-	_, err := (&Locator{Python: hang, Env: envWith(), Dir: "/", Timeout: 200 * time.Millisecond}).Locate(context.Background(), []string{"demo"})
+	_, err := (&engineLocator{Python: hang, Env: envWith(), Dir: "/", Timeout: 200 * time.Millisecond}).locate(context.Background(), []string{"demo"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "did not answer where demo would be imported from within 200ms")
 
 	junk := filepath.Join(dir, "junk")
 	write(t, junk, "#!/bin/sh\necho hello\n")
 	require.NoError(t, os.Chmod(junk, 0o755))
-	_, err = (&Locator{Python: junk, Env: envWith(), Dir: "/"}).Locate(context.Background(), []string{"demo"})
+	_, err = (&engineLocator{Python: junk, Env: envWith(), Dir: "/"}).locate(context.Background(), []string{"demo"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `answered "hello" to the package probe`)
 
 	fail := filepath.Join(dir, "fail")
 	write(t, fail, "#!/bin/sh\necho boom >&2\nexit 3\n")
 	require.NoError(t, os.Chmod(fail, 0o755))
-	_, err = (&Locator{Python: fail, Env: envWith(), Dir: "/"}).Locate(context.Background(), []string{"demo"})
+	_, err = (&engineLocator{Python: fail, Env: envWith(), Dir: "/"}).locate(context.Background(), []string{"demo"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "exit status 3): boom")
 }
@@ -411,12 +412,12 @@ func TestLocateCacheUserSiteAppears(t *testing.T) {
 
 	cache := t.TempDir()
 	time.Sleep(fileid.RacyWindow) // files written within the clock's granularity are not trusted
-	l := &Locator{Python: py, Env: env, Dir: "/", CacheDir: cache}
-	loc, err := l.Locate(context.Background(), []string{"demo"})
+	l := &engineLocator{Python: py, Env: env, Dir: "/", CacheDir: cache}
+	loc, err := l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
 	assert.Contains(t, loc.SiteDirs, userSite)
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.True(t, loc.Cached)
 
@@ -424,7 +425,7 @@ func TestLocateCacheUserSiteAppears(t *testing.T) {
 	write(t, filepath.Join(userSite, "demo/__init__.py"), "")
 	origin := strings.TrimSpace(runEnv(t, env, py, "-c", "import importlib.util as u; print(u.find_spec('demo').origin)"))
 	require.Equal(t, filepath.Join(userSite, "demo/__init__.py"), origin, "python imports the user site's copy")
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "a user site that appeared is an input")
 	assert.Equal(t, filepath.Join(userSite, "demo"), loc.Packages["demo"].Dir)
@@ -432,7 +433,7 @@ func TestLocateCacheUserSiteAppears(t *testing.T) {
 	// Disabled (PYTHONNOUSERSITE), the user site is not on sys.path and
 	// not asked about.
 	env.Set("PYTHONNOUSERSITE", "1")
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.NotContains(t, loc.SiteDirs, userSite)
 	assert.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
@@ -456,16 +457,16 @@ func TestLocateCachePthDirAppears(t *testing.T) {
 	write(t, filepath.Join(site, "engine.pth"), "# the engine's checkout\n"+later+"\n")
 	cache := t.TempDir()
 	time.Sleep(fileid.RacyWindow)
-	l := &Locator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
-	loc, err := l.Locate(context.Background(), []string{"demo"})
+	l := &engineLocator{Python: py, Env: envWith(), Dir: "/", CacheDir: cache}
+	loc, err := l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.False(t, loc.Packages["demo"].Found)
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	require.True(t, loc.Cached)
 
 	write(t, filepath.Join(later, "demo/__init__.py"), "")
-	loc, err = l.Locate(context.Background(), []string{"demo"})
+	loc, err = l.locate(context.Background(), []string{"demo"})
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "the .pth file's directory appeared")
 	assert.Equal(t, filepath.Join(later, "demo"), loc.Packages["demo"].Dir)

@@ -45,14 +45,14 @@ var multiarch = map[string]string{
 	"mips64le": "mips64el-linux-gnuabi64",
 }
 
-// ExtensionSuffixes is importlib.machinery.EXTENSION_SUFFIXES of CPython
+// extensionSuffixes is importlib.machinery.EXTENSION_SUFFIXES of CPython
 // 3.minor on Linux (glibc) for the machine goarch names: the build's own
 // tag, the stable ABI, the bare .so. Python/dynload_shlib.c lists them in
 // this order. A free-threaded build (3.13 and later) has the tag
 // cpython-3XYt and no .abi3.so; the ABI family does not tell the two
 // builds apart, so the importer also counts a cpython-3XYt file as loading
 // (a claim withheld, never a wrong one).
-func ExtensionSuffixes(minor int, goarch string) []string {
+func extensionSuffixes(minor int, goarch string) []string {
 	triplet := multiarch[goarch]
 	if triplet == "" {
 		triplet = goarch + "-linux-gnu"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,7 +35,7 @@ func TestExtensionSuffixesAreThePythons(t *testing.T) {
 	require.NoError(t, err)
 	var want []string
 	require.NoError(t, json.Unmarshal(out, &want))
-	assert.Equal(t, want, ExtensionSuffixes(pythonMinor(t, py), runtime.GOARCH))
+	assert.Equal(t, want, extensionSuffixes(pythonMinor(t, py), runtime.GOARCH))
 }
 
 // The import order the importer follows is CPython's, proven against the
@@ -44,7 +45,7 @@ func TestExtensionSuffixesAreThePythons(t *testing.T) {
 func TestImporterAgreesWithFindSpec(t *testing.T) {
 	py := python(t)
 	minor := pythonMinor(t, py)
-	ext := ExtensionSuffixes(minor, runtime.GOARCH)
+	ext := extensionSuffixes(minor, runtime.GOARCH)
 	other := strings.Replace(ext[0], fmt.Sprintf("-3%d-", minor), fmt.Sprintf("-3%d-", minor+1), 1)
 	otherArch := ".cpython-3" + fmt.Sprint(minor) + "-sparc64-linux-gnu.so"
 	base := map[string]string{"__init__.py": "", "sub/__init__.py": "", "sub/mod.py": "X = 1\n"}
@@ -165,7 +166,7 @@ print(json.dumps(out))
 // the unpatched code. Now the patch is shadowed (not in force), the file
 // is not written, and the reason names what loads.
 func TestShadowedByPackageOrExtension(t *testing.T) {
-	edit := Edit{File: "sub/mod.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}
+	edit := patchdef.Edit{File: "sub/mod.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}
 	for _, c := range []struct {
 		name, shadow, loads string
 	}{
@@ -186,8 +187,8 @@ func TestShadowedByPackageOrExtension(t *testing.T) {
 				site, loc := pkgTree(t, files)
 				d := def(t, "hidden", edit)
 				for _, dry := range []bool{true, false} {
-					r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{DryRun: dry, PyMinor: 11})[0]
-					assert.Equal(t, Shadowed, r.State, r.Why)
+					r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{DryRun: dry, PyMinor: 11})[0]
+					assert.Equal(t, patchdef.Shadowed, r.State, r.Why)
 					assert.True(t, r.NotImported)
 					assert.False(t, r.Ok())
 					assert.Equal(t, "none", r.Action)
@@ -200,9 +201,9 @@ func TestShadowedByPackageOrExtension(t *testing.T) {
 	// An extension module for another interpreter does not load.
 	site, loc := pkgTree(t, map[string]string{"__init__.py": "", "sub/__init__.py": "", "sub/mod.py": "    a, _ = x\n",
 		"sub/mod.cpython-312-x86_64-linux-gnu.so": "", "sub/mod.cpython-311-aarch64-linux-gnu.so": ""})
-	r := Apply(&Set{Defs: []*Definition{def(t, "fine", edit)}}, loc, Options{PyMinor: 11})[0]
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{def(t, "fine", edit)}}, loc, options{PyMinor: 11})[0]
 	if runtime.GOARCH == "amd64" {
-		assert.Equal(t, Applied, r.State, r.Why)
+		assert.Equal(t, patchdef.Applied, r.State, r.Why)
 		assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/sub/mod.py")))
 	}
 }
@@ -211,8 +212,8 @@ func TestShadowedByPackageOrExtension(t *testing.T) {
 // __init__ in the same directory.
 func TestInitShadowedByExtensionInit(t *testing.T) {
 	_, loc := pkgTree(t, map[string]string{"__init__.py": "    a, _ = x\n", "__init__.abi3.so": ""})
-	r := Apply(&Set{Defs: []*Definition{def(t, "init", Edit{File: "__init__.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}}, loc, Options{PyMinor: 11})[0]
-	assert.Equal(t, Shadowed, r.State)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{def(t, "init", patchdef.Edit{File: "__init__.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}}, loc, options{PyMinor: 11})[0]
+	assert.Equal(t, patchdef.Shadowed, r.State)
 	assert.Contains(t, r.Why, "import demo loads ")
 	assert.Contains(t, r.Why, "__init__.abi3.so, an extension module")
 }
@@ -227,9 +228,9 @@ func TestRecordInvalidatedByShadow(t *testing.T) {
 			}
 			site, set, loc, opt := recorded(t)
 			write(t, filepath.Join(site, shadow), "")
-			r := Apply(set, loc, opt)[0]
+			r := applySet(set, loc, opt)[0]
 			assert.False(t, r.Recorded, "the record must not be used")
-			assert.Equal(t, Shadowed, r.State, r.Why)
+			assert.Equal(t, patchdef.Shadowed, r.State, r.Why)
 		})
 	}
 }

@@ -37,7 +37,7 @@ func TestLocateOfflineImageRoot(t *testing.T) {
 	assert.False(t, loc.Packages["absent"].Found)
 	assert.Contains(t, loc.Packages["absent"].Why, "absent not found in ")
 	assert.Contains(t, loc.Packages["absent"].Why, dp)
-	v, _ := DistVersion("vllm", []string{dp})
+	v, _ := distVersion("vllm", []string{dp})
 	assert.Equal(t, "0.11.1+rocm700", v)
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/patchdef"
 
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/statedir"
@@ -42,7 +43,7 @@ type record struct {
 
 type recordedFile struct {
 	Path string   `json:"path"`
-	ID   Identity `json:"id"`
+	ID   identity `json:"id"`
 	// PyCache: a __pycache__ directory; when it alone changed, only the
 	// bytecode of the edited modules in it is checked again.
 	PyCache bool `json:"pycache,omitempty"`
@@ -53,11 +54,11 @@ type recordedFile struct {
 }
 
 // typeOnly is the part of an identity a Type entry compares.
-func typeOnly(id Identity) Identity {
+func typeOnly(id identity) identity {
 	if id.Absent {
 		return id
 	}
-	return Identity{Mode: id.Mode & syscall.S_IFMT}
+	return identity{Mode: id.Mode & syscall.S_IFMT}
 }
 
 // observed is what a run saw, for the record; incomplete when something
@@ -71,7 +72,7 @@ type observed struct {
 }
 
 func (o *observed) add(pkg Package, r Result, fs *files) {
-	if r.Action == "failed" || r.State == Shadowed || r.State == Pending {
+	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending {
 		o.incomplete = true
 	}
 	if fs == nil {
@@ -131,7 +132,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		o.files = append(o.files, recordedFile{Path: d, ID: id})
 	}
 	for _, e := range r.Edits {
-		if e.State == NotApplicable || !strings.HasSuffix(e.Path, ".py") {
+		if e.State == patchdef.NotApplicable || !strings.HasSuffix(e.Path, ".py") {
 			continue
 		}
 		pc := filepath.Join(filepath.Dir(e.Path), "__pycache__")
@@ -148,7 +149,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 
 // recordKey is everything besides file identities that the results
 // depend on; "" when the location cannot be fingerprinted (no record).
-func recordKey(set *Set, loc *Location) string {
+func recordKey(set *patchdef.Set, loc *Location) string {
 	if loc.Fingerprint == "" || set.Digest == "" {
 		return ""
 	}
@@ -173,7 +174,7 @@ func recordKey(set *Set, loc *Location) string {
 
 // applyRecorded is Apply with the record: the recorded results when they
 // still hold, else the full run, recorded when it can be vouched for.
-func applyRecorded(set *Set, loc *Location, opt Options) []Result {
+func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 	key := recordKey(set, loc)
 	if key == "" {
 		res, _ := apply(set, loc, opt)
@@ -224,7 +225,7 @@ func writeRecord(file string, rec record, start time.Time) {
 // __pycache__ directory alone is not a change of the source: the edited
 // modules' bytecode is checked again (and stale bytecode removed), and
 // the record renewed; bytecode that cannot be removed runs the full check.
-func fromRecord(file, key string, set *Set, loc *Location, opt Options, start time.Time) ([]Result, bool) {
+func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options, start time.Time) ([]Result, bool) {
 	data, ok := statedir.ReadCache(opt.StateDir, filepath.Base(file), maxStateBytes)
 	if !ok {
 		return nil, false
@@ -262,12 +263,12 @@ func fromRecord(file, key string, set *Set, loc *Location, opt Options, start ti
 		}
 		r.Required = d.Required || opt.Require[d.ID]
 		r.Before, r.Action, r.Recorded = r.State, "none", true
-		if r.State != Applied || pycDirs == nil {
+		if r.State != patchdef.Applied || pycDirs == nil {
 			continue
 		}
 		for j := range r.Edits {
 			e := &r.Edits[j]
-			if e.State == NotApplicable || !pycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
+			if e.State == patchdef.NotApplicable || !pycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
 				continue
 			}
 			removed, stuck := removePycs(e.Path, false, false, nil)

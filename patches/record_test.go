@@ -19,29 +19,30 @@ import (
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // recorded sets up package demo with one pending patch and a state
 // directory, applies it, and returns what a restart needs: after a
 // confirming start (the first start's own writes are too recent to
 // record), the record holds.
-func recorded(t *testing.T) (site string, set *Set, loc *Location, opt Options) {
+func recorded(t *testing.T) (site string, set *patchdef.Set, loc *Location, opt options) {
 	t.Helper()
 	site, loc = pkgTree(t, map[string]string{"a.py": "def f(x):\n    a, _ = x\n    return a\n"})
 	loc.Fingerprint = "probe-1"
-	set = &Set{Defs: []*Definition{def(t, "fix", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}, Digest: "defs-1"}
+	set = &patchdef.Set{Defs: []*patchdef.Definition{def(t, "fix", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}, Digest: "defs-1"}
 	// A start knows its interpreter's minor (the ABI family): the names
 	// that could shadow a.py are then recorded one by one, not as the
 	// directory's identity, which a new __pycache__ moves.
-	opt = Options{StateDir: t.TempDir(), PyMinor: 12}
-	r := Apply(set, loc, opt)[0]
+	opt = options{StateDir: t.TempDir(), PyMinor: 12}
+	r := applySet(set, loc, opt)[0]
 	require.Equal(t, "applied", r.Action)
 	time.Sleep(fileid.RacyWindow)
-	r = Apply(set, loc, opt)[0]
-	require.Equal(t, Applied, r.State)
+	r = applySet(set, loc, opt)[0]
+	require.Equal(t, patchdef.Applied, r.State)
 	require.False(t, r.Recorded, "the first restart reads the files it confirms")
-	r = Apply(set, loc, opt)[0]
-	require.Equal(t, Applied, r.State)
+	r = applySet(set, loc, opt)[0]
+	require.Equal(t, patchdef.Applied, r.State)
 	require.True(t, r.Recorded, "the next one reads none")
 	return site, set, loc, opt
 }
@@ -50,10 +51,10 @@ func TestRecordSkipsReadingUnchangedFiles(t *testing.T) {
 	site, set, loc, opt := recorded(t)
 	p := filepath.Join(site, "demo/a.py")
 	st, _ := fileid.Lstat(p)
-	r := Apply(set, loc, opt)[0]
+	r := applySet(set, loc, opt)[0]
 	assert.True(t, r.Recorded)
-	assert.Equal(t, Applied, r.State)
-	assert.Equal(t, Applied, r.Before)
+	assert.Equal(t, patchdef.Applied, r.State)
+	assert.Equal(t, patchdef.Applied, r.Before)
 	assert.Equal(t, "none", r.Action)
 	assert.NotEmpty(t, r.Edits[0].SHA256After)
 	now, _ := fileid.Lstat(p)
@@ -64,10 +65,10 @@ func TestRecordSkipsReadingUnchangedFiles(t *testing.T) {
 func TestRecordInvalidation(t *testing.T) {
 	cases := []struct {
 		name   string
-		change func(t *testing.T, site string, set *Set, loc *Location, opt *Options)
-		want   State
+		change func(t *testing.T, site string, set *patchdef.Set, loc *Location, opt *options)
+		want   patchdef.State
 	}{
-		{"content edited in place, same size and mtime", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+		{"content edited in place, same size and mtime", func(t *testing.T, site string, _ *patchdef.Set, _ *Location, _ *options) {
 			p := filepath.Join(site, "demo/a.py")
 			fi, _ := os.Stat(p)
 			f, err := os.OpenFile(p, os.O_WRONLY, 0)
@@ -76,50 +77,50 @@ func TestRecordInvalidation(t *testing.T) {
 			require.NoError(t, err)
 			f.Close()
 			require.NoError(t, os.Chtimes(p, fi.ModTime(), fi.ModTime()))
-		}, Drift},
-		{"same content, another inode", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+		}, patchdef.Drift},
+		{"same content, another inode", func(t *testing.T, site string, _ *patchdef.Set, _ *Location, _ *options) {
 			p := filepath.Join(site, "demo/a.py")
 			data, _ := os.ReadFile(p)
 			require.NoError(t, os.WriteFile(p+".new", data, 0o644))
 			require.NoError(t, os.Rename(p+".new", p))
-		}, Applied},
-		{"mode", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+		}, patchdef.Applied},
+		{"mode", func(t *testing.T, site string, _ *patchdef.Set, _ *Location, _ *options) {
 			require.NoError(t, os.Chmod(filepath.Join(site, "demo/a.py"), 0o600))
-		}, Applied},
-		{"file replaced by the original", func(t *testing.T, site string, _ *Set, _ *Location, _ *Options) {
+		}, patchdef.Applied},
+		{"file replaced by the original", func(t *testing.T, site string, _ *patchdef.Set, _ *Location, _ *options) {
 			write(t, filepath.Join(site, "demo/a.py"), "def f(x):\n    a, _ = x\n    return a\n")
-		}, Applied}, // applied again by this start
-		{"definitions", func(t *testing.T, _ string, set *Set, _ *Location, _ *Options) { set.Digest = "defs-2" }, Applied},
-		{"interpreter or sys.path inputs (the probe's fingerprint)", func(t *testing.T, _ string, _ *Set, loc *Location, _ *Options) {
+		}, patchdef.Applied}, // applied again by this start
+		{"definitions", func(t *testing.T, _ string, set *patchdef.Set, _ *Location, _ *options) { set.Digest = "defs-2" }, patchdef.Applied},
+		{"interpreter or sys.path inputs (the probe's fingerprint)", func(t *testing.T, _ string, _ *patchdef.Set, loc *Location, _ *options) {
 			loc.Fingerprint = "probe-2"
-		}, Applied},
-		{"engine version", func(t *testing.T, _ string, _ *Set, loc *Location, _ *Options) {
+		}, patchdef.Applied},
+		{"engine version", func(t *testing.T, _ string, _ *patchdef.Set, loc *Location, _ *options) {
 			p := loc.Packages["demo"]
 			p.Version = "1.3.0"
 			loc.Packages["demo"] = p
-		}, Applied},
-		{"no location fingerprint", func(t *testing.T, _ string, _ *Set, loc *Location, _ *Options) { loc.Fingerprint = "" }, Applied},
-		{"no state directory", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) { opt.StateDir = "" }, Applied},
-		{"state directory writable by others", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) {
+		}, patchdef.Applied},
+		{"no location fingerprint", func(t *testing.T, _ string, _ *patchdef.Set, loc *Location, _ *options) { loc.Fingerprint = "" }, patchdef.Applied},
+		{"no state directory", func(t *testing.T, _ string, _ *patchdef.Set, _ *Location, opt *options) { opt.StateDir = "" }, patchdef.Applied},
+		{"state directory writable by others", func(t *testing.T, _ string, _ *patchdef.Set, _ *Location, opt *options) {
 			require.NoError(t, os.Chmod(opt.StateDir, 0o777))
-		}, Applied},
-		{"record writable by others", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) {
+		}, patchdef.Applied},
+		{"record writable by others", func(t *testing.T, _ string, _ *patchdef.Set, _ *Location, opt *options) {
 			files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
 			require.Len(t, files, 1)
 			require.NoError(t, os.Chmod(files[0], 0o646))
-		}, Applied},
-		{"record replaced by a FIFO", func(t *testing.T, _ string, _ *Set, _ *Location, opt *Options) {
+		}, patchdef.Applied},
+		{"record replaced by a FIFO", func(t *testing.T, _ string, _ *patchdef.Set, _ *Location, opt *options) {
 			files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
 			require.Len(t, files, 1)
 			require.NoError(t, os.Remove(files[0]))
 			require.NoError(t, syscall.Mkfifo(files[0], 0o644))
-		}, Applied},
+		}, patchdef.Applied},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			site, set, loc, opt := recorded(t)
 			c.change(t, site, set, loc, &opt)
-			r := Apply(set, loc, opt)[0]
+			r := applySet(set, loc, opt)[0]
 			assert.False(t, r.Recorded, "the record must not be used")
 			assert.Equal(t, c.want, r.State, r.Why)
 		})
@@ -133,18 +134,18 @@ func TestRecordBytecodeChecked(t *testing.T) {
 	site, set, loc, opt := recorded(t)
 	pyc := filepath.Join(site, "demo/__pycache__/a.cpython-312.pyc")
 	write(t, pyc, "\x00\x00\r\n\x01\x00\x00\x00"+strings.Repeat("\x00", 8))
-	r := Apply(set, loc, opt)[0]
+	r := applySet(set, loc, opt)[0]
 	assert.True(t, r.Recorded)
-	assert.Equal(t, Applied, r.State)
+	assert.Equal(t, patchdef.Applied, r.State)
 	assert.Equal(t, []string{pyc}, r.Edits[0].PycsRemoved)
 	assert.NoFileExists(t, pyc)
 
 	write(t, pyc, "\x00\x00\r\n\x01\x00\x00\x00"+strings.Repeat("\x00", 8))
 	removeFile = func(string) error { return syscall.EROFS }
 	t.Cleanup(func() { removeFile = os.Remove })
-	r = Apply(set, loc, opt)[0]
+	r = applySet(set, loc, opt)[0]
 	assert.False(t, r.Recorded)
-	assert.Equal(t, Shadowed, r.State)
+	assert.Equal(t, patchdef.Shadowed, r.State)
 	assert.False(t, r.Ok())
 }
 
@@ -163,23 +164,23 @@ func TestShadowedWhenBytecodeCannotBeRemoved(t *testing.T) {
 		"__pycache__/a.cpython-312.pyc": hdr(0b01),
 		"__pycache__/a.cpython-311.pyc": hdr(0), // timestamp, of the old source: revalidated, harmless
 	})
-	d := def(t, "pyc", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
+	d := def(t, "pyc", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, "applied", r.Action, "the source was written")
-	assert.Equal(t, Shadowed, r.State)
+	assert.Equal(t, patchdef.Shadowed, r.State)
 	assert.False(t, r.Ok())
 	assert.Contains(t, r.Why, "a.cpython-312.pyc (unchecked-hash")
 	assert.NotContains(t, r.Why, "a.cpython-311.pyc")
 	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
 
 	// Already applied, the same bytecode: still shadowed, every start.
-	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Applied, r.Before)
-	assert.Equal(t, Shadowed, r.State)
+	r = applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Applied, r.Before)
+	assert.Equal(t, patchdef.Shadowed, r.State)
 
 	// A dry run (--explain, --check) says so, and that a start removes it.
-	r = Apply(&Set{Defs: []*Definition{d}}, loc, Options{DryRun: true})[0]
-	assert.Equal(t, Shadowed, r.State)
+	r = applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{DryRun: true})[0]
+	assert.Equal(t, patchdef.Shadowed, r.State)
 	assert.Contains(t, r.Why, "a start removes it")
 }
 
@@ -208,7 +209,7 @@ func TestRequiredShadowedRefuses(t *testing.T) {
 func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
 	p := filepath.Join(site, "demo/a.py")
-	d := def(t, "race", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	d := def(t, "race", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
 	calls := 0
 	beforeRenameHook = func(path string) {
 		calls++
@@ -220,8 +221,8 @@ func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { beforeRenameHook = nil })
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Applied, r.State, r.Why)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Applied, r.State, r.Why)
 	assert.Equal(t, "    a = x[0]\n# the other writer's line\n", read(t, p), "both changes are there")
 	assert.Equal(t, 2, calls)
 }
@@ -231,7 +232,7 @@ func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 func TestConcurrentWriterTwiceIsDrift(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
 	p := filepath.Join(site, "demo/a.py")
-	d := def(t, "race", Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
+	d := def(t, "race", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
 	beforeRenameHook = func(path string) {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 		require.NoError(t, err)
@@ -239,8 +240,8 @@ func TestConcurrentWriterTwiceIsDrift(t *testing.T) {
 		f.Close()
 	}
 	t.Cleanup(func() { beforeRenameHook = nil })
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "changed by another writer")
 	assert.Equal(t, "    a, _ = x\n#\n#\n", read(t, p), "the other writer's content is intact")
 	left, _ := filepath.Glob(filepath.Join(site, "demo/.*.tmp-*"))
@@ -253,7 +254,7 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 // without reflection: records made before it was written that way keep
 // their key.
 func TestRecordKeyPackageLine(t *testing.T) {
-	set := &Set{Digest: "d"}
+	set := &patchdef.Set{Digest: "d"}
 	for _, p := range []Package{
 		{Name: "vllm", Found: true, Dir: "/s/vllm", Dirs: []string{"/s/vllm"}, Version: "0.11.1"},
 		{Name: "ns", Found: true, Dir: "/a/ns", Dirs: []string{"/a/ns", "/b/n\"s\x00"}, Version: ""},

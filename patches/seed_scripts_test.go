@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // seedScripts names, for each v0.2.2 patch script, the built-in definition
@@ -18,23 +19,23 @@ import (
 // definition must read after the script alone has run.
 var seedScripts = []struct {
 	script, tree, id string
-	after            State
+	after            patchdef.State
 	// refuses: on infera-exec's result the script reports drift and
 	// writes nothing (its already-applied test is its own text, comments
 	// included, which infera-exec does not copy).
 	refuses bool
 }{
-	{"vllm/patch_moriio_pagelen.py", "vllm-mrv2", "vllm-moriio-mla-page-geometry", Applied, false},
-	{"vllm/patch_moriio_write.py", "vllm-moriio-write", "vllm-moriio-write-notify-prefill", Applied, false},
-	{"vllm/patch_sched_guard.py", "vllm-mrv2", "vllm-scheduler-kv-xfer-finished-guard", Applied, false},
-	{"vllm/patch_mooncake_mamba_unpack.py", "vllm-mrv2", "vllm-mooncake-mamba-arity", Applied, false},
+	{"vllm/patch_moriio_pagelen.py", "vllm-mrv2", "vllm-moriio-mla-page-geometry", patchdef.Applied, false},
+	{"vllm/patch_moriio_write.py", "vllm-moriio-write", "vllm-moriio-write-notify-prefill", patchdef.Applied, false},
+	{"vllm/patch_sched_guard.py", "vllm-mrv2", "vllm-scheduler-kv-xfer-finished-guard", patchdef.Applied, false},
+	{"vllm/patch_mooncake_mamba_unpack.py", "vllm-mrv2", "vllm-mooncake-mamba-arity", patchdef.Applied, false},
 	// The script defers the V1 runner's registration only: Model Runner V2's
 	// is still to do, so the patch is pending, never drift.
-	{"vllm/patch_defer_kv_register.py", "vllm-mrv2", "vllm-defer-kv-connector-registration", Pending, false},
-	{"vllm/patch_defer_kv_register.py", "vllm-block-size-nbytes", "vllm-defer-kv-connector-registration", Applied, false},
-	{"sglang_disagg/patch_mooncake_early_send_wait_event.py", "sglang-editable", "sglang-mooncake-chunk-wait-event", Applied, true},
-	{"sglang_rocm/patch_hicache_rocm_host_alloc.py", "sglang-hicache", "sglang-hicache-rocm-host-alloc", Applied, false},
-	{"sglang_rocm/patch_hicache_rocm_staged_write_back.py", "sglang-hicache", "sglang-hicache-rocm-staged-write-back", Applied, false},
+	{"vllm/patch_defer_kv_register.py", "vllm-mrv2", "vllm-defer-kv-connector-registration", patchdef.Pending, false},
+	{"vllm/patch_defer_kv_register.py", "vllm-block-size-nbytes", "vllm-defer-kv-connector-registration", patchdef.Applied, false},
+	{"sglang_disagg/patch_mooncake_early_send_wait_event.py", "sglang-editable", "sglang-mooncake-chunk-wait-event", patchdef.Applied, true},
+	{"sglang_rocm/patch_hicache_rocm_host_alloc.py", "sglang-hicache", "sglang-hicache-rocm-host-alloc", patchdef.Applied, false},
+	{"sglang_rocm/patch_hicache_rocm_staged_write_back.py", "sglang-hicache", "sglang-hicache-rocm-staged-write-back", patchdef.Applied, false},
 }
 
 // TestSeedScripts runs the seed repository's v0.2.2 patch scripts
@@ -48,7 +49,7 @@ func TestSeedScripts(t *testing.T) {
 	if seed == "" || err != nil {
 		t.Skip("needs INFERA_SEED_PATCHES (the seed's deploy/docker/patches) and python3")
 	}
-	set, err := LoadSet(filepath.Join(t.TempDir(), "no-payload"))
+	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	trees := t.TempDir()
 	require.NoError(t, fixture.Trees("testdata/trees", trees))
@@ -68,8 +69,8 @@ func TestSeedScripts(t *testing.T) {
 	result := func(t *testing.T, root, id string, dry bool) Result {
 		loc, err := LocateOffline(root, set.Packages())
 		require.NoError(t, err)
-		loc.FillVersions(set, root)
-		for _, r := range Apply(set, loc, Options{DryRun: dry}) {
+		loc.fillDistVersions(set, root)
+		for _, r := range applySet(set, loc, options{DryRun: dry}) {
 			if r.ID == id {
 				return r
 			}
@@ -88,18 +89,18 @@ func TestSeedScripts(t *testing.T) {
 			require.NotEqual(t, before, snapshot(t, dir), "the script changed nothing: %s", out)
 			r := result(t, root, c.id, true)
 			assert.Equal(t, c.after, r.State, r.Why)
-			if c.after == Applied {
+			if c.after == patchdef.Applied {
 				assert.Contains(t, r.Why, "by the v0.2.2 script "+filepath.Base(c.script))
 			}
 			// A start on top of it converges and stays converged.
-			assert.Equal(t, Applied, result(t, root, c.id, false).State)
-			assert.Equal(t, Applied, result(t, root, c.id, true).State)
+			assert.Equal(t, patchdef.Applied, result(t, root, c.id, false).State)
+			assert.Equal(t, patchdef.Applied, result(t, root, c.id, true).State)
 
 			// infera-exec alone: the script then has nothing to do.
 			dir = filepath.Join(t.TempDir(), "ours")
 			require.NoError(t, fixture.CopyTree(filepath.Join(trees, c.tree), dir))
 			root = treeRoot(dir)
-			require.Equal(t, Applied, result(t, root, c.id, false).State)
+			require.Equal(t, patchdef.Applied, result(t, root, c.id, false).State)
 			ours := snapshot(t, dir)
 			out = run(t, root, c.script, c.refuses)
 			assert.Equal(t, ours, snapshot(t, dir), "the script changed a file infera-exec patched: %s", out)

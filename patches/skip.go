@@ -8,24 +8,21 @@ import (
 
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
-
-// Skipped is the state of a patch named in INFERA_SKIP_PATCHES: the
-// operator turned it off, so it is neither applied nor checked.
-const Skipped State = "skipped"
 
 // selection is what INFERA_REQUIRE_PATCHES and INFERA_SKIP_PATCHES make
 // of a definition set: the ids required, and the set without the skipped
 // definitions (with results saying so).
 type selection struct {
-	set     *Set
+	set     *patchdef.Set
 	require map[string]bool
 	skipped []Result
 }
 
 // unknownID is the configuration error for an id no definition has,
 // suggesting the closest one.
-func unknownID(variable, id string, set *Set) error {
+func unknownID(variable, id string, set *patchdef.Set) error {
 	known := make([]string, 0, len(set.Defs))
 	for _, d := range set.Defs {
 		known = append(known, d.ID)
@@ -41,7 +38,7 @@ func unknownID(variable, id string, set *Set) error {
 // id, an id in both lists, or a skipped definition marked required is a
 // configuration error: each is a deployment contradicting itself or a
 // typo that would silently leave a fix on (or off).
-func selectDefs(set *Set, require, skip []string) (*selection, error) {
+func selectDefs(set *patchdef.Set, require, skip []string) (*selection, error) {
 	sel := &selection{set: set, require: map[string]bool{}}
 	for _, id := range require {
 		if set.Lookup(id) == nil {
@@ -65,14 +62,14 @@ func selectDefs(set *Set, require, skip []string) (*selection, error) {
 	if len(off) == 0 {
 		return sel, nil
 	}
-	kept := &Set{Notes: set.Notes}
+	kept := &patchdef.Set{Notes: set.Notes}
 	for _, d := range set.Defs {
 		if !off[d.ID] {
 			kept.Defs = append(kept.Defs, d)
 			continue
 		}
 		sel.skipped = append(sel.skipped, Result{ID: d.ID, Summary: d.Summary, Source: d.Source, Package: d.Package,
-			State: Skipped, Before: Skipped, Action: "none", Why: "INFERA_SKIP_PATCHES names it; neither applied nor checked",
+			State: patchdef.Skipped, Before: patchdef.Skipped, Action: "none", Why: "INFERA_SKIP_PATCHES names it; neither applied nor checked",
 			Caveat: d.Caveat, Upstream: d.Status})
 	}
 	// What is recorded about a set holds only for the definitions in it.
@@ -87,7 +84,7 @@ func selectDefs(set *Set, require, skip []string) (*selection, error) {
 }
 
 // withSkipped puts the skipped patches' results back in the set's order.
-func (sel *selection) withSkipped(all *Set, results []Result) []Result {
+func (sel *selection) withSkipped(all *patchdef.Set, results []Result) []Result {
 	if len(sel.skipped) == 0 {
 		return results
 	}

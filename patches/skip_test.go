@@ -3,12 +3,13 @@ package patches
 import (
 	"testing"
 
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestSelectDefs(t *testing.T) {
-	set, err := LoadSetFrom(t.TempDir())
+	set, err := patchdef.Load(t.TempDir())
 	require.NoError(t, err)
 	n := len(set.Defs)
 	require.Greater(t, n, 2)
@@ -21,19 +22,19 @@ func TestSelectDefs(t *testing.T) {
 	assert.Nil(t, sel.set.Lookup(b))
 	assert.NotEqual(t, set.Digest, sel.set.Digest, "what is recorded for the whole set does not hold for a part of it")
 	require.Len(t, sel.skipped, 1)
-	assert.Equal(t, Skipped, sel.skipped[0].State)
+	assert.Equal(t, patchdef.Skipped, sel.skipped[0].State)
 
 	// The skipped result keeps its place among the others.
 	var rest []Result
 	for _, d := range sel.set.Defs {
-		rest = append(rest, Result{ID: d.ID, State: Applied})
+		rest = append(rest, Result{ID: d.ID, State: patchdef.Applied})
 	}
 	all := sel.withSkipped(set, rest)
 	require.Len(t, all, n)
 	for i, d := range set.Defs {
 		assert.Equal(t, d.ID, all[i].ID)
 	}
-	assert.Equal(t, Skipped, all[1].State)
+	assert.Equal(t, patchdef.Skipped, all[1].State)
 
 	// A typo is refused with the id it was probably meant to be.
 	_, err = selectDefs(set, nil, []string{a[:len(a)-1]})

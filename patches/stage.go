@@ -1,3 +1,9 @@
+// Package patches fixes vendor bugs in the installed engine source (vLLM,
+// SGLang) at container start, from declarative definitions (package
+// patchdef): each edit is an exact anchor, its replacement and an expected
+// count, so the state of every edit can be decided from the file alone and
+// a patch applies all of its edits or none of them. The engine is never
+// imported.
 package patches
 
 import (
@@ -10,11 +16,11 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/config"
-	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/infera/infera-exec/report"
 )
 
@@ -51,12 +57,12 @@ const (
 
 // Outcome is the step's decision: its section of the report.
 type Outcome struct {
-	State    StepState `json:"state"`
-	Summary  string    `json:"summary"`
-	Location *Location `json:"location,omitempty"`
-	Results  []Result  `json:"results,omitempty"`
-	Scripts  []Script  `json:"scripts,omitempty"`
-	Notes    []string  `json:"notes,omitempty"`
+	State    StepState      `json:"state"`
+	Summary  string         `json:"summary"`
+	Location *Location      `json:"location,omitempty"`
+	Results  []Result       `json:"results,omitempty"`
+	Scripts  []legacyScript `json:"scripts,omitempty"`
+	Notes    []string       `json:"notes,omitempty"`
 }
 
 // Fields and WriteText render the outcome in the report and --explain.
@@ -84,30 +90,9 @@ func (e *RequiredError) Error() string { return e.Err.Error() }
 func (e *RequiredError) ExitCode() int { return 65 }
 func (e *RequiredError) Unwrap() error { return e.Err }
 
-// LoadSet reads the built-in definitions and the payload's.
-func LoadSet(payloadRoot string) (*Set, error) {
-	return LoadSetFrom(filepath.Join(payloadRoot, "patches"))
-}
-
-// LoadSetFrom reads the built-in definitions and those in dir, laid out as
-// a payload's patches/ (<import-name>/*.toml). A payload build calls it on
-// the definitions it is about to ship: one that a start would refuse
-// (exit 78 on every start) must fail the build instead.
-func LoadSetFrom(dir string) (*Set, error) {
-	builtin, err := Builtin()
-	if err != nil {
-		return nil, fmt.Errorf("built-in patch definitions: %w", err)
-	}
-	own, ownDigest, err := loadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	set, err := Merge(builtin, own)
-	if err != nil {
-		return nil, err
-	}
-	set.Digest = digest.Bytes([]byte("builtin:" + builtinDigest + "\x00payload:" + ownDigest))
-	return set, nil
+// loadSet reads the built-in definitions and the payload's.
+func loadSet(payloadRoot string) (*patchdef.Set, error) {
+	return patchdef.Load(filepath.Join(payloadRoot, "patches"))
 }
 
 // Run brings the engine packages the worker will import to the patched
@@ -140,7 +125,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		return o, nil
 	}
 
-	loc, err := locate(ctx, in, names, set.dists(names))
+	loc, err := locate(ctx, in, names, set.Distributions(names))
 	if err != nil {
 		// Cannot know where the engine is: nothing is patched. A required
 		// patch cannot be vouched for, so that refuses.
@@ -164,7 +149,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		if loc.Cached {
 			cached = " (location cached)"
 		}
-		if pkg.Version == "" && set.gated(n) {
+		if pkg.Version == "" && set.Gated(n) {
 			// Not a detail: the patches limited to a version range are
 			// not applied.
 			log.Warn(fmt.Sprintf("%s at %s: the version is unknown (%s); the patches limited to a version range are not applied%s", n, pkg.Dir, orUnknownWhy(pkg), cached))
@@ -173,9 +158,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = sel.withSkipped(set, Apply(sel.set, loc, Options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
+	o.Results = sel.withSkipped(set, applySet(sel.set, loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
 		LockTimeout: in.Config.PatchLockTimeoutDuration(), PyMinor: in.PyMinor}))
-	counts := map[State]int{}
+	counts := map[patchdef.State]int{}
 	var refusal error
 	for _, r := range o.Results {
 		counts[r.State]++
@@ -183,11 +168,11 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		// A dry run leaves pending what a start would write, and stale
 		// bytecode a start would remove; a module that loads from
 		// another file stays shadowed whatever a start does.
-		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == Pending || r.State == Shadowed && !r.NotImported)) {
+		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == patchdef.Pending || r.State == patchdef.Shadowed && !r.NotImported)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}
 	}
-	o.Scripts = RunScripts(ctx, scripts, loc, loc.Interpreter, in.Env, 0, in.DryRun)
+	o.Scripts = runScripts(ctx, scripts, loc, loc.Interpreter, in.Env, 0, in.DryRun)
 	for _, s := range o.Scripts {
 		switch {
 		case !s.Ran:
@@ -199,7 +184,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 	}
 	var parts []string
-	for _, s := range []State{Applied, Pending, Partial, Shadowed, Upstream, NotApplicable, Drift, Skipped} {
+	for _, s := range []patchdef.State{patchdef.Applied, patchdef.Pending, patchdef.Partial, patchdef.Shadowed, patchdef.Upstream, patchdef.NotApplicable, patchdef.Drift, patchdef.Skipped} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -226,11 +211,11 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 	if loc, err, ok := in.Early.answer(l.settings(names)); ok {
 		return loc, err
 	}
-	return l.Locate(ctx, names)
+	return l.locate(ctx, names)
 }
 
-func locator(in Input, dists map[string]string) *Locator {
-	return &Locator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists}
+func locator(in Input, dists map[string]string) *engineLocator {
+	return &engineLocator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists}
 }
 
 // pythonPathAnswers asks, with the deadline, whether every PYTHONPATH
@@ -248,25 +233,10 @@ func pythonPathAnswers(in Input) error {
 	return nil
 }
 
-// dists names the distribution whose version decides each import name's
-// definitions: the first definition's for that package, else the name.
-func (s *Set) dists(names []string) map[string]string {
-	out := map[string]string{}
-	for _, n := range names {
-		out[n] = n
-	}
-	for i := len(s.Defs) - 1; i >= 0; i-- {
-		if d := s.Defs[i]; d.Distribution != "" {
-			out[d.Package] = d.Distribution
-		}
-	}
-	return out
-}
-
-// FillVersions reads each found package's version from the dist-info of
+// fillDistVersions reads each found package's version from the dist-info of
 // the distribution the set's definitions name for it.
-func (loc *Location) FillVersions(set *Set, cwd string) {
-	loc.fillVersions(set.dists(set.Packages()), cwd)
+func (loc *Location) fillDistVersions(set *patchdef.Set, cwd string) {
+	loc.fillVersions(set.Distributions(set.Packages()), cwd)
 }
 
 // fillVersions reads each found package's version from the dist-info of
@@ -302,7 +272,7 @@ func logResult(log *slog.Logger, r Result) {
 		r.Summary += "; variant " + r.Variant
 	}
 	switch {
-	case r.Action == "applied" && r.State == Shadowed:
+	case r.Action == "applied" && r.State == patchdef.Shadowed:
 		log.Warn(fmt.Sprintf("patch %s written but not in force: %s", r.ID, r.Why))
 	case r.Action == "applied":
 		var files []string
@@ -316,37 +286,26 @@ func logResult(log *slog.Logger, r Result) {
 		log.Info(fmt.Sprintf("patch %s would be applied (%s)", r.ID, r.Summary))
 	case r.Action == "failed":
 		log.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, r.Why))
-	case r.State == Applied:
+	case r.State == patchdef.Applied:
 		log.Info(fmt.Sprintf("patch %s already applied", r.ID))
-	case r.State == Upstream:
+	case r.State == patchdef.Upstream:
 		log.Info(fmt.Sprintf("patch %s not needed: fixed upstream (%s)", r.ID, r.Why))
 	case r.Missing:
 		// The package is not there; its own line already said so.
 		log.Debug(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
-	case r.State == NotApplicable:
+	case r.State == patchdef.NotApplicable:
 		log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
-	case r.State == Drift:
+	case r.State == patchdef.Drift:
 		log.Warn(fmt.Sprintf("patch %s not applied: drift in %s", r.ID, r.Why))
-	case r.State == Shadowed:
+	case r.State == patchdef.Shadowed:
 		log.Warn(fmt.Sprintf("patch %s not in force: %s", r.ID, r.Why))
-	case r.State == Partial:
+	case r.State == patchdef.Partial:
 		log.Warn(fmt.Sprintf("patch %s partial: %s", r.ID, r.Why))
-	case r.State == Skipped:
+	case r.State == patchdef.Skipped:
 		log.Info(fmt.Sprintf("patch %s skipped: INFERA_SKIP_PATCHES names it", r.ID))
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
-}
-
-// gated reports whether a definition for package pkg is limited to a
-// version range.
-func (s *Set) gated(pkg string) bool {
-	for _, d := range s.Defs {
-		if d.Package == pkg && d.Gated() {
-			return true
-		}
-	}
-	return false
 }
 
 func orUnknownWhy(p Package) string {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -67,4 +68,22 @@ func FuzzTextReplaceAll(f *testing.F) {
 			t.Fatalf("replaceAll(%q, %q) in %q = %q, strings.ReplaceAll says %q", old, new, content, got, want)
 		}
 	})
+}
+
+// Replacing a pending edit's anchors makes the edit applied, for swaps,
+// insertions that keep the anchor, shrinks and repeated anchors.
+func TestReplaceAllMakesApplied(t *testing.T) {
+	for _, e := range []*patchdef.Edit{
+		{Anchor: "A\n", Replacement: "B\n", Count: 1},
+		{Anchor: "A\n", Replacement: "A\nB\n", Count: 1},
+		{Anchor: "A B\n", Replacement: "A", Count: 1},
+		{Anchor: "q\n", Replacement: "r\n", Count: 3},
+	} {
+		content := newText("head\n" + strings.Repeat(e.Anchor+"mid\n", e.Count) + "tail\n")
+		if !assert.Equal(t, patchdef.Pending, patchdef.Evaluate(e, content.count).State, "%q", e.Anchor) {
+			continue
+		}
+		out := newText(content.replaceAll(e.Anchor, e.Replacement))
+		assert.Equal(t, patchdef.Applied, patchdef.Evaluate(e, out.count).State, "%q -> %q", e.Anchor, e.Replacement)
+	}
 }

@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // expectation is one line of a tree's EXPECTED file: "<id> <state>", or
 // "<id> <state> <variant>" when the variant that decides it is named.
 type expectation struct {
-	state   State
+	state   patchdef.State
 	variant string // "" = not checked
 }
 
@@ -28,7 +29,7 @@ func readExpected(t *testing.T, path string) map[string]expectation {
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		f := strings.Fields(line)
 		require.True(t, len(f) == 2 || len(f) == 3, "%s: malformed line %q", path, line)
-		e := expectation{state: State(f[1])}
+		e := expectation{state: patchdef.State(f[1])}
 		if len(f) == 3 {
 			e.variant = f[2]
 		}
@@ -69,7 +70,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 // pending patch into applied with the same variant and leaves the others
 // alone; the result evaluates as applied, and a second run writes nothing.
 func TestVariantTrees(t *testing.T) {
-	set, err := LoadSet(filepath.Join(t.TempDir(), "no-payload"))
+	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, fixture.Trees("testdata/trees", dir))
@@ -86,9 +87,9 @@ func TestVariantTrees(t *testing.T) {
 			evaluate := func(dry bool) map[string]Result {
 				loc, err := LocateOffline(root, set.Packages())
 				require.NoError(t, err)
-				loc.FillVersions(set, root)
+				loc.fillDistVersions(set, root)
 				got := map[string]Result{}
-				for _, r := range Apply(set, loc, Options{DryRun: dry}) {
+				for _, r := range applySet(set, loc, options{DryRun: dry}) {
 					got[r.ID] = r
 				}
 				return got
@@ -110,8 +111,8 @@ func TestVariantTrees(t *testing.T) {
 			after := evaluate(true)
 			for id, b := range before {
 				wantState := b.State
-				if b.State == Pending {
-					wantState = Applied
+				if b.State == patchdef.Pending {
+					wantState = patchdef.Applied
 				}
 				for _, r := range []Result{applied[id], after[id]} {
 					assert.Equal(t, wantState, r.State, "%s: %s", id, r.Why)

@@ -6,46 +6,47 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // twoVariants is a patch for code that changed shape: "new" for the
 // current call, "old" for the call before an argument was added.
-func twoVariants(t *testing.T, guards ...Guard) *Definition {
+func twoVariants(t *testing.T, guards ...patchdef.Guard) *patchdef.Definition {
 	t.Helper()
-	d := &Definition{ID: "moved", Summary: "s", Package: "demo", Distribution: "demo", Guards: guards,
-		Variants: []Variant{
-			{Name: "new", Edits: []Edit{{File: "a.py", Anchor: "    send(x, trace)\n", Replacement: "    send(x, trace, wait)\n"}}},
-			{Name: "old", Edits: []Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, wait=wait)\n"}}},
+	d := &patchdef.Definition{ID: "moved", Summary: "s", Package: "demo", Distribution: "demo", Guards: guards,
+		Variants: []patchdef.Variant{
+			{Name: "new", Edits: []patchdef.Edit{{File: "a.py", Anchor: "    send(x, trace)\n", Replacement: "    send(x, trace, wait)\n"}}},
+			{Name: "old", Edits: []patchdef.Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, wait=wait)\n"}}},
 		}}
-	require.NoError(t, d.validate())
+	require.NoError(t, d.Validate())
 	return d
 }
 
 func TestVariantSelection(t *testing.T) {
 	cases := []struct {
 		name, content string
-		state         State
+		state         patchdef.State
 		variant, want string
 	}{
-		{"first matching variant", "def f():\n    send(x, trace)\n", Applied, "new", "def f():\n    send(x, trace, wait)\n"},
-		{"later variant when the first does not match", "def f():\n    send(x)\n", Applied, "old", "def f():\n    send(x, wait=wait)\n"},
-		{"a later variant already in force", "def f():\n    send(x, wait=wait)\n", Applied, "old", "def f():\n    send(x, wait=wait)\n"},
-		{"no variant matches", "def f():\n    send(y)\n", Drift, "new", "def f():\n    send(y)\n"},
+		{"first matching variant", "def f():\n    send(x, trace)\n", patchdef.Applied, "new", "def f():\n    send(x, trace, wait)\n"},
+		{"later variant when the first does not match", "def f():\n    send(x)\n", patchdef.Applied, "old", "def f():\n    send(x, wait=wait)\n"},
+		{"a later variant already in force", "def f():\n    send(x, wait=wait)\n", patchdef.Applied, "old", "def f():\n    send(x, wait=wait)\n"},
+		{"no variant matches", "def f():\n    send(y)\n", patchdef.Drift, "new", "def f():\n    send(y)\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			site, loc := pkgTree(t, map[string]string{"a.py": c.content})
-			r := Apply(&Set{Defs: []*Definition{twoVariants(t)}}, loc, Options{})[0]
+			r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{twoVariants(t)}}, loc, options{})[0]
 			assert.Equal(t, c.state, r.State, r.Why)
 			assert.Equal(t, c.variant, r.Variant)
 			assert.Equal(t, c.want, read(t, filepath.Join(site, "demo/a.py")))
-			if c.state == Drift {
+			if c.state == patchdef.Drift {
 				assert.Contains(t, r.Why, "(no variant matches; closest: new; old is drift: ")
 			}
 			// A second run changes nothing and names the same variant.
-			r2 := Apply(&Set{Defs: []*Definition{twoVariants(t)}}, loc, Options{})[0]
+			r2 := applySet(&patchdef.Set{Defs: []*patchdef.Definition{twoVariants(t)}}, loc, options{})[0]
 			assert.Equal(t, r.State, r2.State)
 			assert.Equal(t, r.Variant, r2.Variant)
 			assert.Equal(t, "none", r2.Action)
@@ -56,39 +57,39 @@ func TestVariantSelection(t *testing.T) {
 func TestVariantsNeverMix(t *testing.T) {
 	// One edit of each variant matches: neither variant matches as a
 	// whole, so nothing is written.
-	d := &Definition{ID: "mix", Summary: "s", Package: "demo", Distribution: "demo", Variants: []Variant{
-		{Name: "new", Edits: []Edit{
+	d := &patchdef.Definition{ID: "mix", Summary: "s", Package: "demo", Distribution: "demo", Variants: []patchdef.Variant{
+		{Name: "new", Edits: []patchdef.Edit{
 			{File: "a.py", Anchor: "    one(x, trace)\n", Replacement: "    one(x, trace, wait)\n"},
 			{File: "a.py", Anchor: "    two(x, trace)\n", Replacement: "    two(x, trace, wait)\n"}}},
-		{Name: "old", Edits: []Edit{
+		{Name: "old", Edits: []patchdef.Edit{
 			{File: "a.py", Anchor: "    one(x)\n", Replacement: "    one(x, wait)\n"},
 			{File: "a.py", Anchor: "    two(x)\n", Replacement: "    two(x, wait)\n"}}},
 	}}
-	require.NoError(t, d.validate())
+	require.NoError(t, d.Validate())
 	content := "def f():\n    one(x, trace)\n    two(x)\n"
 	site, loc := pkgTree(t, map[string]string{"a.py": content})
-	r := Apply(&Set{Defs: []*Definition{d}}, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Equal(t, content, read(t, filepath.Join(site, "demo/a.py")))
 }
 
 func TestGuardNotApplicableVersusDrift(t *testing.T) {
-	guard := Guard{File: "a.py", Contains: "def send("}
+	guard := patchdef.Guard{File: "a.py", Contains: "def send("}
 	cases := []struct {
 		name  string
 		files map[string]string
-		state State
+		state patchdef.State
 		why   string
 	}{
-		{"guarded file absent", map[string]string{"b.py": "x = 1\n"}, NotApplicable, "a.py is absent: the code this fix is about does not exist here"},
-		{"guarded code absent", map[string]string{"a.py": "def other():\n    send(y)\n"}, NotApplicable, `a.py has no "def send(": the code this fix is about does not exist here`},
-		{"code there, anchors not", map[string]string{"a.py": "def send():\n    pass\n\ndef f():\n    send(y)\n"}, Drift, "anchor found 0 times and replacement 0 times; expected the anchor 1 times (pending) or the replacement 1 times (applied) (no variant matches; closest: new; old is drift: "},
-		{"code there, anchors match", map[string]string{"a.py": "def send():\n    pass\n\ndef f():\n    send(x)\n"}, Pending, ""},
+		{"guarded file absent", map[string]string{"b.py": "x = 1\n"}, patchdef.NotApplicable, "a.py is absent: the code this fix is about does not exist here"},
+		{"guarded code absent", map[string]string{"a.py": "def other():\n    send(y)\n"}, patchdef.NotApplicable, `a.py has no "def send(": the code this fix is about does not exist here`},
+		{"code there, anchors not", map[string]string{"a.py": "def send():\n    pass\n\ndef f():\n    send(y)\n"}, patchdef.Drift, "anchor found 0 times and replacement 0 times; expected the anchor 1 times (pending) or the replacement 1 times (applied) (no variant matches; closest: new; old is drift: "},
+		{"code there, anchors match", map[string]string{"a.py": "def send():\n    pass\n\ndef f():\n    send(x)\n"}, patchdef.Pending, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, loc := pkgTree(t, c.files)
-			r := Apply(&Set{Defs: []*Definition{twoVariants(t, guard)}}, loc, Options{DryRun: true})[0]
+			r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{twoVariants(t, guard)}}, loc, options{DryRun: true})[0]
 			assert.Equal(t, c.state, r.State, r.Why)
 			assert.Contains(t, r.Why, c.why)
 		})
@@ -96,23 +97,23 @@ func TestGuardNotApplicableVersusDrift(t *testing.T) {
 }
 
 func TestVariantGuardAndVersionRange(t *testing.T) {
-	d := &Definition{ID: "ranged", Summary: "s", Package: "demo", Distribution: "demo", Variants: []Variant{
-		{Name: "two", Versions: ">= 2", Edits: []Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, 2)\n"}}},
-		{Name: "one", Versions: "< 2", Guards: []Guard{{File: "a.py", Contains: "# v1"}}, Edits: []Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, 1)\n"}}},
+	d := &patchdef.Definition{ID: "ranged", Summary: "s", Package: "demo", Distribution: "demo", Variants: []patchdef.Variant{
+		{Name: "two", Versions: ">= 2", Edits: []patchdef.Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, 2)\n"}}},
+		{Name: "one", Versions: "< 2", Guards: []patchdef.Guard{{File: "a.py", Contains: "# v1"}}, Edits: []patchdef.Edit{{File: "a.py", Anchor: "    send(x)\n", Replacement: "    send(x, 1)\n"}}},
 	}}
-	require.NoError(t, d.validate())
-	set := &Set{Defs: []*Definition{d}}
+	require.NoError(t, d.Validate())
+	set := &patchdef.Set{Defs: []*patchdef.Definition{d}}
 
 	// 1.2.0 is outside "two"; "one" applies where its guard holds.
 	_, loc := pkgTree(t, map[string]string{"a.py": "# v1\ndef f():\n    send(x)\n"})
-	r := Apply(set, loc, Options{DryRun: true})[0]
-	assert.Equal(t, Pending, r.State, r.Why)
+	r := applySet(set, loc, options{DryRun: true})[0]
+	assert.Equal(t, patchdef.Pending, r.State, r.Why)
 	assert.Equal(t, "one", r.Variant)
 
 	// Without the guarded text, both variants are out of scope: not-applicable, not drift.
 	_, loc = pkgTree(t, map[string]string{"a.py": "def f():\n    send(x)\n"})
-	r = Apply(set, loc, Options{DryRun: true})[0]
-	assert.Equal(t, NotApplicable, r.State)
+	r = applySet(set, loc, options{DryRun: true})[0]
+	assert.Equal(t, patchdef.NotApplicable, r.State)
 	assert.Contains(t, r.Why, "demo 1.2.0 is outside >= 2")
 
 	// At 2.1 the first variant is in range.
@@ -120,8 +121,8 @@ func TestVariantGuardAndVersionRange(t *testing.T) {
 	pkg := loc.Packages["demo"]
 	pkg.Version = "2.1.0rc1.dev3+g1.rocm700"
 	loc.Packages["demo"] = pkg
-	r = Apply(set, loc, Options{DryRun: true})[0]
-	assert.Equal(t, Pending, r.State, r.Why)
+	r = applySet(set, loc, options{DryRun: true})[0]
+	assert.Equal(t, patchdef.Pending, r.State, r.Why)
 	assert.Equal(t, "two", r.Variant)
 
 	// An unknown version cannot be placed in any range: no variant is
@@ -129,22 +130,23 @@ func TestVariantGuardAndVersionRange(t *testing.T) {
 	// which would pass for in force.
 	pkg.Version, pkg.VersionWhy = "", "cannot read /site/demo-2.1.dist-info/METADATA: not a regular file"
 	loc.Packages["demo"] = pkg
-	r = Apply(set, loc, Options{})[0]
-	assert.Equal(t, Drift, r.State)
+	r = applySet(set, loc, options{})[0]
+	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Equal(t, "none", r.Action)
 	assert.Contains(t, r.Why, "the version of demo is unknown (cannot read /site/demo-2.1.dist-info/METADATA: not a regular file)")
 	assert.False(t, r.Ok())
 }
 
 func TestUpstreamMarkerInsideReplacementIsOurs(t *testing.T) {
-	e := Edit{File: "a.py", Anchor: "    def stats(cls):\n        return S()\n",
+	e := patchdef.Edit{File: "a.py", Anchor: "    def stats(cls):\n        return S()\n",
 		Replacement: "    def stats(cls):\n        return S()\n\n    def metrics(cls):\n        return None\n",
 		Upstream:    "    def metrics(", Count: 1}
 	base := "class C:\n    def stats(cls):\n        return S()\n"
-	assert.Equal(t, Pending, Evaluate(&e, base).State)
-	assert.Equal(t, Applied, Evaluate(&e, applyEdit(&e, newText(base))).State, "our own method does not read as upstream's")
+	assert.Equal(t, patchdef.Pending, patchdef.Evaluate(&e, newText(base).count).State)
+	patched := newText(newText(base).replaceAll(e.Anchor, e.Replacement))
+	assert.Equal(t, patchdef.Applied, patchdef.Evaluate(&e, patched.count).State, "our own method does not read as upstream's")
 	upstream := "class C:\n    def stats(cls):\n        return S()\n\n    def metrics(cls, config):\n        return M(config)\n"
-	assert.Equal(t, Upstream, Evaluate(&e, upstream).State)
+	assert.Equal(t, patchdef.Upstream, patchdef.Evaluate(&e, newText(upstream).count).State)
 }
 
 func TestSupersededScriptsDoNotRun(t *testing.T) {
@@ -153,15 +155,15 @@ func TestSupersededScriptsDoNotRun(t *testing.T) {
 		p := filepath.Join(dir, f)
 		require.NoError(t, mkfile(p, "raise SystemExit(9)\n"))
 	}
-	d := def(t, "demo-fix", Edit{File: "a.py", Anchor: "x", Replacement: "y"})
+	d := def(t, "demo-fix", patchdef.Edit{File: "a.py", Anchor: "x", Replacement: "y"})
 	d.Supersedes = []string{"patch_old_fix.py"}
-	scripts := Superseded(Scripts(dir), &Set{Defs: []*Definition{d}})
+	scripts := superseded(legacyScripts(dir), &patchdef.Set{Defs: []*patchdef.Definition{d}})
 	require.Len(t, scripts, 2)
 	assert.Equal(t, "demo-fix", scripts[0].SupersededBy)
 	assert.Empty(t, scripts[1].SupersededBy)
 
 	_, loc := pkgTree(t, map[string]string{"a.py": "x"})
-	out := RunScripts(context.Background(), scripts, loc, "/nonexistent/python3", nil, 0, true)
+	out := runScripts(context.Background(), scripts, loc, "/nonexistent/python3", nil, 0, true)
 	assert.False(t, out[0].Ran)
 	assert.Equal(t, "superseded by demo-fix; not run", out[0].Why)
 	assert.Equal(t, "would run", out[1].Why)

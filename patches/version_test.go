@@ -13,6 +13,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // Issue: an unreadable METADATA made the version unknown without a word,
@@ -55,7 +56,7 @@ replacement = "    a = x[0]\n"
 		require.NotEmpty(t, out.Results)
 		r := out.Results[len(out.Results)-1]
 		require.Equal(t, "demo-fix", r.ID)
-		assert.Equal(t, Drift, r.State)
+		assert.Equal(t, patchdef.Drift, r.State)
 		assert.Contains(t, r.Why, "the version of demo is unknown (cannot read "+filepath.Join(site, "demo-1.5.dist-info/METADATA"))
 		assert.Contains(t, logs.String(), "level=WARN")
 		assert.Contains(t, logs.String(), "the version is unknown (cannot read ")

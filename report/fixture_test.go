@@ -13,6 +13,7 @@ import (
 	"github.com/infera/infera-exec/libionic"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/infera/infera-exec/preflight"
 	. "github.com/infera/infera-exec/report"
 )
@@ -83,9 +84,9 @@ func realisticReport() *Report {
 	pat := &patches.Outcome{State: patches.StepNone, Summary: "6 patches in force", Location: loc, Notes: []string{"all recorded"}}
 	for i := 0; i < 6; i++ {
 		pat.Results = append(pat.Results, patches.Result{ID: fmt.Sprintf("vllm-fix-%d", i), Summary: "keep the \"rocm\" path & <fast> one", Source: "builtin", Package: "vllm", Version: ">=0.10", Required: i == 0,
-			State: patches.Applied, Before: patches.Applied, Action: "none", Recorded: true,
+			State: patchdef.Applied, Before: patchdef.Applied, Action: "none", Recorded: true,
 			Edits: []patches.EditResult{{File: fmt.Sprintf("vllm/model_executor/layers/fix%d.py", i), Path: fmt.Sprintf("/usr/local/lib/python3.12/dist-packages/vllm/model_executor/layers/fix%d.py", i),
-				Evaluation: patches.Evaluation{State: patches.Applied, Anchors: 0, Replacement: 1}, SHA256After: "3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}})
+				Evaluation: patchdef.Evaluation{State: patchdef.Applied, Anchors: 0, Replacement: 1}, SHA256After: "3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"}}})
 	}
 	l := execOf(r)
 	r.Sections = []Section{&abi.Outcome{Family: fam}, &overlay.Outcome{Payload: payload, Selection: trees, From: "default"}, caps, ionic, pre, pat, l}

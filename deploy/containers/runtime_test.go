@@ -26,7 +26,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
-	"github.com/infera/infera-exec/patches"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // Container, volume and image names the stories and this file choose all
@@ -217,7 +217,7 @@ func fastPath(podman string) func(ts *testscript.TestScript, neg bool, args []st
 		}
 		// Every built-in vLLM definition's result comes from the record on
 		// the fast path.
-		defs, err := patches.Builtin()
+		defs, err := patchdef.Builtin()
 		ts.Check(err)
 		wantVLLM := 0
 		for _, d := range defs {

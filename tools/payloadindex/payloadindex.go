@@ -30,7 +30,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/overlay"
-	"github.com/infera/infera-exec/patches"
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/infera/infera-exec/tools/harvest"
 	"github.com/infera/infera-exec/tools/outdir"
 )
@@ -330,11 +330,11 @@ func writeManifest(out string, specs []overlay.TreeSpec) error {
 // .toml file no start reads. It returns notes for definitions that will
 // work but read as drift on engine releases without the code they fix.
 func checkPatches(dir string) ([]string, error) {
-	set, err := patches.LoadSetFrom(dir)
+	set, err := patchdef.Load(dir)
 	if err != nil {
 		return nil, fmt.Errorf("-patches %s: %w; a start with this payload would refuse to run (exit 78)", dir, err)
 	}
-	stray, err := patches.Stray(dir)
+	stray, err := patchdef.Stray(dir)
 	if err != nil {
 		return nil, fmt.Errorf("-patches %s: %w", dir, err)
 	}

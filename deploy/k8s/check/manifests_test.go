@@ -8,10 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/infera/infera-exec/patches"
 )
 
 // The examples this module checks, relative to it.
@@ -19,7 +18,7 @@ const manifestDir = ".."
 
 func testContext(t *testing.T) Context {
 	t.Helper()
-	defs, err := patches.Builtin()
+	defs, err := patchdef.Builtin()
 	require.NoError(t, err)
 	ids := map[string]bool{}
 	for _, d := range defs {

@@ -1,4 +1,4 @@
-package patches
+package patchdef
 
 import (
 	"fmt"
@@ -52,7 +52,7 @@ func matchesAll(v *Variant, files map[string]*strings.Builder) bool {
 		if !ok {
 			return false
 		}
-		if Evaluate(&e, f.String()).State != Pending {
+		if content := f.String(); Evaluate(&e, func(s string) int { return strings.Count(content, s) }).State != Pending {
 			return false
 		}
 	}

@@ -1,10 +1,8 @@
-// Package patches fixes vendor bugs in the installed engine source (vLLM,
-// SGLang) at container start, from declarative definitions: each edit is
-// an exact anchor, its replacement and an expected count, so the state of
-// every edit can be decided from the file alone (pending, applied,
-// upstream, not-applicable, drift) and a patch applies all of its edits or
-// none of them. The engine is never imported.
-package patches
+// Package patchdef is the patch definition format: its TOML, its
+// validation, the built-in definitions decoded at build time, and the
+// state an edit is in for a given file content. Package patches applies
+// definitions at start; a payload build validates them with Load.
+package patchdef
 
 import (
 	"bytes"
@@ -23,6 +21,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 	goversion "github.com/hashicorp/go-version"
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/digest"
 )
 
 // Definition is one patch: one or more edits that stand or fall together.
@@ -106,9 +106,9 @@ type Guard struct {
 	ContainsAny []string `toml:"contains_any" json:"contains_any,omitempty"`
 }
 
-// holds reports whether content has what the guard asks for (before
+// Holds reports whether content has what the guard asks for (before
 // Absent turns it around).
-func (g *Guard) holds(count func(string) int) bool {
+func (g *Guard) Holds(count func(string) int) bool {
 	if g.Contains != "" && count(g.Contains) == 0 {
 		return false
 	}
@@ -123,8 +123,8 @@ func (g *Guard) holds(count func(string) int) bool {
 	return false
 }
 
-// what names the text a guard looks for, for messages.
-func (g *Guard) what() string {
+// What names the text a guard looks for, for messages.
+func (g *Guard) What() string {
 	var parts []string
 	if g.Contains != "" {
 		parts = append(parts, fmt.Sprintf("%q", strings.TrimSpace(g.Contains)))
@@ -180,13 +180,15 @@ func Parse(data []byte, source string) (*Definition, error) {
 		return nil, fmt.Errorf("patch definition %s: unknown keys %s", source, strings.Join(keys, ", "))
 	}
 	d.Source = source
-	if err := d.validate(); err != nil {
+	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("patch definition %s: %w", source, err)
 	}
 	return &d, nil
 }
 
-func (d *Definition) validate() error {
+// Validate checks a definition built in code (Parse validates what it
+// reads) and prepares its version ranges.
+func (d *Definition) Validate() error {
 	switch {
 	case !idRE().MatchString(d.ID):
 		return fmt.Errorf("id %q: want lower-case letters, digits, '.', '_' or '-'", d.ID)
@@ -324,8 +326,9 @@ func validateEdits(owner string, edits []Edit) error {
 	return nil
 }
 
-// variants are the edit sets to try, in order.
-func (d *Definition) variants() []Variant {
+// EditSets are the variants to try, in order: a definition without
+// variants is one unnamed variant of its top-level edits.
+func (d *Definition) EditSets() []Variant {
 	if len(d.Variants) > 0 {
 		return d.Variants
 	}
@@ -402,14 +405,29 @@ func (d *Definition) prepare() error {
 // maxDefinitionBytes caps a payload definition file.
 const maxDefinitionBytes = 1 << 20
 
-// LoadDir reads <dir>/<import-name>/*.toml (a payload's patches/).
-// A missing directory holds no definitions.
-func LoadDir(dir string) ([]*Definition, error) {
-	defs, _, err := loadDir(dir)
-	return defs, err
+// Load reads the built-in definitions and those in dir, laid out as a
+// payload's patches/ (<import-name>/*.toml; a missing directory holds
+// none). A start calls it on the payload's patches/, and a payload build
+// on the definitions it is about to ship, so one that a start would refuse
+// (exit 78 on every start) fails the build instead.
+func Load(dir string) (*Set, error) {
+	builtin, err := Builtin()
+	if err != nil {
+		return nil, fmt.Errorf("built-in patch definitions: %w", err)
+	}
+	own, ownDigest, err := loadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	set, err := Merge(builtin, own)
+	if err != nil {
+		return nil, err
+	}
+	set.Digest = digest.Bytes([]byte("builtin:" + builtinDigest + "\x00payload:" + ownDigest))
+	return set, nil
 }
 
-// loadDir is LoadDir with the digest of the files read.
+// loadDir reads <dir>/<import-name>/*.toml and digests the files read.
 func loadDir(dir string) ([]*Definition, string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, definitionGlob))
 	if err != nil || len(files) == 0 {
@@ -419,8 +437,7 @@ func loadDir(dir string) ([]*Definition, string, error) {
 		files[i], _ = filepath.Rel(dir, f)
 	}
 	return loadFiles(files, dir+"/", func(f string) ([]byte, error) {
-		data, _, err := readRegular(filepath.Join(dir, f), maxDefinitionBytes)
-		return data, err
+		return boundedread.File(filepath.Join(dir, f), maxDefinitionBytes)
 	})
 }
 
@@ -452,7 +469,7 @@ func Stray(dir string) ([]string, error) {
 // not-applicable.
 func (d *Definition) Unguarded() []string {
 	var out []string
-	for _, v := range d.variants() {
+	for _, v := range d.EditSets() {
 		if len(d.Guards) == 0 && len(v.Guards) == 0 {
 			out = append(out, v.Name)
 		}
@@ -533,6 +550,32 @@ func (s *Set) Packages() []string {
 	return out
 }
 
+// Distributions names the distribution whose version decides each import name's
+// definitions: the first definition's for that package, else the name.
+func (s *Set) Distributions(names []string) map[string]string {
+	out := map[string]string{}
+	for _, n := range names {
+		out[n] = n
+	}
+	for i := len(s.Defs) - 1; i >= 0; i-- {
+		if d := s.Defs[i]; d.Distribution != "" {
+			out[d.Package] = d.Distribution
+		}
+	}
+	return out
+}
+
+// Gated reports whether a definition for package pkg is limited to a
+// version range.
+func (s *Set) Gated(pkg string) bool {
+	for _, d := range s.Defs {
+		if d.Package == pkg && d.Gated() {
+			return true
+		}
+	}
+	return false
+}
+
 // Lookup returns the definition with id, or nil.
 func (s *Set) Lookup(id string) *Definition {
 	for _, d := range s.Defs {
@@ -561,6 +604,12 @@ func (d *Definition) InScope(version string) (bool, string) {
 // "not applicable" either.
 func (d *Definition) Scope(version, versionWhy string) (State, string) {
 	return scope(d.constraint, d.Versions, d.Distribution, version, versionWhy)
+}
+
+// Scope is Definition.Scope for the variant's own range, dist being the
+// definition's distribution.
+func (v *Variant) Scope(dist, version, versionWhy string) (State, string) {
+	return scope(v.constraint, v.Versions, dist, version, versionWhy)
 }
 
 // Gated reports whether the definition, or one of its variants, is

@@ -1,4 +1,4 @@
-package patches
+package patchdef
 
 import (
 	"os"
@@ -119,12 +119,12 @@ func TestMergeAndDuplicates(t *testing.T) {
 	assert.Contains(t, err.Error(), `patch id "demo-fix" is defined twice: builtin:demo/a.toml and payload/demo/a.toml`)
 }
 
-func TestLoadDir(t *testing.T) {
+func TestLoadDirAndLoad(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "demo"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "demo", "fix.toml"), []byte(goodDef), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "demo", "legacy.py"), []byte("print(1)\n"), 0o755))
-	defs, err := LoadDir(dir)
+	defs, _, err := loadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, defs, 1)
 	assert.Equal(t, filepath.Join(dir, "demo/fix.toml"), defs[0].Source)
@@ -132,11 +132,11 @@ func TestLoadDir(t *testing.T) {
 	// A definition under the wrong import-name directory is refused.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "other"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "other", "fix2.toml"), []byte(goodDef), 0o644))
-	_, err = LoadDir(dir)
+	_, _, err = loadDir(dir)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `package "demo" lives under demo/, not other/`)
 
-	defs, err = LoadDir(filepath.Join(dir, "missing"))
+	defs, _, err = loadDir(filepath.Join(dir, "missing"))
 	require.NoError(t, err)
 	assert.Empty(t, defs)
 }
@@ -203,7 +203,7 @@ func TestBuiltinDefinitionsHaveGuards(t *testing.T) {
 	require.NoError(t, err)
 	for _, d := range defs {
 		assert.Empty(t, d.Unguarded(), "%s: variants no guard names the code the fix is about", d.ID)
-		for _, v := range d.variants() {
+		for _, v := range d.EditSets() {
 			guards := append(append([]Guard{}, d.Guards...), v.Guards...)
 			for _, g := range guards {
 				for _, e := range v.Edits {
@@ -229,7 +229,7 @@ func FuzzParse(f *testing.F) {
 		// Whatever parses is safe to apply: relative, clean, inside the
 		// package, with real anchors.
 		var edits []Edit
-		for _, v := range d.variants() {
+		for _, v := range d.EditSets() {
 			edits = append(edits, v.Edits...)
 		}
 		for _, e := range edits {
@@ -318,11 +318,11 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 	// What the script leaves is applied, in its name; the anchor still
 	// there is pending; neither is drift.
 	e := &d.Edits[0]
-	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 3\n"))
-	assert.Equal(t, Pending, Evaluate(e, "x = 1\n").State)
+	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, counter("# FIXED-BY-SCRIPT\nx = 3\n")))
+	assert.Equal(t, Pending, Evaluate(e, counter("x = 1\n")).State)
 	// A script that inserted its fix elsewhere leaves the anchor: still its fix.
-	assert.Equal(t, Applied, Evaluate(e, "# FIXED-BY-SCRIPT\nx = 1\n").State)
-	assert.Equal(t, Drift, Evaluate(e, "x = 3\n").State)
+	assert.Equal(t, Applied, Evaluate(e, counter("# FIXED-BY-SCRIPT\nx = 1\n")).State)
+	assert.Equal(t, Drift, Evaluate(e, counter("x = 3\n")).State)
 }
 
 // Every built-in definition says where its fix stands upstream and when

@@ -1,4 +1,4 @@
-package patches
+package patchdef
 
 import (
 	"fmt"
@@ -25,6 +25,9 @@ const (
 	// runners) with only one of them patched, or a file of a patch that
 	// changed after the patch was applied. Not in force, never applied.
 	Partial State = "partial"
+	// Skipped: named in INFERA_SKIP_PATCHES; the operator turned it off,
+	// so it is neither applied nor checked.
+	Skipped State = "skipped"
 )
 
 // Evaluation is the state of one edit in one file content, with the counts
@@ -36,28 +39,24 @@ type Evaluation struct {
 	Why         string `json:"why,omitempty"`
 }
 
-// Evaluate decides the state of e in content. Anchor and replacement may
-// contain one another (an insertion keeps its anchor inside the
-// replacement); occurrences inside the other string are not counted twice.
-func Evaluate(e *Edit, content string) Evaluation {
-	return evaluate(e, newText(content))
-}
-
-// evaluate is Evaluate on an indexed content, so that the edits of every
-// variant share one pass over each file.
-func evaluate(e *Edit, content *text) Evaluation {
+// Evaluate decides the state of e in a file content, given as count: the
+// number of non-overlapping occurrences of a string in it (strings.Count,
+// or an index that answers the same). Anchor and replacement may contain
+// one another (an insertion keeps its anchor inside the replacement);
+// occurrences inside the other string are not counted twice.
+func Evaluate(e *Edit, count func(string) int) Evaluation {
 	if e.Upstream != "" {
 		// Occurrences inside our own replacement are ours, not upstream's.
-		m := content.count(e.Upstream)
+		m := count(e.Upstream)
 		if k := strings.Count(e.Replacement, e.Upstream); k > 0 {
-			m -= content.count(e.Replacement) * k
+			m -= count(e.Replacement) * k
 		}
 		if m > 0 {
 			return Evaluation{State: Upstream, Why: "upstream marker present"}
 		}
 	}
-	a := content.count(e.Anchor)
-	r := content.count(e.Replacement)
+	a := count(e.Anchor)
+	r := count(e.Replacement)
 	if k := strings.Count(e.Replacement, e.Anchor); k > 0 {
 		a -= r * k // anchors that are part of a replacement
 	}
@@ -68,9 +67,9 @@ func evaluate(e *Edit, content *text) Evaluation {
 	if r == 0 && e.LegacyMarker != "" {
 		// What a v0.2.2 script left in place of the anchor (an image that
 		// ran it at build time) is the fix, in its words.
-		m := content.count(e.LegacyMarker)
+		m := count(e.LegacyMarker)
 		if k := strings.Count(e.Replacement, e.LegacyMarker); k > 0 {
-			m -= content.count(e.Replacement) * k
+			m -= count(e.Replacement) * k
 		}
 		if m > 0 {
 			ev.State, ev.Why = Applied, "by the v0.2.2 script "+e.LegacyScript
@@ -116,9 +115,4 @@ func Combine(states []State) State {
 		return Pending
 	}
 	return Applied
-}
-
-// applyEdit returns content with e's anchor replaced; e must be pending in it.
-func applyEdit(e *Edit, content *text) string {
-	return content.replaceAll(e.Anchor, e.Replacement)
 }
