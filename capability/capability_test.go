@@ -1,10 +1,7 @@
 package capability
 
 import (
-	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,91 +9,6 @@ import (
 
 	"github.com/infera/infera-exec/config"
 )
-
-func TestParse(t *testing.T) {
-	tests := []struct {
-		name    string
-		content string
-		want    Set
-		notes   []string // substrings, one per expected note, in order
-	}{
-		{name: "canonical", content: "mooncake hipfile\n", want: Set{"hipfile", "mooncake"}},
-		{name: "no trailing newline", content: "mooncake hipfile", want: Set{"hipfile", "mooncake"}},
-		{name: "single", content: "mooncake\n", want: Set{"mooncake"}},
-		{name: "sorted and deduplicated", content: "mooncake hipfile mooncake\n", want: Set{"hipfile", "mooncake"}},
-		{name: "extra spaces", content: "  mooncake   hipfile  \n", want: Set{"hipfile", "mooncake"}},
-		{name: "empty", content: "", want: Set{}},
-		{name: "only newline", content: "\n", want: Set{}},
-		{name: "only spaces", content: "   ", want: Set{}},
-		{
-			name: "tabs", content: "mooncake\thipfile\n", want: Set{"hipfile", "mooncake"},
-			notes: []string{"tabs"},
-		},
-		{
-			name: "CRLF", content: "mooncake hipfile\r\n", want: Set{"hipfile", "mooncake"},
-			notes: []string{"CRLF line endings"},
-		},
-		{
-			name: "multiple lines", content: "mooncake\nhipfile\n", want: Set{"hipfile", "mooncake"},
-			notes: []string{"spans 2 lines (expected one line)"},
-		},
-		{
-			name: "blank lines do not count", content: "\n\nmooncake hipfile\n\n", want: Set{"hipfile", "mooncake"},
-		},
-		{
-			name: "three lines", content: "mooncake\n\nhipfile\nmooncake\n", want: Set{"hipfile", "mooncake"},
-			notes: []string{"spans 3 lines"},
-		},
-		{
-			name: "tab, CRLF and lines together", content: "mooncake\t\r\nhipfile\r\n", want: Set{"hipfile", "mooncake"},
-			notes: []string{"CRLF line endings", "tabs", "spans 2 lines"},
-		},
-		{
-			name: "unknown kept", content: "mooncake ais\n", want: Set{"ais", "mooncake"},
-			notes: []string{`unknown capability "ais" kept (known: hipfile, mooncake)`},
-		},
-		{
-			name: "unknown with allowed punctuation kept", content: "rdma_v2.1-beta\n", want: Set{"rdma_v2.1-beta"},
-			notes: []string{`unknown capability "rdma_v2.1-beta" kept`},
-		},
-		{
-			name: "invalid dropped", content: "mooncake Moon$cake\n", want: Set{"mooncake"},
-			notes: []string{`ignored "Moon$cake": not a capability name`},
-		},
-		{
-			name: "upper case is not a name", content: "MOONCAKE\n", want: Set{},
-			notes: []string{`ignored "MOONCAKE": not a capability name`},
-		},
-		{
-			name: "leading punctuation is not a name", content: "-mooncake .hidden _x\n", want: Set{},
-			notes: []string{`ignored "-mooncake"`, `ignored ".hidden"`, `ignored "_x"`},
-		},
-		{
-			name: "comma list is not a name", content: "mooncake,hipfile\n", want: Set{},
-			notes: []string{`ignored "mooncake,hipfile"`},
-		},
-		{
-			name: "non-ASCII is not a name", content: "mooncaké\n", want: Set{},
-			notes: []string{`ignored "mooncaké"`},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, notes := Parse(tt.content)
-			assert.Equal(t, tt.want, got)
-			require.Len(t, notes, len(tt.notes), "notes: %q", notes)
-			for i, want := range tt.notes {
-				assert.Contains(t, notes[i], want)
-			}
-		})
-	}
-}
-
-func TestParseInvalidNoteExplainsNames(t *testing.T) {
-	_, notes := Parse("Moon$cake")
-	require.Len(t, notes, 1)
-	assert.Equal(t, `ignored "Moon$cake": not a capability name (lower-case letters, digits, '_', '.', '-')`, notes[0])
-}
 
 func TestSetHasString(t *testing.T) {
 	s := newSet([]string{"mooncake", "ais", "hipfile", "ais"})
@@ -112,87 +24,6 @@ func TestSetHasString(t *testing.T) {
 	assert.Equal(t, "none", Set{}.String())
 	assert.Equal(t, "none", Set(nil).String())
 	assert.False(t, Set(nil).Has("mooncake"))
-}
-
-func writeFile(t *testing.T, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "CAPABILITIES")
-	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
-	return p
-}
-
-func TestReadFile(t *testing.T) {
-	t.Run("present", func(t *testing.T) {
-		set, notes, exists, err := ReadFile(writeFile(t, "mooncake hipfile\n"))
-		require.NoError(t, err)
-		assert.True(t, exists)
-		assert.Equal(t, Set{"hipfile", "mooncake"}, set)
-		assert.Empty(t, notes)
-	})
-	t.Run("missing", func(t *testing.T) {
-		set, notes, exists, err := ReadFile(filepath.Join(t.TempDir(), "CAPABILITIES"))
-		require.NoError(t, err)
-		assert.False(t, exists)
-		assert.Equal(t, Set{}, set)
-		assert.Empty(t, notes)
-	})
-	t.Run("missing directory", func(t *testing.T) {
-		_, _, exists, err := ReadFile(filepath.Join(t.TempDir(), "no", "such", "CAPABILITIES"))
-		require.NoError(t, err)
-		assert.False(t, exists)
-	})
-	t.Run("empty", func(t *testing.T) {
-		set, notes, exists, err := ReadFile(writeFile(t, ""))
-		require.NoError(t, err)
-		assert.True(t, exists)
-		assert.Equal(t, Set{}, set)
-		assert.Equal(t, []string{"is empty: the tree declares no capabilities"}, notes)
-	})
-	t.Run("blank", func(t *testing.T) {
-		set, notes, exists, err := ReadFile(writeFile(t, " \n"))
-		require.NoError(t, err)
-		assert.True(t, exists)
-		assert.Equal(t, Set{}, set)
-		assert.Equal(t, []string{"is empty: the tree declares no capabilities"}, notes)
-	})
-	t.Run("only invalid words: no empty note on top", func(t *testing.T) {
-		set, notes, exists, err := ReadFile(writeFile(t, "Moon$cake\n"))
-		require.NoError(t, err)
-		assert.True(t, exists)
-		assert.Equal(t, Set{}, set)
-		require.Len(t, notes, 1)
-		assert.Contains(t, notes[0], `ignored "Moon$cake"`)
-	})
-	t.Run("notes of the content", func(t *testing.T) {
-		set, notes, _, err := ReadFile(writeFile(t, "mooncake\r\nhipfile\r\n"))
-		require.NoError(t, err)
-		assert.Equal(t, Set{"hipfile", "mooncake"}, set)
-		require.Len(t, notes, 2)
-		assert.Contains(t, notes[0], "CRLF")
-		assert.Contains(t, notes[1], "spans 2 lines")
-	})
-	t.Run("directory", func(t *testing.T) {
-		dir := filepath.Join(t.TempDir(), "CAPABILITIES")
-		require.NoError(t, os.Mkdir(dir, 0o755))
-		set, _, exists, err := ReadFile(dir)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "read capabilities")
-		assert.False(t, exists)
-		assert.Nil(t, set)
-	})
-	t.Run("unreadable", func(t *testing.T) {
-		if os.Geteuid() == 0 {
-			t.Skip("root can read a mode 000 file; this case needs a non-root user")
-		}
-		p := writeFile(t, "mooncake\n")
-		require.NoError(t, os.Chmod(p, 0))
-		set, _, exists, err := ReadFile(p)
-		require.Error(t, err)
-		assert.True(t, errors.Is(err, os.ErrPermission), "%v", err)
-		assert.Contains(t, err.Error(), "read capabilities")
-		assert.False(t, exists)
-		assert.Nil(t, set)
-	})
 }
 
 func mustReq(t *testing.T, raw string) config.Requirement {
@@ -340,7 +171,7 @@ func TestDecideNamesWithdrawnCapability(t *testing.T) {
 		Globs:       []string{"mooncake/engine*.so"},
 		DoesNotLoad: map[string][]string{"mooncake/engine.so": {"needs libmooncake_transfer.so.2, which is nowhere the loader looks"}},
 	}}
-	_, err := Run(context.Background(), Input{Requirement: mustReq(t, "mooncake,hipfile"), Tree: &tree, Evidence: ev})
+	_, err := decide(Input{Requirement: mustReq(t, "mooncake,hipfile")}, trees{Tree: &tree, Evidence: ev})
 	var u *Unavailable
 	require.True(t, errors.As(err, &u), "%v", err)
 	assert.Equal(t, map[string]string{"mooncake": "mooncake/engine.so does not load: needs libmooncake_transfer.so.2, which is nowhere the loader looks"}, u.Withdrawn)

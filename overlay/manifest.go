@@ -5,18 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/BurntSushi/toml"
+	"github.com/bmatcuk/doublestar/v4"
 	goversion "github.com/hashicorp/go-version"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/internal/boundedread"
 )
 
@@ -141,7 +143,7 @@ func (t *TreeSpec) check(root string) error {
 			return fmt.Errorf("capability %s has no evidence: name at least one file that must exist for it", c)
 		}
 		for _, g := range globs {
-			if err := capability.CheckGlob(g); err != nil {
+			if err := checkGlob(g); err != nil {
 				return fmt.Errorf("capability %s: %w", c, err)
 			}
 		}
@@ -227,8 +229,7 @@ func (p *Payload) openManifest() error {
 			continue
 		}
 		dir := filepath.Join(p.Root, t.Dir)
-		caps, ev := capability.Verify(dir, t.Capabilities)
-		p.NativeTrees = append(p.NativeTrees, NativeTree{Tree: capability.Tree{Name: t.Name, Dir: dir, Caps: caps}, Evidence: ev, spec: t})
+		p.NativeTrees = append(p.NativeTrees, NativeTree{Name: t.Name, Dir: dir, Declared: slices.Sorted(maps.Keys(t.Capabilities)), Evidence: t.Capabilities, spec: t})
 	}
 	return nil
 }
@@ -278,11 +279,6 @@ func (p *Payload) selectManifest(f abi.Family, s *Selection) error {
 		s.PythonPath = append(s.PythonPath, npp...)
 		s.LibraryPath = append(s.LibraryPath, nlib...)
 		s.Path = append(s.Path, nbin...)
-		for _, ev := range native.Evidence {
-			if !ev.Granted {
-				s.Warnings = append(s.Warnings, fmt.Sprintf("capability %s of tree %s not granted: %s has no file matching %s", ev.Capability, native.Name, native.Dir, strings.Join(ev.Missing, ", ")))
-			}
-		}
 	case !f.ROCm.Found:
 		s.NoNativeWhy = "the container has no ROCm (no libamdhip64 in " + strings.Join(f.ROCm.Searched, ", ") + ")"
 		if f.Override != "" {
@@ -294,5 +290,27 @@ func (p *Payload) selectManifest(f abi.Family, s *Selection) error {
 	}
 	s.PythonPath = append(s.PythonPath, pp...)
 	s.Path = append(s.Path, bin...)
+	return nil
+}
+
+// checkGlob refuses an evidence glob that is not a valid pattern or could
+// match outside the tree.
+func checkGlob(g string) error {
+	switch {
+	case g == "":
+		return fmt.Errorf("empty evidence glob")
+	case strings.HasPrefix(g, "/"):
+		return fmt.Errorf("evidence glob %q is absolute; globs are relative to the tree", g)
+	case !doublestar.ValidatePattern(g):
+		return fmt.Errorf("evidence glob %q is not a valid pattern", g)
+	}
+	for _, part := range strings.Split(g, "/") {
+		if part == ".." {
+			return fmt.Errorf("evidence glob %q leaves the tree", g)
+		}
+	}
+	if path.Clean(g) != g && !strings.HasSuffix(g, "/") {
+		return fmt.Errorf("evidence glob %q is not a clean path pattern", g)
+	}
 	return nil
 }

@@ -25,7 +25,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/internal/boundedread"
 )
 
@@ -39,12 +38,21 @@ type Payload struct {
 	Manifest     *Manifest    `json:"-"`
 }
 
-// NativeTree is one native/rocmN-py3XX directory.
+// NativeTree is one native tree and the capabilities it declares. The
+// declaration is a claim: the capability step checks it (the evidence
+// globs match, the files load) before granting anything.
 type NativeTree struct {
-	capability.Tree
-	CapFile  string                `json:"capabilities_file,omitempty"` // empty: no CAPABILITIES file
-	CapNotes []string              `json:"capabilities_notes,omitempty"`
-	Evidence []capability.Evidence `json:"evidence,omitempty"` // manifest trees: what was checked
+	Name string `json:"name"`
+	Dir  string `json:"dir"`
+	// Declared are the capability names the tree claims, sorted: its
+	// CAPABILITIES file's, or its manifest entry's.
+	Declared []string `json:"capabilities"`
+	// Evidence is, for a manifest tree, each capability's globs: files
+	// that must exist in the tree for it to be granted. nil for a tree of
+	// the v0.2.2 layout, whose CAPABILITIES file names no evidence.
+	Evidence map[string][]string `json:"evidence,omitempty"`
+	CapFile  string              `json:"capabilities_file,omitempty"` // empty: no CAPABILITIES file
+	CapNotes []string            `json:"capabilities_notes,omitempty"`
 	spec     *TreeSpec
 }
 
@@ -117,13 +125,13 @@ func Open(root string) (*Payload, error) {
 		if err := staysInside(root, dir); err != nil {
 			return nil, &Error{dir, err}
 		}
-		t := NativeTree{Tree: capability.Tree{Name: e.Name(), Dir: dir}}
+		t := NativeTree{Name: e.Name(), Dir: dir}
 		capFile := filepath.Join(dir, "CAPABILITIES")
-		caps, notes, exists, err := capability.ReadFile(capFile)
+		caps, notes, exists, err := readCapabilities(capFile)
 		if err != nil {
 			return nil, &Error{capFile, boundedread.BareErr(err)}
 		}
-		t.Caps, t.CapNotes = caps, notes
+		t.Declared, t.CapNotes = caps, notes
 		if exists {
 			t.CapFile = capFile
 		}
@@ -135,20 +143,20 @@ func Open(root string) (*Payload, error) {
 
 // Selection is what the payload gives this container.
 type Selection struct {
-	Family      string            `json:"family"`
-	PyTree      string            `json:"python_tree"`           // directory
-	Native      *NativeTree       `json:"native_tree,omitempty"` // nil: none for this family
-	NoNativeWhy string            `json:"no_native_tree_why,omitempty"`
-	Bin         string            `json:"bin,omitempty"`
-	PythonPath  []string          `json:"pythonpath"`      // to prepend, in order
-	LibraryPath []string          `json:"ld_library_path"` // to prepend
-	Path        []string          `json:"path"`            // to prepend
-	Warnings    []string          `json:"warnings,omitempty"`
-	Considered  []Candidate       `json:"considered,omitempty"`
-	Shadows     []Shadow          `json:"shadows,omitempty"` // payload distributions at another version than the image's
-	AllNative   []capability.Tree `json:"-"`
-
-	load *capability.LoadInput // the native tree's load check, for the capability step
+	Family      string      `json:"family"`
+	PyTree      string      `json:"python_tree"`           // directory
+	Native      *NativeTree `json:"native_tree,omitempty"` // nil: none for this family
+	NoNativeWhy string      `json:"no_native_tree_why,omitempty"`
+	Bin         string      `json:"bin,omitempty"`
+	PythonPath  []string    `json:"pythonpath"`      // to prepend, in order
+	LibraryPath []string    `json:"ld_library_path"` // to prepend
+	Path        []string    `json:"path"`            // to prepend
+	Warnings    []string    `json:"warnings,omitempty"`
+	Considered  []Candidate `json:"considered,omitempty"`
+	Shadows     []Shadow    `json:"shadows,omitempty"` // payload distributions at another version than the image's
+	// Image is what the trees were chosen for: the capability step checks
+	// the native tree's files against it.
+	Image Image `json:"-"`
 }
 
 // Select picks the trees for f. A missing Python tree is an error listing
@@ -156,9 +164,6 @@ type Selection struct {
 // serving needs none.
 func (p *Payload) Select(f abi.Family) (*Selection, error) {
 	s := &Selection{Family: f.Name(), Bin: p.Bin}
-	for _, t := range p.NativeTrees {
-		s.AllNative = append(s.AllNative, t.Tree)
-	}
 	if p.Manifest != nil {
 		if err := p.selectManifest(f, s); err != nil {
 			return nil, err
@@ -251,25 +256,6 @@ func readableDir(d string) error {
 		return fmt.Errorf("not readable by uid %d%s: %w; make the payload world-readable (chmod -R a+rX)", os.Getuid(), detail, err)
 	}
 	return nil
-}
-
-// NativeCapTree is the selected native tree for capability checks, or nil.
-// CapabilityInput is what the capability step takes from the selection:
-// the native tree with its evidence and the load check against the image,
-// why there is none, and every native tree of the payload.
-func (s *Selection) CapabilityInput() capability.Input {
-	in := capability.Input{Tree: s.NativeCapTree(), NoTreeWhy: s.NoNativeWhy, Available: s.AllNative, Load: s.load}
-	if s.Native != nil {
-		in.Evidence = s.Native.Evidence
-	}
-	return in
-}
-
-func (s *Selection) NativeCapTree() *capability.Tree {
-	if s.Native == nil {
-		return nil
-	}
-	return &s.Native.Tree
 }
 
 func (p *Payload) nativeNames() []string {

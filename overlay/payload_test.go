@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/abi"
-	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/overlay"
 )
@@ -170,27 +169,27 @@ func TestOpenCapabilities(t *testing.T) {
 
 	t.Run("present", func(t *testing.T) {
 		n := byName["rocm7-py312"]
-		assert.Equal(t, capability.Set{"hipfile", "mooncake"}, n.Caps)
+		assert.Equal(t, []string{"hipfile", "mooncake"}, n.Declared)
 		assert.Equal(t, filepath.Join(root, "native", "rocm7-py312", "CAPABILITIES"), n.CapFile)
 		assert.Empty(t, n.CapNotes)
 	})
 	t.Run("absent", func(t *testing.T) {
 		n := byName["rocm6-py312"]
-		assert.Empty(t, n.Caps)
-		assert.NotNil(t, n.Caps, "an empty set, not a missing one")
+		assert.Empty(t, n.Declared)
+		assert.NotNil(t, n.Declared, "an empty set, not a missing one")
 		assert.Equal(t, "", n.CapFile)
 		assert.Empty(t, n.CapNotes)
 	})
 	t.Run("empty file", func(t *testing.T) {
 		n := byName["rocm7-py311"]
-		assert.Empty(t, n.Caps)
+		assert.Empty(t, n.Declared)
 		assert.Equal(t, filepath.Join(root, "native", "rocm7-py311", "CAPABILITIES"), n.CapFile)
 		require.Len(t, n.CapNotes, 1)
 		assert.Contains(t, n.CapNotes[0], "is empty")
 	})
 	t.Run("CRLF on several lines", func(t *testing.T) {
 		n := byName["rocm7-py313"]
-		assert.Equal(t, capability.Set{"hipfile", "mooncake"}, n.Caps)
+		assert.Equal(t, []string{"hipfile", "mooncake"}, n.Declared)
 		assert.Contains(t, n.CapNotes, "has CRLF line endings")
 		assert.Contains(t, n.CapNotes, "spans 2 lines (expected one line)")
 	})
@@ -241,7 +240,6 @@ func TestSelectNativeTreeMissing(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "rocm7-py312", s.Family)
 		assert.Nil(t, s.Native)
-		assert.Nil(t, s.NativeCapTree())
 		assert.Equal(t, "the payload has no native tree rocm7-py312", s.NoNativeWhy)
 		require.Len(t, s.Warnings, 1)
 		assert.Contains(t, s.Warnings[0], "no native tree rocm7-py312")
@@ -250,9 +248,6 @@ func TestSelectNativeTreeMissing(t *testing.T) {
 		assert.Equal(t, []string{filepath.Join(root, "py312")}, s.PythonPath)
 		assert.Empty(t, s.LibraryPath)
 		assert.Equal(t, []string{filepath.Join(root, "bin")}, s.Path)
-		require.Len(t, s.AllNative, 2)
-		assert.Equal(t, "rocm6-py312", s.AllNative[0].Name)
-		assert.Equal(t, "rocm7-py311", s.AllNative[1].Name)
 	})
 	t.Run("no native dir", func(t *testing.T) {
 		root := payload(t, map[string]string{"py312/": ""})
@@ -262,7 +257,6 @@ func TestSelectNativeTreeMissing(t *testing.T) {
 		require.Len(t, s.Warnings, 1)
 		assert.Contains(t, s.Warnings[0], "no native tree rocm7-py312")
 		assert.Contains(t, s.Warnings[0], "native trees present: none")
-		assert.Empty(t, s.AllNative)
 	})
 }
 
@@ -280,14 +274,12 @@ func TestSelectNoROCm(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "py312", s.Family)
 		assert.Nil(t, s.Native)
-		assert.Nil(t, s.NativeCapTree())
 		assert.Contains(t, s.NoNativeWhy, "no ROCm")
 		assert.Contains(t, s.NoNativeWhy, "/opt/rocm/lib")
 		assert.Empty(t, s.Warnings, "no ROCm is not a reason to warn, and the unused tree's CAPABILITIES notes do not matter")
 		assert.Equal(t, []string{filepath.Join(root, "py312")}, s.PythonPath)
 		assert.Empty(t, s.LibraryPath)
 		assert.Equal(t, []string{filepath.Join(root, "bin")}, s.Path)
-		require.Len(t, s.AllNative, 1, "the trees available are still listed for capability errors")
 	})
 	t.Run("overridden", func(t *testing.T) {
 		c, err := config.ParseFamily("py312")
@@ -317,7 +309,6 @@ func TestSelectPathComposition(t *testing.T) {
 		require.NotNil(t, s.Native)
 		assert.Equal(t, "rocm7-py312", s.Native.Name)
 		assert.Equal(t, native, s.Native.Dir)
-		assert.Equal(t, &s.Native.Tree, s.NativeCapTree())
 		assert.Empty(t, s.NoNativeWhy)
 		assert.Empty(t, s.Warnings)
 		assert.Equal(t, filepath.Join(root, "py312"), s.PyTree)
@@ -372,18 +363,16 @@ func TestSelectCapabilities(t *testing.T) {
 		s, err := open(t, root).Select(rocm7py312())
 		require.NoError(t, err)
 		require.NotNil(t, s.Native)
-		assert.Equal(t, capability.Set{"mooncake"}, s.Native.Caps)
+		assert.Equal(t, []string{"mooncake"}, s.Native.Declared)
 		assert.Equal(t, filepath.Join(root, "native", "rocm7-py312", "CAPABILITIES"), s.Native.CapFile)
 		assert.Empty(t, s.Warnings)
-		require.NotNil(t, s.NativeCapTree())
-		assert.Equal(t, capability.Set{"mooncake"}, s.NativeCapTree().Caps)
 	})
 	t.Run("absent", func(t *testing.T) {
 		root := payload(t, map[string]string{"py312/": "", "native/rocm7-py312/": ""})
 		s, err := open(t, root).Select(rocm7py312())
 		require.NoError(t, err)
 		require.NotNil(t, s.Native)
-		assert.Empty(t, s.Native.Caps)
+		assert.Empty(t, s.Native.Declared)
 		assert.Equal(t, "", s.Native.CapFile)
 		assert.Empty(t, s.Warnings)
 	})
@@ -396,7 +385,7 @@ func TestSelectCapabilities(t *testing.T) {
 		require.NoError(t, err)
 		require.NotNil(t, s.Native)
 		capFile := filepath.Join(root, "native", "rocm7-py312", "CAPABILITIES")
-		assert.Equal(t, capability.Set{"hipfile", "mooncake"}, s.Native.Caps)
+		assert.Equal(t, []string{"hipfile", "mooncake"}, s.Native.Declared)
 		assert.Contains(t, s.Warnings, capFile+" has CRLF line endings")
 		assert.Contains(t, s.Warnings, capFile+" spans 2 lines (expected one line)")
 		assert.Len(t, s.Warnings, 2)

@@ -91,7 +91,7 @@ func choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payl
 			img.IndexFile = filepath.Join(root, IndexName)
 		}
 	}
-	sel.load = sel.loadInput(img)
+	sel.Image = img
 	sel.Shadows = Shadows(sel.PythonPath, img.Root, f.Python.Version())
 	for _, sh := range sel.Shadows {
 		sel.Warnings = append(sel.Warnings, sh.String())
@@ -173,7 +173,11 @@ func (o *Outcome) WriteText(w io.Writer) {
 		p("  python trees present: %s", orNone(pl.PyTrees))
 		var natives []string
 		for _, t := range pl.NativeTrees {
-			natives = append(natives, fmt.Sprintf("%s [%s]", t.Name, t.Caps))
+			declared := "none"
+			if len(t.Declared) > 0 {
+				declared = strings.Join(t.Declared, " ")
+			}
+			natives = append(natives, fmt.Sprintf("%s [%s]", t.Name, declared))
 		}
 		p("  native trees present: %s", orNone(natives))
 	}

@@ -36,13 +36,11 @@ func realisticReport() *Report {
 			Soname: "libamdhip64.so.7", DecidedBy: "SONAME libamdhip64.so.7"},
 		Python: abi.Python{Interpreter: "python3", Path: "/usr/bin/python3", Chain: []string{"/usr/bin/python3", "/usr/bin/python3.12"}, Major: 3, Minor: 12, DecidedBy: "interpreter name python3.12"},
 	}
-	native := overlay.NativeTree{
-		Tree:    capability.Tree{Name: "rocm7-py312", Dir: "/overlay/native/rocm7-py312", Caps: capability.Set{"deepep", "mooncake", "rixl"}},
-		CapFile: "/overlay/native/rocm7-py312/CAPABILITIES",
-		Evidence: []capability.Evidence{
-			{Capability: "mooncake", Globs: []string{"lib/python3.12/site-packages/mooncake/*.so"}, Found: map[string][]string{"lib/python3.12/site-packages/mooncake/*.so": {"lib/python3.12/site-packages/mooncake/engine.so"}}, Granted: true},
-			{Capability: "rixl", Globs: []string{"lib/librixl.so*"}, Missing: []string{"lib/librixl.so*"}},
-		},
+	native := overlay.NativeTree{Name: "rocm7-py312", Dir: "/overlay/native/rocm7-py312", Declared: []string{"deepep", "mooncake", "rixl"},
+		Evidence: map[string][]string{"deepep": {"lib/libdeepep.so*"}, "mooncake": {"lib/python3.12/site-packages/mooncake/*.so"}, "rixl": {"lib/librixl.so*"}}}
+	evidence := []capability.Evidence{
+		{Capability: "mooncake", Globs: []string{"lib/python3.12/site-packages/mooncake/*.so"}, Found: map[string][]string{"lib/python3.12/site-packages/mooncake/*.so": {"lib/python3.12/site-packages/mooncake/engine.so"}}, Granted: true},
+		{Capability: "rixl", Globs: []string{"lib/librixl.so*"}, Missing: []string{"lib/librixl.so*"}},
 	}
 	payload := &overlay.Payload{Root: "/overlay", ManifestFile: "/overlay/payload.toml", PyTrees: []string{"py311", "py312"}, NativeTrees: []overlay.NativeTree{native}, Bin: "/overlay/bin"}
 	trees := &overlay.Selection{
@@ -55,7 +53,7 @@ func realisticReport() *Report {
 			{Name: "rocm6-py312", Kind: "native", Dir: "/overlay/native/rocm6-py312", Why: "rocm 6 <> 7"},
 		},
 	}
-	caps := &capability.Outcome{Tree: "rocm7-py312", Provided: capability.Set{"deepep", "mooncake"}, Evidence: native.Evidence,
+	caps := &capability.Outcome{Tree: "rocm7-py312", Provided: capability.Set{"deepep", "mooncake"}, Evidence: evidence,
 		Implied:     []capability.Implication{{Capability: "mooncake", Source: "--kv-transfer-config MooncakeConnector"}},
 		Requirement: r.Config.RequireNative, Required: capability.Set{"mooncake"},
 		Loads: &capability.LoadVerdict{Tree: "/overlay/native/rocm7-py312", Root: "/", Checked: 214, Cached: true}}

@@ -38,7 +38,7 @@ var refusals = []struct {
 	{&overlay.Refusal{Err: errors.New("x")}, 78},
 	{&overlay.DestError{Err: errors.New("x")}, 73},
 	{&capability.Unavailable{}, 69},
-	{&overlay.Unfit{Audit: &overlay.Audit{}}, 69},
+	{&capability.Unfit{Audit: &capability.Audit{}}, 69},
 	{&capability.UnknownNameError{}, 78},
 	{&preflight.Refusal{}, 78},
 	{&patches.ConfigError{Err: errors.New("x")}, 78},

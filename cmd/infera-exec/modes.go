@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
@@ -19,7 +20,7 @@ import (
 // doctorResult is --doctor's JSON: the checks, and the payload's trees against this image.
 type doctorResult struct {
 	*preflight.Outcome
-	Audit *overlay.Audit `json:"payload_audit,omitempty"`
+	Audit *capability.Audit `json:"payload_audit,omitempty"`
 }
 
 // runDoctor runs only the preflight checks, and prints them in 80 columns
@@ -31,7 +32,7 @@ func runDoctor(cfg config.Config, o config.Options, env *environ.Env, probe *fsp
 	}
 	res := doctorResult{Outcome: out} // and the payload's trees against this image
 	if probe.AllAnswer(cfg.PayloadRoot) == nil {
-		res.Audit, _ = overlay.AuditPayload(cfg.PayloadRoot, overlay.ImageAt("/", env.Value("LD_LIBRARY_PATH")))
+		res.Audit, _ = capability.AuditPayload(cfg.PayloadRoot, overlay.ImageAt("/", env.Value("LD_LIBRARY_PATH")))
 	}
 	printResult(stdout, o.JSON, res, func() {
 		preflight.WriteText(stdout, out.Checks)
@@ -63,7 +64,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 	if err != nil {
 		return refuse(stderr, err)
 	}
-	for _, l := range r.Lines() {
+	for _, l := range append([]string{r.Summary()}, capability.InstalledAudit(r.Dest)...) {
 		say(l)
 	}
 	return exitOK
@@ -72,13 +73,13 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 // checkResult is --check's JSON: the patches, and the payload's trees against an image root.
 type checkResult struct {
 	*patches.CheckReport
-	Audit *overlay.Audit `json:"payload_audit,omitempty"`
+	Audit *capability.Audit `json:"payload_audit,omitempty"`
 }
 
 // runCheck evaluates every patch definition against an unpacked image root
 // or a site-packages directory, offline; exit 65 on drift (and on a patch
 // whose module loads from another file), 69 when the payload's trees do not
-// fit the image (overlay.Unfit).
+// fit the image (capability.Unfit).
 func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
@@ -88,7 +89,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	if err != nil {
 		return refuse(stderr, err)
 	}
-	res := checkResult{CheckReport: rep, Audit: overlay.AuditImageRoot(cfg.PayloadRoot, root)}
+	res := checkResult{CheckReport: rep, Audit: capability.AuditImageRoot(cfg.PayloadRoot, root)}
 	printResult(stdout, asJSON, res, func() {
 		rep.WriteText(stdout)
 		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))

@@ -145,9 +145,7 @@ func (p *pass) selectTrees(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
-	in := p.trees.Selection.CapabilityInput()
-	in.Requirement, in.Args, in.Env, in.Log = p.cfg.RequireNative, p.args, p.env0, p.log
-	return capability.Run(ctx, in)
+	return capability.Run(ctx, capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Trees: p.trees, Env: p.env0, Log: p.log})
 }
 
 // planLaunch decides the start before anything is written; its outcome is the report's last section.

@@ -1,6 +1,7 @@
-package capability
+package overlay
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ func checkSet(t *testing.T, what string, s []string) {
 	}
 }
 
-func FuzzParse(f *testing.F) {
+func FuzzParseCapabilities(f *testing.F) {
 	for _, s := range []string{
 		"mooncake hipfile\n", "mooncake\thipfile", "mooncake hipfile\r\n", "mooncake\nhipfile\n",
 		"", "\n", "Moon$cake", "mooncake ais", "mooncake mooncake", "a.b-c_d 0x",
@@ -32,11 +33,11 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, content string) {
-		set, notes := Parse(content)
+		set, notes := parseCapabilities(content)
 		if set == nil {
-			t.Fatalf("Parse(%q) returned a nil Set", content)
+			t.Fatalf("parseCapabilities(%q) returned a nil Set", content)
 		}
-		checkSet(t, "Parse("+strings.ReplaceAll(content, "\n", `\n`)+")", set)
+		checkSet(t, "parseCapabilities("+strings.ReplaceAll(content, "\n", `\n`)+")", set)
 
 		words := strings.Fields(content)
 		inContent := make(map[string]bool, len(words))
@@ -47,14 +48,14 @@ func FuzzParse(f *testing.F) {
 		for _, w := range words {
 			if config.CapabilityName(w) {
 				valid++
-				if !set.Has(w) {
-					t.Fatalf("Parse(%q): valid word %q missing from %q", content, w, set)
+				if !slices.Contains(set, w) {
+					t.Fatalf("parseCapabilities(%q): valid word %q missing from %q", content, w, set)
 				}
 			}
 		}
 		for _, n := range set {
 			if !inContent[n] {
-				t.Fatalf("Parse(%q): %q is not a word of the content", content, n)
+				t.Fatalf("parseCapabilities(%q): %q is not a word of the content", content, n)
 			}
 		}
 		// Every dropped word and every unknown name gets a note.
@@ -66,25 +67,25 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		if len(notes) < dropped+unknown {
-			t.Fatalf("Parse(%q): %d notes for %d dropped and %d unknown words: %q", content, len(notes), dropped, unknown, notes)
+			t.Fatalf("parseCapabilities(%q): %d notes for %d dropped and %d unknown words: %q", content, len(notes), dropped, unknown, notes)
 		}
 		if strings.Contains(content, "\r") && !containsNote(notes, "CRLF") {
-			t.Fatalf("Parse(%q): no CRLF note: %q", content, notes)
+			t.Fatalf("parseCapabilities(%q): no CRLF note: %q", content, notes)
 		}
 		if strings.Contains(content, "\t") && !containsNote(notes, "tabs") {
-			t.Fatalf("Parse(%q): no tab note: %q", content, notes)
+			t.Fatalf("parseCapabilities(%q): no tab note: %q", content, notes)
 		}
 		for _, n := range notes {
 			if n == "" {
-				t.Fatalf("Parse(%q): empty note", content)
+				t.Fatalf("parseCapabilities(%q): empty note", content)
 			}
 		}
 		// Parsing the canonical rendering gives the same set, without notes
 		// about the format.
 		if len(set) > 0 {
-			again, notes2 := Parse(strings.Join(set, " ") + "\n")
+			again, notes2 := parseCapabilities(strings.Join(set, " ") + "\n")
 			if strings.Join(again, " ") != strings.Join(set, " ") {
-				t.Fatalf("Parse(%q) = %q, canonical re-parse = %q", content, set, again)
+				t.Fatalf("parseCapabilities(%q) = %q, canonical re-parse = %q", content, set, again)
 			}
 			for _, n := range notes2 {
 				if !strings.HasPrefix(n, "unknown capability") {
