@@ -81,7 +81,7 @@ func runRules(in *Facts, skip []string) []Result {
 	var out []Result
 	engine := string(in.Args.Engine)
 	for _, r := range in.Rules {
-		name := "rule " + r.ID
+		name := r.ID
 		if slices.Contains(skip, r.ID) {
 			out = append(out, Result{Name: name, Status: Skipped, Seen: "disabled by INFERA_PREFLIGHT_SKIP", Rule: r.Source})
 			continue
