@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -130,25 +131,30 @@ func Parse(data []byte, source string) (*Rule, error) {
 	}
 	if un := md.Undecoded(); len(un) > 0 {
 		last := un[0][len(un[0])-1]
-		return nil, &FileError{File: source, Line: lineOf(data, last), Err: fmt.Errorf("unknown key %s", un[0])}
+		return nil, &FileError{File: source, Line: lineOf(data, last, 0), Err: fmt.Errorf("unknown key %s", un[0])}
 	}
 	r.Source = source
 	if key, err := r.validate(); err != nil {
-		return nil, &FileError{File: source, Line: lineOf(data, key), Err: err}
+		key, nth, _ := strings.Cut(key, "#")
+		n, _ := strconv.Atoi(nth)
+		return nil, &FileError{File: source, Line: lineOf(data, key, n), Err: err}
 	}
 	return &r, nil
 }
 
-// lineOf is the line where key is first set ("key =" at a line's start),
-// or 0.
-func lineOf(data []byte, key string) int {
+// lineOf is the line where key is set for the nth time, from 0 ("key ="
+// at a line's start), or 0.
+func lineOf(data []byte, key string, nth int) int {
 	if key == "" {
 		return 0
 	}
 	for i, l := range strings.Split(string(data), "\n") {
 		l = strings.TrimSpace(l)
 		if rest, ok := strings.CutPrefix(l, key); ok && strings.HasPrefix(strings.TrimSpace(rest), "=") {
-			return i + 1
+			if nth == 0 {
+				return i + 1
+			}
+			nth--
 		}
 	}
 	return 0
@@ -192,9 +198,9 @@ func (r *Rule) validate() (key string, err error) {
 		}
 		switch {
 		case !KnownFact(c.Fact):
-			return "fact", fmt.Errorf("%s: condition %d: fact %q: want arg:--NAME, flag:--NAME, env:NAME, config:FIELD or one of %s", r.ID, i+1, c.Fact, strings.Join(derivedNames(), ", "))
+			return fmt.Sprintf("fact#%d", i), fmt.Errorf("%s: condition %d: fact %q: want arg:--NAME, flag:--NAME, env:NAME, config:FIELD or one of %s", r.ID, i+1, c.Fact, strings.Join(derivedNames(), ", "))
 		case ops != 1:
-			return "fact", fmt.Errorf("%s: condition %d (%s): want exactly one of in, not_in, present, absent", r.ID, i+1, c.Fact)
+			return fmt.Sprintf("fact#%d", i), fmt.Errorf("%s: condition %d (%s): want exactly one of in, not_in, present, absent", r.ID, i+1, c.Fact)
 		}
 	}
 	return "", nil
