@@ -342,8 +342,10 @@ func (in *Facts) engine() engineLoc {
 }
 
 var (
-	vllmArchRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\s*"([A-Za-z_][A-Za-z0-9_]*)"\s*:\s*\(`) })
-	entryRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_][A-Za-z0-9_]*)`) })
+	vllmArchRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\s*"([A-Za-z_][A-Za-z0-9_]*)"\s*:\s*\(`) })
+	entryRE    = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_][A-Za-z0-9_]*)`)
+	})
 	identRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`) })
 	pluginGroup = "[vllm.general_plugins]"
 )
