@@ -518,7 +518,7 @@ func MemoryLimit(root string) (uint64, string, bool) {
 		}
 		return n, p, true
 	}
-	return 0, fmt.Sprintf("neither %s/memory.max nor %s/memory/memory.limit_in_bytes", root, root), false
+	return 0, "neither memory.max (cgroup v2) nor memory/memory.limit_in_bytes (v1) in the cgroup directory", false
 }
 
 func formatBytes(n uint64) string {
