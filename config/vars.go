@@ -192,7 +192,7 @@ var Vars = []Var{
 		l.c.PreflightOff = err == nil && !on
 		return err
 	}},
-	{"INFERA_PREFLIGHT_SKIP", "preflight checks to skip, e.g. rdma,shm", "", func(l *loader, v string) error {
+	{"INFERA_PREFLIGHT_SKIP", "preflight checks and rules to skip, by name or id, e.g. rdma,kimi-k3-fp8-kv-cache (unknown: 78)", "", func(l *loader, v string) error {
 		l.c.PreflightSkip = splitList(v)
 		return nil
 	}},

@@ -84,7 +84,16 @@ type modelView struct {
 	OpenErr  string    `json:"open_err,omitempty"` // the first shard cannot be opened
 	FS       FS        `json:"fs"`
 	FSErr    string    `json:"fs_err,omitempty"`
+	// Config is the directory's config.json, read in the same operation
+	// (bounded: maxConfigBytes, a regular file opened without blocking);
+	// ConfigErr says why it is not there.
+	Config    []byte `json:"config,omitempty"`
+	ConfigErr string `json:"config_err,omitempty"`
 }
+
+// maxConfigBytes caps config.json: a few KB for a text model, tens of KB
+// for a multimodal one.
+const maxConfigBytes = 512 << 10
 
 // modelDirOp reads the model at an absolute path.
 var modelDirOp = fsprobe.Define("model-dir", inspectModel)
@@ -107,6 +116,9 @@ func inspectModel(full string) (modelView, error) {
 			return v, nil
 		}
 		v.Scan = scanShards(full, entries)
+		if v.Config, err = boundedread.File(filepath.Join(full, "config.json"), maxConfigBytes); err != nil {
+			v.Config, v.ConfigErr = nil, boundedread.BareErr(err).Error()
+		}
 	} else if fi.Mode().IsRegular() && shardGroup(full) == ggufGroup {
 		// A GGUF checkpoint may be given as the file itself.
 		v.Scan = shardScan{Count: 1, Size: uint64(fi.Size()), Pattern: "a GGUF file", First: full}
@@ -233,7 +245,7 @@ func checkModelDir(in *Facts) Result {
 	// Everything that touches the model's filesystem is one operation,
 	// run in a helper with the deadline when that filesystem may not
 	// answer (model weights often live on NFS or FUSE).
-	v, acc, err := fsprobe.Call(in.Probe, modelDirOp, full, full)
+	v, acc, err := in.modelView(full)
 	var dl *fsprobe.DeadlineError
 	switch {
 	case errors.As(err, &dl):

@@ -13,6 +13,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/internal/workerargs"
+	"github.com/infera/infera-exec/preflight/rules"
 
 	"github.com/infera/infera-exec/internal/fsprobe"
 )
@@ -48,6 +49,10 @@ type Result struct {
 	// filesystem it touched did not answer within INFERA_PREFLIGHT_TIMEOUT.
 	TookMicros     int64 `json:"took_us"`
 	DeadlinePassed bool  `json:"deadline_passed"`
+	// A rule's result: the file it came from (builtin:<file> or the
+	// payload's), and what each fact it asked for looked at.
+	Rule string   `json:"rule,omitempty"`
+	Read []string `json:"read,omitempty"`
 }
 
 // Failed reports whether r failed with severity s.
@@ -80,6 +85,20 @@ type Facts struct {
 	// TimeoutError: a filesystem that does not answer is an error, not a
 	// warning (INFERA_PREFLIGHT_ON_TIMEOUT=error).
 	TimeoutError bool
+
+	// The rules (built-in and the payload's), the native tree's
+	// capabilities (NativeKnown: a tree was chosen), where the engine
+	// package is (nil: not located), and the memory cgroup's directory.
+	Rules        []*rules.Rule
+	Capabilities []string
+	NativeKnown  bool
+	Engine       Engine
+	CgroupRoot   string
+
+	model *modelAnswer           // the model directory, read once for model-dir and the rules
+	cfg   *modelConfig           // its config.json, decoded once
+	facts map[string]rules.Value // each fact a rule asked for, read once
+	eng   *engineLoc
 
 	// listing is the interfaces and the address the rule picks among
 	// them, read once per Facts: the advertise-ip check and AdvertiseIP

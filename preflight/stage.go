@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
@@ -29,6 +31,12 @@ type Input struct {
 	Libionic *libionic.Outcome
 	Probe    *fsprobe.Prober
 	Log      *slog.Logger
+	// Capabilities is the capability step's outcome: what the native
+	// tree for this container was granted (nil: not known, as in
+	// --doctor). Engine locates the engine package as the patch step does
+	// (nil: the rules that read the engine's files cannot tell).
+	Capabilities *capability.Outcome
+	Engine       Engine
 }
 
 // State is how the preflight step ended.
@@ -88,7 +96,16 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		in.Log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
 		return &Outcome{State: Off, Summary: "INFERA_PREFLIGHT=off"}, nil
 	}
-	o, err := evaluate(newFacts(in), in.Config.PreflightSkip)
+	f := newFacts(in)
+	var err error
+	if f.Rules, err = LoadRules(in.Config.PayloadRoot); err == nil {
+		err = checkSkips(in.Config.PreflightSkip, f.Rules)
+	}
+	if err != nil {
+		return &Outcome{State: Failed, Summary: err.Error(), Command: in.Args.Argv,
+			Checks: []Result{{Name: "rules", Status: Fail, Severity: Error, Seen: err.Error(), Do: "Fix the rule file or the name."}}}, err
+	}
+	o, err := evaluate(f, in.Config.PreflightSkip)
 	o.log(in.Log)
 	return o, err
 }
@@ -97,14 +114,14 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 // this process's environment, whatever INFERA_PREFLIGHT says: no swap has
 // run, so the container's own provider serves the RDMA devices, read when
 // sysfs answers in time. Nothing is logged; the caller prints.
-func Doctor(ctx context.Context, cfg config.Config, args workerargs.Args, env *environ.Env, probe *fsprobe.Prober) *Outcome {
+func Doctor(ctx context.Context, cfg config.Config, args workerargs.Args, env *environ.Env, probe *fsprobe.Prober, engine Engine) *Outcome {
 	var inv *rdma.Inventory
 	if probe.AllAnswer(cfg.Sysfs, rdma.DevDir) == nil {
 		inv = rdma.Read(cfg.Sysfs, rdma.DevDir)
 	}
 	cfg.PreflightOff = false
 	out, _ := Run(ctx, Input{Config: cfg, Args: args, Env: env, Libionic: libionic.ContainerProvider("/", cfg.RDMAProvider, inv),
-		Probe: probe, Log: slog.New(slog.DiscardHandler)})
+		Probe: probe, Log: slog.New(slog.DiscardHandler), Engine: engine})
 	return out
 }
 
@@ -133,6 +150,11 @@ func newFacts(in Input) *Facts {
 		AllowTCP:     cfg.AllowTCPKV,
 		Probe:        in.Probe,
 		TimeoutError: cfg.PreflightTimeoutError,
+		Engine:       in.Engine,
+		CgroupRoot:   filepath.Join(cfg.Sysfs, "fs", "cgroup"),
+	}
+	if c := in.Capabilities; c != nil && c.Tree != "" {
+		f.Capabilities, f.NativeKnown = c.Provided, true
 	}
 	if in.Libionic != nil {
 		f.RDMA, f.ProviderABI = in.Libionic.RDMA, in.Libionic.ProviderABI
@@ -143,7 +165,8 @@ func newFacts(in Input) *Facts {
 // evaluate runs the checks and decides the advertise address.
 func evaluate(in *Facts, skip []string) (*Outcome, error) {
 	o := &Outcome{Command: in.Args.Argv}
-	o.Checks, o.Unknown = runChecks(in, skip)
+	o.Checks, _ = runChecks(in, skip) // an unknown name was refused before (checkSkips)
+	o.Checks = append(o.Checks, runRules(in, skip)...)
 	if !slices.Contains(skip, "advertise-ip") {
 		var why string
 		o.AdvertiseIP, why = AdvertiseIP(in)

@@ -41,6 +41,7 @@ var refusals = []struct {
 	{&capability.Unfit{Audit: &capability.Audit{}}, 69},
 	{&capability.UnknownNameError{}, 78},
 	{&preflight.Refusal{}, 78},
+	{&preflight.ConfigError{Err: errors.New("x")}, 78},
 	{&patches.ConfigError{Err: errors.New("x")}, 78},
 	{&patches.RequiredError{Err: errors.New("x")}, 65},
 	{&lookpath.Error{Code: lookpath.CodeNotFound}, 127},

@@ -26,7 +26,7 @@ type doctorResult struct {
 // runDoctor runs only the preflight checks, and prints them in 80 columns
 // (or JSON): exit 0, 1 (warnings only) or 78 (an error).
 func runDoctor(cfg config.Config, o config.Options, env *environ.Env, probe *fsprobe.Prober, stdout, stderr io.Writer) int {
-	out := preflight.Doctor(context.Background(), cfg, workerargs.Parse(o.Command), env, probe)
+	out := preflight.Doctor(context.Background(), cfg, workerargs.Parse(o.Command), env, probe, patches.EngineOffline)
 	for _, w := range out.UnknownSkips() {
 		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 	}

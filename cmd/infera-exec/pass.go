@@ -46,6 +46,7 @@ type pass struct {
 
 	abi    *abi.Outcome
 	trees  *overlay.Outcome
+	caps   *capability.Outcome
 	launch *launch.Outcome
 	ionic  *libionic.Outcome
 	early  *patches.Early // the engine probe, started once the worker's environment is composed
@@ -138,14 +139,14 @@ func (p *pass) selectTrees(ctx context.Context) (report.Section, error) {
 	var err error
 	p.trees, err = overlay.Run(ctx, overlay.Input{Config: p.cfg, Family: p.abi.Family, Env: p.env0, StateDir: p.state,
 		Answers: p.probe.AllAnswer, Log: p.log})
-	if err == nil {
-		p.env.Apply(p.trees.Edits...)
-	}
+	p.env.Apply(p.trees.Edits...) // none when it refused
 	return p.trees, err
 }
 
 func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
-	return capability.Run(ctx, capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Trees: p.trees, Env: p.env0, Log: p.log})
+	var err error
+	p.caps, err = capability.Run(ctx, capability.Input{Requirement: p.cfg.RequireNative, Args: p.args, Trees: p.trees, Env: p.env0, Log: p.log})
+	return p.caps, err
 }
 
 // planLaunch decides the start before anything is written; its outcome is the report's last section.
@@ -164,7 +165,8 @@ func (p *pass) hostLibionic(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) preflight(ctx context.Context) (report.Section, error) {
-	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Libionic: p.ionic, Probe: p.probe, Log: p.log})
+	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Libionic: p.ionic, Probe: p.probe, Log: p.log,
+		Capabilities: p.caps, Engine: p.early.Engine})
 	p.env.Apply(out.Edits...)
 	return out, err
 }

@@ -195,6 +195,11 @@ func TestScripts(t *testing.T) {
 			env.Setenv("INFERA_PREFLIGHT", "off")
 			env.Setenv("GOARCH", runtime.GOARCH)
 			env.Setenv("TREES", trees) // engine package trees shaped like the real ones
+			engines, err := filepath.Abs("../../preflight/testdata/engines")
+			if err != nil {
+				return err
+			}
+			env.Setenv("ENGINES", engines) // extracts of real engine trees (their README names the revisions)
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {

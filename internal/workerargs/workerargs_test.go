@@ -213,3 +213,27 @@ func TestKVRoleOf(t *testing.T) {
 	assert.Equal(t, "kv_consumer", a.KV.RoleOf(a.KV.Connectors[1]), "a child without a role acts in the top level's")
 	assert.Equal(t, "kv_both", a.KV.RoleOf(a.KV.Connectors[2]))
 }
+
+func TestOptionAndSwitch(t *testing.T) {
+	a := Parse([]string{"python3", "-m", "vllm.entrypoints.openai.api_server", "--kv-cache-dtype", "fp8", "--load-format=fastsafetensors",
+		"--enable-prefix-caching", "--no-enable-chunked-prefill", "--trust-remote-code", "--enforce-eager", "false"})
+	assert.Equal(t, Flag{Value: "fp8", Set: true}, a.Option("--kv-cache-dtype"))
+	assert.Equal(t, Flag{Value: "fastsafetensors", Set: true}, a.Option("--load-format"))
+	assert.False(t, a.Option("--max-num-seqs").Set)
+	for _, c := range []struct {
+		name     string
+		on, ok   bool
+		wantFrom string
+	}{
+		{"--enable-prefix-caching", true, true, "--enable-prefix-caching"},
+		{"--enable-chunked-prefill", false, true, "--no-enable-chunked-prefill"},
+		{"--trust-remote-code", true, true, "--trust-remote-code"},
+		{"--enforce-eager", false, true, "--enforce-eager false"},
+		{"--disable-log-stats", false, false, ""},
+	} {
+		on, from, ok := a.Switch(c.name)
+		assert.Equal(t, []any{c.on, c.ok, c.wantFrom}, []any{on, ok, from}, c.name)
+	}
+	on, _, _ := Parse([]string{"vllm", "serve", "m", "--no-enable-chunked-prefill", "--enable-chunked-prefill=true"}).Switch("--enable-chunked-prefill")
+	assert.True(t, on, "the last one wins")
+}

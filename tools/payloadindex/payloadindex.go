@@ -31,6 +31,7 @@ import (
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/preflight/rules"
 	"github.com/infera/infera-exec/tools/harvest"
 	"github.com/infera/infera-exec/tools/outdir"
 )
@@ -42,6 +43,7 @@ type Options struct {
 	Bin     string   // the infera-exec binary to put in bin/
 	Src     string   // pure-Python content of the demo trees
 	Patches string   // directory of extra patch definitions; empty: none
+	Rules   string   // directory of extra preflight rules (*.toml); empty: none
 	Trees   []string // SRC:DEST trees to copy; empty: the demo trees
 	Demo    string   // also make the demo's ROCm, engine and model here; empty: no
 	Engine  string   // with Demo: a vLLM install whose fixes are pending
@@ -54,6 +56,7 @@ func (o *Options) Flags(fl *flag.FlagSet) {
 	fl.StringVar(&o.Bin, "bin", "bin/infera-exec", "the static infera-exec `BINARY` to put in bin/")
 	fl.StringVar(&o.Src, "src", "testdata/demo/python", "`DIR` with the pure-Python content of the demo trees")
 	fl.StringVar(&o.Patches, "patches", "", "`DIR` of extra patch definitions (<import-name>/*.toml), copied to patches/")
+	fl.StringVar(&o.Rules, "rules", "", "`DIR` of extra preflight rules (*.toml), copied to rules/")
 	fl.StringVar(&o.Demo, "demo", "", "also make the demo's fake ROCm 7, engine and model in `DIR`")
 	fl.StringVar(&o.Engine, "engine", "patches/testdata/trees/vllm-pending/site-packages", "with -demo: `DIR`, a vLLM install whose fixes are pending")
 	fl.Var((*trees)(&o.Trees), "tree", "copy the tree SRC to DEST in the payload: `SRC:DEST` (repeatable); default: the demo trees")
@@ -64,7 +67,7 @@ func (o *Options) Flags(fl *flag.FlagSet) {
 // output of that flag is left out and the other output counted in (an
 // output must not hold, or sit inside, the other).
 func (o Options) inputs(exclude string) []outdir.Path {
-	in := []outdir.Path{{Flag: "-bin", Path: o.Bin}, {Flag: "-patches", Path: o.Patches}}
+	in := []outdir.Path{{Flag: "-bin", Path: o.Bin}, {Flag: "-patches", Path: o.Patches}, {Flag: "-rules", Path: o.Rules}}
 	if len(o.Trees) == 0 {
 		in = append(in, outdir.Path{Flag: "-src", Path: o.Src})
 	}
@@ -129,6 +132,11 @@ func Build(o Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	if o.Rules != "" {
+		if err := checkRules(o.Rules); err != nil {
+			return nil, err
+		}
+	}
 	if err := outdir.Replace(out, o.inputs("-out"), o.Force); err != nil {
 		return nil, err
 	}
@@ -137,6 +145,11 @@ func Build(o Options) (*Result, error) {
 	}
 	if o.Patches != "" {
 		if err := fixture.CopyTree(o.Patches, filepath.Join(o.Out, "patches")); err != nil {
+			return nil, err
+		}
+	}
+	if o.Rules != "" {
+		if err := fixture.CopyTree(o.Rules, filepath.Join(o.Out, "rules")); err != nil {
 			return nil, err
 		}
 	}
@@ -322,6 +335,20 @@ func writeManifest(out string, specs []overlay.TreeSpec) error {
 	}
 	_, err := overlay.ReadManifest(out)
 	return err
+}
+
+// checkRules loads the preflight rules in dir as a start will load them
+// from the payload's rules/: a file a start would refuse (exit 78 on every
+// start) fails the build, naming the file and the line.
+func checkRules(dir string) error {
+	extra, err := rules.LoadDir(dir, func(p string) ([]byte, error) { return os.ReadFile(p) })
+	if err == nil {
+		_, err = rules.Merge(rules.Builtin(), extra)
+	}
+	if err != nil {
+		return fmt.Errorf("-rules %s: %w; a start with this payload would refuse to run (exit 78)", dir, err)
+	}
+	return nil
 }
 
 // checkPatches loads the definitions in dir as a start will load them from

@@ -314,3 +314,29 @@ func TestBuildListsEnvNames(t *testing.T) {
 	assert.True(t, fromIndex)
 	assert.Equal(t, want, names)
 }
+
+// A preflight rule file a start would refuse fails the build, naming the
+// file and the line, and the old payload stays; a good one is copied to
+// rules/.
+func TestBuildChecksRules(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "infera-exec")
+	require.NoError(t, os.WriteFile(bin, nil, 0o755))
+	rulesDir := filepath.Join(dir, "rules")
+	require.NoError(t, os.MkdirAll(rulesDir, 0o755))
+	good := "id = \"r1\"\nsummary = \"s\"\nseverity = \"warn\"\nmessage = \"m\"\nfix = \"f\"\nrationale = \"r\"\n\n[[when]]\nfact = \"env:X\"\npresent = true\n"
+	bad := strings.Replace(good, "fact = \"env:X\"", "fact = \"enviro:X\"", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(rulesDir, "r1.toml"), []byte(bad), 0o644))
+	out := filepath.Join(dir, "payload")
+	_, err := Build(Options{Out: out, Bin: bin, Rules: rulesDir, Trees: []string{}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "r1.toml:9: r1: condition 1: fact \"enviro:X\"")
+	assert.NoDirExists(t, out)
+
+	require.NoError(t, os.WriteFile(filepath.Join(rulesDir, "r1.toml"), []byte(good), 0o644))
+	src := filepath.Join(dir, "py")
+	require.NoError(t, os.MkdirAll(filepath.Join(src, "infera"), 0o755))
+	_, err = Build(Options{Out: out, Bin: bin, Rules: rulesDir, Trees: []string{src + ":py312"}})
+	require.NoError(t, err)
+	assert.FileExists(t, filepath.Join(out, "rules", "r1.toml"))
+}
