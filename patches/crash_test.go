@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,9 +28,32 @@ import (
 // The test binary doubles as a patching process for the crash and
 // concurrency tests: INFERA_PATCHES_CHILD names a package directory;
 // INFERA_PATCHES_DIE_AFTER_RENAMES=N makes it die right after its Nth
-// rename, as a start killed between two files of a group.
+// rename, as a start killed between two files of a group;
+// INFERA_PATCHES_HOLD_AFTER=N makes it say "held" on stderr after its Nth
+// write step (a file staged, or a staged file renamed) and wait there to
+// be killed. It says "go" on stderr as it starts patching.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("INFERA_PATCHES_CHILD"); dir != "" {
+		if n, err := strconv.Atoi(os.Getenv("INFERA_PATCHES_HOLD_AFTER")); err == nil {
+			var steps atomic.Int32
+			hold := func() {
+				if steps.Add(1) == int32(n) {
+					os.Stderr.WriteString("held\n")
+					time.Sleep(time.Hour) // not select{}: the runtime would end a process whose goroutines all block
+				}
+			}
+			stage, rename := stageFile, renameFile
+			stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+				s, err := stage(path, content, was)
+				hold()
+				return s, err
+			}
+			renameFile = func(s *atomicfile.Staged) error {
+				err := rename(s)
+				hold()
+				return err
+			}
+		}
 		if n, err := strconv.Atoi(os.Getenv("INFERA_PATCHES_DIE_AFTER_RENAMES")); err == nil {
 			renamed := 0
 			renameFile = func(s *atomicfile.Staged) error {
@@ -40,6 +65,7 @@ func TestMain(m *testing.M) {
 			}
 		}
 		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}}}}
+		os.Stderr.WriteString("go\n")
 		res := applySet(crashSet(), loc, options{LockTimeout: 30 * time.Second})
 		json.NewEncoder(os.Stdout).Encode(res)
 		os.Exit(0)
@@ -121,31 +147,54 @@ func child(dir string) *exec.Cmd {
 	return cmd
 }
 
-// Kill -9 the patching process at random moments, 200 times: every file is
-// always either the original or fully patched, never torn, and the next
-// start converges to all applied with no temporary files left.
+// Kill -9 the patching process 200 times: every file is always either
+// the original or fully patched, never torn, and the next start converges
+// to all applied with no temporary files left. Half the kills land right
+// after a chosen write step (each staged file, each rename, in turn), so
+// that every point between two steps is covered whatever the machine's
+// speed; the other half at a random moment of the patching itself.
 func TestKillDuringWrites(t *testing.T) {
 	dir, valid := crashTree(t)
 	pad := strings.Repeat("# padding so that a write takes a while\n", 20000)
-	// How long a full run takes, to spread the kills over it.
-	start := time.Now()
-	out, err := child(dir).Output()
-	require.NoError(t, err, "%s", out)
-	full := time.Since(start)
 	reset := func() {
 		for name, content := range crashOriginals {
 			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content+pad), 0o644))
 		}
 	}
+	// How long the patching takes once the process runs, to spread the
+	// timed kills over it, and how many write steps it has.
+	reset()
+	first := startChild(t, dir, 0)
+	_, full := waitLine(first.lines, "")
+	require.NoError(t, first.cmd.Wait())
+	steps := 0
+	for n := 1; ; n++ {
+		reset()
+		c := startChild(t, dir, n)
+		held, _ := waitLine(c.lines, "held")
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+		if !held {
+			steps = n - 1
+			break
+		}
+	}
+	require.Greater(t, steps, 1, "the run has write steps to stop between")
 	rng := rand.New(rand.NewSource(1))
 	states := map[string]int{}
 	for i := 0; i < testsupport.Rounds(200, 25); i++ {
 		reset()
-		cmd := child(dir)
-		require.NoError(t, cmd.Start())
-		time.Sleep(time.Duration(rng.Int63n(int64(full))))
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
+		var c *crashChild
+		if i%2 == 0 {
+			c = startChild(t, dir, 1+(i/2)%steps)
+			held, _ := waitLine(c.lines, "held")
+			require.True(t, held, "iteration %d: the child did not stop after write step %d of %d", i, 1+(i/2)%steps, steps)
+		} else {
+			c = startChild(t, dir, 0)
+			time.Sleep(time.Duration(rng.Int63n(int64(full) + 1)))
+		}
+		c.cmd.Process.Signal(syscall.SIGKILL)
+		c.cmd.Wait()
 		var key []string
 		for name := range crashOriginals {
 			got := read(t, filepath.Join(dir, name))
@@ -168,8 +217,49 @@ func TestKillDuringWrites(t *testing.T) {
 		top, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
 		require.Empty(t, append(leftovers, top...), "iteration %d: temporary files left after recovery", i)
 	}
-	t.Logf("file states seen at kill time: %v", states)
-	assert.Greater(t, len(states), 1, "the kills should land at different points of the run")
+	t.Logf("%d write steps; file states seen at kill time: %v", steps, states)
+	assert.Greater(t, len(states), 1, "the kills landed at different points of the run")
+}
+
+// crashChild is a patching process whose stderr lines arrive on lines.
+type crashChild struct {
+	cmd   *exec.Cmd
+	lines <-chan string
+}
+
+// startChild starts a patching process on dir, holding after write step
+// hold (0: never), and waits until it says it starts patching.
+func startChild(t *testing.T, dir string, hold int) *crashChild {
+	t.Helper()
+	cmd := child(dir)
+	cmd.Env = append(cmd.Env, "INFERA_PATCHES_HOLD_AFTER="+strconv.Itoa(hold))
+	errPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	c := &crashChild{cmd: cmd, lines: lines}
+	ok, _ := waitLine(lines, "go")
+	require.True(t, ok, "the patching process did not start")
+	return c
+}
+
+// waitLine reads lines until want ("" : until the end) and reports whether
+// it came, and how long the wait took.
+func waitLine(lines <-chan string, want string) (bool, time.Duration) {
+	start := time.Now()
+	for l := range lines {
+		if want != "" && l == want {
+			return true, time.Since(start)
+		}
+	}
+	return false, time.Since(start)
 }
 
 // Two starts at once patch once: the second waits for the first's lock and
