@@ -18,6 +18,8 @@ import (
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/overlay"
+	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/preflight/rules"
 )
 
 // The corpus: every container of the seed's deployments that runs
@@ -99,9 +101,12 @@ func TestCorpus(t *testing.T) {
 			got := corpusExpect{Doctor: rig.run(t, c, "--doctor"), Explain: rig.run(t, c, "--explain")}
 			if *updateCorpus {
 				c.Expect = &got
-				data, err := json.MarshalIndent(c, "", " ")
-				require.NoError(t, err)
-				require.NoError(t, os.WriteFile(f, append(data, '\n'), 0o644))
+				var data bytes.Buffer
+				enc := json.NewEncoder(&data)
+				enc.SetEscapeHTML(false) // <MODEL_PATH> stays readable
+				enc.SetIndent("", " ")
+				require.NoError(t, enc.Encode(c))
+				require.NoError(t, os.WriteFile(f, data.Bytes(), 0o644))
 				return
 			}
 			require.NotNil(t, c.Expect, "%s has no expected verdicts: run with -args -update-corpus and read the diff", f)
@@ -260,6 +265,12 @@ func TestCorpusShape(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(corpusDir, "*.json"))
 	require.NoError(t, err)
 	assert.Len(t, files, 61)
+	// Every check and every built-in model rule has a verdict.
+	want := preflight.Names()
+	for _, r := range rules.Builtin() {
+		want = append(want, r.ID)
+	}
+	sort.Strings(want)
 	sources := map[string]bool{}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -276,7 +287,7 @@ func TestCorpusShape(t *testing.T) {
 				names = append(names, n)
 			}
 			sort.Strings(names)
-			assert.Equal(t, []string{"advertise", "advertise-ip", "model-dir", "nofile", "placeholders", "rdma", "shm"}, names, f)
+			assert.Equal(t, want, names, f)
 		}
 	}
 	assert.Len(t, sources, 21, "manifests")
