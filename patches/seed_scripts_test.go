@@ -33,6 +33,11 @@ var seedScripts = []struct {
 	// is still to do, so the patch is pending, never drift.
 	{"vllm/patch_defer_kv_register.py", "vllm-mrv2", "vllm-defer-kv-connector-registration", patchdef.Pending, false},
 	{"vllm/patch_defer_kv_register.py", "vllm-block-size-nbytes", "vllm-defer-kv-connector-registration", patchdef.Applied, false},
+	{"vllm/patch_vllm_mooncake_prom_metrics.py", "vllm-pending", "vllm-mooncake-prom-metrics", patchdef.Applied, false},
+	// The script applies only to the stride layout (its edit 3 is the
+	// stride variant's anchor), and its already-applied test is upstream's
+	// attribute name, which infera-exec's result does not carry.
+	{"vllm/patch_vllm_mooncake_blocksize.py", "vllm-pending", "vllm-mooncake-logical-block-size", patchdef.Applied, true},
 	{"sglang_disagg/patch_mooncake_early_send_wait_event.py", "sglang-editable", "sglang-mooncake-chunk-wait-event", patchdef.Applied, true},
 	{"sglang_rocm/patch_hicache_rocm_host_alloc.py", "sglang-hicache", "sglang-hicache-rocm-host-alloc", patchdef.Applied, false},
 	{"sglang_rocm/patch_hicache_rocm_staged_write_back.py", "sglang-hicache", "sglang-hicache-rocm-staged-write-back", patchdef.Applied, false},

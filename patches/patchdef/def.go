@@ -155,6 +155,12 @@ type Edit struct {
 	// that script.
 	LegacyMarker string `toml:"legacy_marker" json:"-"`
 	LegacyScript string `toml:"legacy_script" json:"legacy_script,omitempty"`
+	// LegacyUnique says the legacy marker is text only the script writes,
+	// never upstream: where it is, the file is the script's result even
+	// when the upstream marker is there too (a script that borrowed
+	// upstream's names). Without it the upstream marker decides first, for
+	// a script whose change is the same text as upstream's fix.
+	LegacyUnique bool `toml:"legacy_unique" json:"-"`
 }
 
 var (
@@ -317,6 +323,10 @@ func validateEdits(owner string, edits []Edit) error {
 		switch {
 		case (e.LegacyMarker == "") != (e.LegacyScript == ""):
 			return fmt.Errorf("%s: legacy_marker and legacy_script go together", where)
+		case e.LegacyUnique && e.LegacyMarker == "":
+			return fmt.Errorf("%s: legacy_unique without a legacy_marker", where)
+		case e.LegacyUnique && strings.Contains(e.Replacement, e.LegacyMarker):
+			return fmt.Errorf("%s: the legacy marker occurs in the replacement, so it cannot tell the script's result from ours", where)
 		case e.LegacyScript != "" && (path.Base(e.LegacyScript) != e.LegacyScript || !strings.HasSuffix(e.LegacyScript, ".py")):
 			return fmt.Errorf("%s: legacy_script %q: want the file name of a patch script (*.py)", where, e.LegacyScript)
 		case e.LegacyMarker != "" && strings.Contains(e.Anchor, e.LegacyMarker):

@@ -45,6 +45,9 @@ type Evaluation struct {
 // one another (an insertion keeps its anchor inside the replacement);
 // occurrences inside the other string are not counted twice.
 func Evaluate(e *Edit, count func(string) int) Evaluation {
+	if e.LegacyUnique && count(e.Replacement) == 0 && count(e.LegacyMarker) > 0 {
+		return Evaluation{State: Applied, Anchors: count(e.Anchor), Why: "by the v0.2.2 script " + e.LegacyScript}
+	}
 	if e.Upstream != "" {
 		// Occurrences inside our own replacement are ours, not upstream's.
 		m := count(e.Upstream)

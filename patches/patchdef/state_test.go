@@ -82,3 +82,27 @@ func TestCombine(t *testing.T) {
 func counter(content string) func(string) int {
 	return func(s string) int { return strings.Count(content, s) }
 }
+
+// A legacy marker only the script writes decides before the upstream
+// marker (the script borrowed upstream's names); without legacy_unique
+// the upstream marker decides first (the script's change is upstream's
+// text).
+func TestLegacyUniqueDecidesBeforeUpstream(t *testing.T) {
+	e := &Edit{Anchor: "n = shape[0]\n", Replacement: "n = shape[0] // ours\n", Count: 1, Upstream: "_per_logical",
+		LegacyMarker: "n = shape[0] // ratio", LegacyScript: "patch_x.py", LegacyUnique: true}
+	script := "self._per_logical = 1\nratio = self._per_logical\nn = shape[0] // ratio\n"
+	upstream := "self._per_logical = 1\nn = shape[0]\nexpand(self._per_logical)\n"
+	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, counter(script)))
+	assert.Equal(t, Upstream, Evaluate(e, counter(upstream)).State)
+	assert.Equal(t, Pending, Evaluate(e, counter("n = shape[0]\n")).State)
+	assert.Equal(t, Applied, Evaluate(e, counter("n = shape[0] // ours\n")).State)
+
+	shared := *e
+	shared.LegacyUnique = false
+	assert.Equal(t, Upstream, Evaluate(&shared, counter(script)).State, "without legacy_unique the upstream marker decides first")
+
+	bad := *e
+	bad.File, bad.Replacement = "a.py", "n = shape[0] // ratio  # ours\n"
+	d := &Definition{ID: "x", Summary: "s", Package: "demo", Distribution: "demo", Edits: []Edit{bad}}
+	assert.ErrorContains(t, d.Validate(), "the legacy marker occurs in the replacement")
+}
