@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -178,4 +179,20 @@ func readHead(path string) ([]byte, error) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// HomeOf is the home directory /etc/passwd gives uid, as Python's
+// expanduser falls back to when HOME is not set; "" when not listed.
+func HomeOf(uid int) string {
+	data, err := boundedread.File("/etc/passwd", boundedread.SmallText)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 6 && f[2] == strconv.Itoa(uid) {
+			return f[5]
+		}
+	}
+	return ""
 }

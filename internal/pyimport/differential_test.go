@@ -107,7 +107,9 @@ func editables(t *testing.T) string {
 		var errs [2]error
 		var wg sync.WaitGroup
 		wg.Go(func() { errs[0] = pip("-e", filepath.Join(dir, "src-edf"), "-e", filepath.Join(dir, "src-eds")) })
-		wg.Go(func() { errs[1] = pip("--config-settings", "editable_mode=compat", "-e", filepath.Join(dir, "src-edc")) })
+		wg.Go(func() {
+			errs[1] = pip("--config-settings", "editable_mode=compat", "-e", filepath.Join(dir, "src-edc"))
+		})
 		wg.Wait()
 		for _, err := range errs {
 			if err != nil {
