@@ -55,7 +55,7 @@ type Location struct {
 	// was not certain).
 	Located string `json:"located,omitempty"`
 	Cached  bool   `json:"cached"`
-	Took     string             `json:"took"`
+	Took    string `json:"took"`
 	// Fingerprint digests every input of the probe's answer (see
 	// probeInputs); "" for an offline location.
 	Fingerprint string `json:"-"`
