@@ -16,7 +16,7 @@ import (
 // it runs beside them. Run takes its answer only when everything that
 // decides the answer is what the patch step itself would use (the
 // interpreter, the working directory, the names asked for, the variables
-// that change where Python imports from: Locator.settings); otherwise the
+// that change where Python imports from: engineLocator.settings); otherwise the
 // answer is dropped and Run locates afresh.
 type Early struct {
 	payloadRoot string
@@ -52,9 +52,15 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Early{payloadRoot: in.Config.PayloadRoot, set: set, scripts: scripts, names: names, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
-	if loc, ok := l.fromCache(names, e.settings, start); ok {
-		// A restart: the answer is at hand, and a goroutine would only
-		// cost a thread's wake-ups.
+	loc, why := l.resolve(names, start)
+	if loc == nil {
+		if loc, _ = l.fromCache(names, e.settings, start); loc != nil {
+			loc.Located = "by the interpreter (answer cached): " + why
+		}
+	}
+	if loc != nil {
+		// Certain without Python, or a restart: the answer is at hand,
+		// and a goroutine would only cost a thread's wake-ups.
 		e.loc = loc
 		close(e.done)
 		return e
@@ -62,6 +68,9 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	go func() {
 		defer close(e.done)
 		e.loc, e.err = l.probe(ctx, names, start)
+		if e.loc != nil {
+			e.loc.Located = "by the interpreter: " + why
+		}
 	}()
 	return e
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/procgroup"
+	"github.com/infera/infera-exec/internal/pyimport"
 	"github.com/infera/infera-exec/internal/statedir"
 )
 
@@ -49,8 +50,12 @@ type Location struct {
 	// answer, present or absent.
 	SiteDirs []string           `json:"site_dirs,omitempty"`
 	Packages map[string]Package `json:"packages"`
-	Cached   bool               `json:"cached"`
-	Took     string             `json:"took"`
+	// Located says how the answer was found: read without starting
+	// Python (and from what), or by the interpreter (and why the reading
+	// was not certain).
+	Located string `json:"located,omitempty"`
+	Cached  bool   `json:"cached"`
+	Took    string `json:"took"`
 	// Fingerprint digests every input of the probe's answer (see
 	// probeInputs); "" for an offline location.
 	Fingerprint string `json:"-"`
@@ -119,6 +124,11 @@ type engineLocator struct {
 	// Dists names the distribution whose version each import name has
 	// (see FillVersions); the versions are part of the cached answer.
 	Dists map[string]string
+	// Argv and Path are the worker's command and its resolved argv[0]:
+	// what the resolver reads to locate without starting Python.
+	Argv    []string
+	Path    string
+	PyMinor int // the CPython minor the ABI step found; 0 = unknown
 }
 
 // cacheEntry is the probe's answer with every input that decided it:
@@ -150,10 +160,66 @@ func (c cachedIdentity) current() (identity, bool) {
 // interpreter once.
 func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
-	if loc, ok := l.fromCache(names, l.settings(names), start); ok {
+	loc, why := l.resolve(names, start)
+	if loc != nil {
 		return loc, nil
 	}
-	return l.probe(ctx, names, start)
+	if loc, ok := l.fromCache(names, l.settings(names), start); ok {
+		loc.Located = "by the interpreter (answer cached): " + why
+		return loc, nil
+	}
+	loc, err := l.probe(ctx, names, start)
+	if loc != nil {
+		loc.Located = "by the interpreter: " + why
+	}
+	return loc, err
+}
+
+// resolve locates names without starting Python (package pyimport: the
+// worker's command, the interpreter's layout, the environment and the
+// site directories, as the worker's interpreter builds sys.path). It
+// returns the location when that answer is certain, else nil and why
+// not, and the interpreter is asked instead.
+func (l *engineLocator) resolve(names []string, start time.Time) (*Location, string) {
+	if len(l.Argv) == 0 || l.Path == "" {
+		return nil, "the worker's command is not known"
+	}
+	version := ""
+	if l.PyMinor > 0 {
+		version = "3." + strconv.Itoa(l.PyMinor)
+	}
+	q := pyimport.Query{Argv: l.Argv, Path: l.Path, Env: l.Env.Get, Cwd: l.Dir, Home: pyimport.HomeOf(os.Geteuid()),
+		SetID: os.Getuid() != os.Geteuid() || os.Getgid() != os.Getegid(), Version: version}
+	a := pyimport.Resolve(q, names)
+	if !a.Certain {
+		return nil, "not certain without it: " + a.Reason
+	}
+	loc := &Location{Interpreter: l.Python, SysPath: a.SysPath, SiteDirs: a.SiteDirs, Packages: map[string]Package{}, Located: "without starting Python: " + a.Reason}
+	for _, n := range names {
+		s, p := a.Specs[n], Package{Name: n, Others: a.Specs[n].Others}
+		switch {
+		case !s.Found:
+			p.Why = fmt.Sprintf("%s is not importable with this interpreter, environment and working directory", n)
+		case len(s.Locations) == 0:
+			p.Why = fmt.Sprintf("%s is a module (%s), not a package", n, s.Origin)
+		default:
+			p.Found, p.Dirs, p.Dir = true, s.Locations, s.Locations[0]
+		}
+		loc.Packages[n] = p
+	}
+	if l.Dists != nil {
+		loc.fillVersions(l.Dists, l.Dir)
+	}
+	// The same inputs as the probe's answer, with the worker's
+	// interpreter in place of the probing one; the answer's sys.path is
+	// part of the key (the options change it).
+	rl := *l
+	rl.Python = a.Interpreter
+	if inputs, ok := rl.probeInputs(loc, true); ok {
+		loc.Fingerprint = fingerprint(l.settings(names)+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
+	}
+	loc.Took = time.Since(start).Round(time.Microsecond).String()
+	return loc, ""
 }
 
 // fromCache is the cached answer, when it still holds.

@@ -139,6 +139,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		return o, nil
 	}
 	o.Location = loc
+	log.Debug("engine located " + loc.Located)
 	for _, n := range names {
 		pkg := loc.Packages[n]
 		if !pkg.Found {
@@ -215,7 +216,8 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 }
 
 func locator(in Input, dists map[string]string) *engineLocator {
-	return &engineLocator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists}
+	return &engineLocator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists,
+		Argv: in.Worker.Argv, Path: in.Worker.Path, PyMinor: in.PyMinor}
 }
 
 // pythonPathAnswers asks, with the deadline, whether every PYTHONPATH

@@ -74,6 +74,10 @@ func (in Interpreter) SitePackages(home string) []string {
 	return out
 }
 
+// PrefixSites are the site directories site.getsitepackages gives for
+// one prefix of the interpreter, present or not, in its order.
+func (in Interpreter) PrefixSites(prefix string) []string { return in.getsitepackages(prefix) }
+
 // getsitepackages is site.getsitepackages for one prefix.
 func (in Interpreter) getsitepackages(prefix string) []string {
 	py := "python" + in.Version
@@ -259,12 +263,12 @@ func atPrefix(root, prefix string) []Interpreter {
 			if home := cfg["home"]; home != "" {
 				in.Base = path.Dir(path.Clean(home))
 			}
-			in.Debian = debianSite(root, in.Base, v, plat)
+			in.Debian = DebianSite(root, in.Base, v, plat)
 		} else {
 			if prefix == "/usr/local" && !ownInstallation(root, prefix, v, plat) {
 				continue
 			}
-			in.Debian = debianSite(root, prefix, v, plat)
+			in.Debian = DebianSite(root, prefix, v, plat)
 		}
 		out = append(out, in)
 	}
@@ -286,12 +290,12 @@ func ownInstallation(root, prefix, v, plat string) bool {
 	return isFile(filepath.Join(lib, "os.py")) || isDir(filepath.Join(lib, "site-packages"))
 }
 
-// debianSite says whether the installation at prefix runs Debian's
+// DebianSite says whether the installation at prefix runs Debian's
 // site.py: its text names dist-packages. Without a site.py to read (a
 // root holding site directories only) it is Debian's when it is /usr (the
 // only prefix Debian installs Python into) with dist-packages
 // directories and no site-packages one.
-func debianSite(root, prefix, v, plat string) bool {
+func DebianSite(root, prefix, v, plat string) bool {
 	lib := filepath.Join(root, prefix, plat, "python"+v)
 	if data, err := boundedread.File(filepath.Join(lib, "site.py"), boundedread.SmallText); err == nil {
 		return bytes.Contains(data, []byte(`"dist-packages"`))

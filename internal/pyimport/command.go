@@ -1,0 +1,198 @@
+// Package pyimport answers where a Python worker will import a top-level
+// package from, without starting Python: it reads the worker's command
+// (the interpreter, its options, -m, -c or a script), the interpreter's
+// layout (its prefix, pyvenv.cfg, Debian's or CPython's site.py), the
+// environment (PYTHONPATH, PYTHONHOME, PYTHONNOUSERSITE, PYTHONSAFEPATH,
+// PYTHONUSERBASE, HOME) and the site directories with their .pth files,
+// and builds sys.path and sys.meta_path as CPython 3's getpath and site
+// would. Where something at start-up could run code it does not know (a
+// .pth line other than the setuptools editable finder and the
+// distutils-precedence shim, a sitecustomize or usercustomize, an
+// interpreter it cannot place), the answer says it is uncertain and why,
+// and the caller asks the interpreter itself.
+package pyimport
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/lookpath"
+)
+
+// Env reads one variable of the worker's environment.
+type Env func(key string) (string, bool)
+
+// Flags are the interpreter options that change sys.path.
+type Flags struct {
+	IgnoreEnv  bool // -E (and -I): PYTHON* variables are not read
+	NoUserSite bool // -s (and -I)
+	NoSite     bool // -S: site is not imported
+	SafePath   bool // -P (and -I): no script directory or working directory first
+}
+
+// Main is how the interpreter is told what to run.
+type Main string
+
+const (
+	MainCode   Main = "-c"     // -c CODE, or nothing (sys.path[0] is "")
+	MainModule Main = "-m"     // -m MODULE (sys.path[0] is the working directory)
+	MainScript Main = "script" // a script file (sys.path[0] is its directory)
+)
+
+// Command is the worker's command as CPython reads it.
+type Command struct {
+	Executable string // sys.executable: the interpreter's path as found, links not resolved
+	Flags      Flags
+	Main       Main
+	Script     string // the script's path, for MainScript
+}
+
+var pythonNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^python(3(\.\d+)?)?$`) })
+
+// ParseCommand reads argv (argv[0] resolved to path on the worker's PATH,
+// in working directory cwd) as the command of a CPython interpreter: the
+// interpreter itself, or a script whose #! line names one (a console
+// script such as `vllm serve`). It fails, saying why, for anything else.
+func ParseCommand(argv []string, path string, env Env, cwd string) (Command, error) {
+	if len(argv) == 0 || path == "" {
+		return Command{}, fmt.Errorf("the worker's command was not resolved")
+	}
+	head, err := readHead(path)
+	if err != nil {
+		return Command{}, err
+	}
+	if bytes.HasPrefix(head, []byte("#!")) {
+		if pythonNameRE().MatchString(filepath.Base(path)) {
+			return Command{}, fmt.Errorf("the interpreter %s is a script (a wrapper or shim), not CPython itself", path)
+		}
+		return fromShebang(head, argv, path, env, cwd)
+	}
+	if !bytes.HasPrefix(head, []byte("\x7fELF")) {
+		return Command{}, fmt.Errorf("the worker's command %s is neither an ELF executable nor a #! script", path)
+	}
+	if !pythonNameRE().MatchString(filepath.Base(path)) {
+		return Command{}, fmt.Errorf("the worker's command %s is not a Python interpreter (its name is not python, python3 or python3.N)", path)
+	}
+	return parseOptions(Command{Executable: path}, argv[1:], cwd)
+}
+
+// fromShebang reads a script's #! line: "#!/abs/python3 [option]" or
+// "#!/usr/bin/env python3", the interpreter then running the script.
+func fromShebang(head []byte, argv []string, path string, env Env, cwd string) (Command, error) {
+	line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+	fields := strings.Fields(string(line))
+	if len(fields) == 0 {
+		return Command{}, fmt.Errorf("the #! line of %s names no interpreter", path)
+	}
+	interp, opts := fields[0], fields[1:]
+	if filepath.Base(interp) == "env" && len(opts) == 1 && !strings.HasPrefix(opts[0], "-") {
+		pathVar, _ := env("PATH")
+		p, err := lookpath.Command(opts[0], pathVar, cwd)
+		if err != nil {
+			return Command{}, fmt.Errorf("the #! line of %s: %w", path, err)
+		}
+		interp, opts = p, nil
+	}
+	if len(opts) > 1 || !filepath.IsAbs(interp) {
+		return Command{}, fmt.Errorf("the #! line of %s (%q) is not one this resolver reads", path, string(line))
+	}
+	ihead, err := readHead(interp)
+	if err != nil {
+		return Command{}, err
+	}
+	if !bytes.HasPrefix(ihead, []byte("\x7fELF")) || !pythonNameRE().MatchString(filepath.Base(interp)) {
+		return Command{}, fmt.Errorf("the #! line of %s names %s, not a CPython interpreter executable", path, interp)
+	}
+	// The kernel runs: interp [opt] path args...
+	args := append(append(opts[:len(opts):len(opts)], path), argv[1:]...)
+	return parseOptions(Command{Executable: interp}, args, cwd)
+}
+
+// parseOptions reads the interpreter's options up to what it runs, as
+// CPython's command line parser does (letters combine: -Es is -E -s).
+func parseOptions(c Command, args []string, cwd string) (Command, error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-" || a == "--" || strings.HasPrefix(a, "--"):
+			return c, fmt.Errorf("the interpreter option %q is not one this resolver reads", a)
+		case !strings.HasPrefix(a, "-"):
+			c.Main, c.Script = MainScript, a
+			if !filepath.IsAbs(a) {
+				c.Script = filepath.Join(cwd, a)
+			}
+			return c, nil
+		}
+		for j := 1; j < len(a); j++ {
+			switch ch := a[j]; ch {
+			case 'I':
+				c.Flags.IgnoreEnv, c.Flags.NoUserSite, c.Flags.SafePath = true, true, true
+			case 'E':
+				c.Flags.IgnoreEnv = true
+			case 's':
+				c.Flags.NoUserSite = true
+			case 'S':
+				c.Flags.NoSite = true
+			case 'P':
+				c.Flags.SafePath = true
+			case 'b', 'B', 'd', 'i', 'O', 'q', 'R', 'u', 'v', 'x':
+			case 'c', 'm':
+				c.Main = MainCode
+				if ch == 'm' {
+					c.Main = MainModule
+				}
+				return c, nil
+			case 'W', 'X':
+				if j == len(a)-1 {
+					i++ // the value is the next argument
+				}
+				j = len(a)
+			default:
+				return c, fmt.Errorf("the interpreter option -%c (in %q) is not one this resolver reads", ch, a)
+			}
+		}
+	}
+	c.Main = MainCode // no command: the REPL or stdin, with "" first
+	return c, nil
+}
+
+// readHead reads the first bytes of an executable: its magic or #! line.
+func readHead(path string) ([]byte, error) {
+	f, err := boundedread.Open(path, 0)
+	if err != nil {
+		return nil, fmt.Errorf("reading the interpreter: %w", err)
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := f.Read(buf)
+	return buf[:n], nil
+}
+
+// fileExists says whether p names anything (os.path.exists).
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// HomeOf is the home directory /etc/passwd gives uid, as Python's
+// expanduser falls back to when HOME is not set; "" when not listed.
+func HomeOf(uid int) string {
+	data, err := boundedread.File("/etc/passwd", boundedread.SmallText)
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 6 && f[2] == strconv.Itoa(uid) {
+			return f[5]
+		}
+	}
+	return ""
+}

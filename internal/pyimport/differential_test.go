@@ -1,0 +1,452 @@
+package pyimport
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/testsupport"
+)
+
+// The names every generated layout asks for: a regular package copied
+// into several entries, a module, a namespace package, and the three
+// editable installs (setuptools' finder form, its path form from a src
+// layout, and the compat path form of a flat layout).
+var diffNames = []string{"eng", "modx", "nsp", "edf", "eds", "edc"}
+
+// realPython is the machine's CPython, links resolved, or a skip.
+func realPython(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("python3", "-c", "import os, sys; print(os.path.realpath(sys.executable))").Output()
+	if err != nil {
+		needFixture(t, "python3 on PATH (apt-get install python3): %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func needFixture(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+var (
+	editableOnce sync.Once
+	editableDir  string
+	editableErr  string
+)
+
+// editables installs three local projects in editable mode with the real
+// pip and setuptools, offline (--no-index --no-build-isolation, no
+// dependencies), into a builder venv that sees the system's setuptools
+// and wheel, once for all layouts. The files pip leaves (the .pth files
+// and the finder module) are then copied into each layout's site
+// directories: they name the projects by absolute path.
+func editables(t *testing.T) string {
+	t.Helper()
+	editableOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pyimport-editable-")
+		if err != nil {
+			editableErr = err.Error()
+			return
+		}
+		editableDir = dir
+		var builder string
+		for _, py := range []string{"/usr/bin/python3", "python3"} {
+			if exec.Command(py, "-c", "import setuptools, wheel, pip, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)").Run() == nil {
+				builder = py
+				break
+			}
+		}
+		if builder == "" {
+			editableErr = "no python3 with pip, wheel and setuptools >= 64 (apt-get install python3-pip python3-wheel python3-setuptools)"
+			return
+		}
+		pyproject := "[build-system]\nrequires = [\"setuptools>=64\", \"wheel\"]\nbuild-backend = \"setuptools.build_meta\"\n"
+		projects := map[string]string{
+			"edf": "setup(name='edf', version='1.0', packages=['edf'])",
+			"eds": "setup(name='eds', version='1.0', packages=['eds'], package_dir={'': 'src'})",
+			"edc": "setup(name='edc', version='1.0', packages=['edc'])",
+		}
+		for name, setup := range projects {
+			pkg := filepath.Join(dir, "src-"+name, name)
+			if name == "eds" {
+				pkg = filepath.Join(dir, "src-"+name, "src", name)
+			}
+			mustWrite(filepath.Join(pkg, "__init__.py"), "")
+			mustWrite(filepath.Join(dir, "src-"+name, "setup.py"), "from setuptools import setup\n"+setup+"\n")
+			mustWrite(filepath.Join(dir, "src-"+name, "pyproject.toml"), pyproject)
+		}
+		venv := filepath.Join(dir, "builder")
+		pip := func(args ...string) error {
+			cmd := exec.Command(filepath.Join(venv, "bin/python3"), append([]string{"-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", "--no-deps"}, args...)...)
+			cmd.Env = append(os.Environ(), "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("pip install %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}
+		if out, err := exec.Command(builder, "-m", "venv", "--without-pip", "--system-site-packages", venv).CombinedOutput(); err != nil {
+			editableErr = fmt.Sprintf("%s -m venv: %v: %s", builder, err, out)
+			return
+		}
+		// The two installs run side by side: pip's start is most of it.
+		var errs [2]error
+		var wg sync.WaitGroup
+		wg.Go(func() { errs[0] = pip("-e", filepath.Join(dir, "src-edf"), "-e", filepath.Join(dir, "src-eds")) })
+		wg.Go(func() {
+			errs[1] = pip("--config-settings", "editable_mode=compat", "-e", filepath.Join(dir, "src-edc"))
+		})
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				editableErr = err.Error()
+				return
+			}
+		}
+		sites, _ := filepath.Glob(filepath.Join(venv, "lib/python3.*/site-packages"))
+		if len(sites) != 1 {
+			editableErr = "the builder venv has no site-packages"
+			return
+		}
+		files, _ := filepath.Glob(filepath.Join(sites[0], "__editable__*"))
+		var finders, paths int
+		for _, f := range files {
+			data, _ := os.ReadFile(f)
+			switch {
+			case strings.HasSuffix(f, "_finder.py"):
+				finders++
+			case strings.HasSuffix(f, ".pth") && !bytes.HasPrefix(data, []byte("import ")):
+				paths++
+			}
+			mustWrite(filepath.Join(dir, "files", filepath.Base(f)), string(data))
+		}
+		if finders != 1 || paths != 2 {
+			editableErr = fmt.Sprintf("pip left %d finder and %d path .pth files, not 1 and 2: %v", finders, paths, files)
+		}
+	})
+	if editableErr != "" {
+		needFixture(t, "%s", editableErr)
+	}
+	return filepath.Join(editableDir, "files")
+}
+
+func mustWrite(p, content string) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		panic(err)
+	}
+}
+
+// probeProgram prints sys.path and find_spec's answer for each name.
+const probeProgram = `import importlib.util as u, json, sys
+out = {"path": sys.path[:], "specs": {}}
+for n in NAMES:
+    s = u.find_spec(n)
+    out["specs"][n] = None if s is None else {"origin": s.origin, "locations": list(s.submodule_search_locations or [])}
+print(json.dumps(out))
+`
+
+type realAnswer struct {
+	Path  []string `json:"path"`
+	Specs map[string]*struct {
+		Origin    *string  `json:"origin"`
+		Locations []string `json:"locations"`
+	} `json:"specs"`
+}
+
+// layout is one generated worker: its command, environment and directory.
+type genLayout struct {
+	argv []string
+	env  map[string]string
+	cwd  string
+	desc []string
+}
+
+// TestResolverAgreesWithTheInterpreter generates layouts with the real
+// python3 (venvs with and without system site packages, bare prefixes,
+// user sites, PYTHONUSERBASE, PYTHONPATH, the editable installs pip makes,
+// .pth chains, shadowing copies, namespace portions, sitecustomize,
+// interpreter options and -m, -c and scripts) and fails on any layout
+// where the resolver claims certainty and the interpreter's own sys.path
+// or find_spec answer differs. 30 layouts in make test, 400 in
+// make test-long (go test without -short).
+func TestResolverAgreesWithTheInterpreter(t *testing.T) {
+	base := realPython(t)
+	files := editables(t)
+	n := testsupport.Rounds(400, 30)
+	certain := 0
+	for i := range n {
+		l := generate(t, base, files, i)
+		q := Query{Argv: l.argv, Path: l.argv[0], Env: func(k string) (string, bool) { v, ok := l.env[k]; return v, ok }, Cwd: l.cwd}
+		real, ok := runReal(t, l)
+		if !ok {
+			// -m with neither the working directory nor a site
+			// directory on sys.path: the same layout with -c.
+			l.argv[len(l.argv)-1] = "-c"
+			l.desc = append(l.desc, "-c instead")
+			real, _ = runReal(t, l)
+		}
+		a := Resolve(q, diffNames)
+		if !a.Certain {
+			t.Logf("layout %d uncertain (%s): %s", i, strings.Join(l.desc, ", "), a.Reason)
+			continue
+		}
+		certain++
+		ctx := fmt.Sprintf("layout %d (%s), argv %q, env %v", i, strings.Join(l.desc, ", "), l.argv, l.env)
+		require.Equal(t, real.Path, a.SysPath, "sys.path: %s", ctx)
+		for _, name := range diffNames {
+			got, want := a.Specs[name], real.Specs[name]
+			if want == nil {
+				require.False(t, got.Found, "%s: real: not found; resolver: %+v; %s", name, got, ctx)
+				continue
+			}
+			require.True(t, got.Found, "%s: real: %+v; resolver: not found; %s", name, want, ctx)
+			origin := ""
+			if want.Origin != nil {
+				origin = *want.Origin
+			}
+			require.Equal(t, origin, got.Origin, "%s origin: %s", name, ctx)
+			require.Equal(t, want.Locations, append([]string{}, got.Locations...), "%s locations: %s", name, ctx)
+		}
+	}
+	t.Logf("%d of %d layouts certain, all agreeing with the interpreter", certain, n)
+	require.Greater(t, certain, n/4, "the resolver was certain about too few layouts")
+}
+
+func runReal(t *testing.T, l genLayout) (realAnswer, bool) {
+	t.Helper()
+	names, _ := json.Marshal(diffNames)
+	prog := strings.ReplaceAll(probeProgram, "NAMES", string(names))
+	argv := slices.Clone(l.argv)
+	switch argv[len(argv)-1] {
+	case "-c":
+		argv = append(argv, prog)
+	case "-m":
+		argv = append(argv, "zzprobe_main")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = l.cwd
+	for k, v := range l.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.Output()
+	var stderr string
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = string(ee.Stderr)
+	}
+	if strings.Contains(stderr, "No module named zzprobe_main") {
+		return realAnswer{}, false
+	}
+	require.NoError(t, err, "%q: %s", argv, stderr)
+	var a realAnswer
+	require.NoError(t, json.Unmarshal(out, &a), "%s", out)
+	return a, true
+}
+
+// generate builds layout i (the same for the same i).
+func generate(t *testing.T, base, files string, i int) genLayout {
+	r := rand.New(rand.NewPCG(uint64(i), 25))
+	T := t.TempDir()
+	l := genLayout{env: map[string]string{"PATH": "/usr/bin:/bin", "HOME": filepath.Join(T, "home")}, cwd: filepath.Join(T, "cwd")}
+	mkdir := func(p string) string { require.NoError(t, os.MkdirAll(p, 0o755)); return p }
+	mkdir(l.cwd)
+	mkdir(l.env["HOME"])
+	version := strings.TrimPrefix(filepath.Base(base), "python")
+	desc := func(s string) { l.desc = append(l.desc, s) }
+
+	// The interpreter: a venv (made by the venv module, or by hand as it
+	// makes one), with or without system site packages, or a link to the
+	// base interpreter.
+	var exe, site string
+	switch k := r.IntN(5); {
+	case k < 4:
+		venv := filepath.Join(T, "venv")
+		system := r.IntN(3) == 0
+		if k == 0 {
+			args := []string{"-m", "venv", "--without-pip"}
+			if system {
+				args = append(args, "--system-site-packages")
+			}
+			out, err := exec.Command(base, append(args, venv)...).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			desc("venv module")
+		} else {
+			mkdir(filepath.Join(venv, "bin"))
+			require.NoError(t, os.Symlink(base, filepath.Join(venv, "bin", "python"+version)))
+			require.NoError(t, os.Symlink("python"+version, filepath.Join(venv, "bin/python3")))
+			cfg := fmt.Sprintf("home = %s\ninclude-system-site-packages = %t\nversion = %s.0\n", filepath.Dir(base), system, version)
+			if k == 3 {
+				cfg = fmt.Sprintf("home = %s\n", filepath.Dir(base)) // no key: site.py's default is true
+				system = true
+			}
+			mustWrite(filepath.Join(venv, "pyvenv.cfg"), cfg)
+			desc("venv by hand")
+		}
+		if system {
+			desc("system site")
+		}
+		exe = filepath.Join(venv, "bin/python3")
+		site = mkdir(filepath.Join(venv, "lib", "python"+version, "site-packages"))
+	default:
+		exe = filepath.Join(mkdir(filepath.Join(T, "bin")), "python3")
+		require.NoError(t, os.Symlink(base, exe))
+		desc("bare interpreter")
+	}
+
+	pkg := func(dir, name string) {
+		mustWrite(filepath.Join(dir, name, "__init__.py"), "")
+		desc("eng in " + strings.TrimPrefix(dir, T))
+	}
+	entries := []string{}
+	// PYTHONPATH, relative or absolute, with copies.
+	if r.IntN(2) == 0 {
+		var pp []string
+		for j := range 1 + r.IntN(2) {
+			d := mkdir(filepath.Join(T, fmt.Sprintf("pp%d", j)))
+			entries = append(entries, d)
+			if r.IntN(2) == 0 {
+				pp = append(pp, "../"+filepath.Base(d))
+			} else {
+				pp = append(pp, d)
+			}
+		}
+		l.env["PYTHONPATH"] = strings.Join(pp, ":")
+		desc("PYTHONPATH=" + l.env["PYTHONPATH"])
+	}
+	// The user site, under HOME or PYTHONUSERBASE.
+	if r.IntN(2) == 0 {
+		ub := filepath.Join(l.env["HOME"], ".local")
+		if r.IntN(3) == 0 {
+			ub = filepath.Join(T, "userbase")
+			l.env["PYTHONUSERBASE"] = ub
+		}
+		us := mkdir(filepath.Join(ub, "lib", "python"+version, "site-packages"))
+		entries = append(entries, us)
+		desc("user site")
+		if site == "" {
+			site = us
+		}
+	}
+	if site != "" {
+		entries = append(entries, site)
+		// .pth files: a path (relative or absolute), a chain (a .pth in
+		// the added directory, which site does not read), a missing one.
+		if r.IntN(2) == 0 {
+			extra := mkdir(filepath.Join(T, "extra"))
+			extra2 := mkdir(filepath.Join(T, "extra2"))
+			mustWrite(filepath.Join(site, "a.pth"), "# comment\n\n../../../../extra\n"+filepath.Join(T, "missing")+"\n")
+			if r.IntN(2) == 0 {
+				mustWrite(filepath.Join(site, "a.pth"), "# comment\n"+extra+"  \n")
+			}
+			mustWrite(filepath.Join(extra, "chain.pth"), extra2+"\n")
+			entries = append(entries, extra, extra2)
+			desc(".pth chain")
+		}
+		// The editable installs pip made.
+		if r.IntN(3) > 0 {
+			des, _ := os.ReadDir(files)
+			for _, de := range des {
+				data, _ := os.ReadFile(filepath.Join(files, de.Name()))
+				mustWrite(filepath.Join(site, de.Name()), string(data))
+			}
+			desc("editables")
+		}
+		if r.IntN(8) == 0 {
+			mustWrite(filepath.Join(site, "zz.pth"), "import sys; sys.path.append('/nowhere')\n")
+			desc("code .pth")
+		}
+		if r.IntN(8) == 0 {
+			mustWrite(filepath.Join(site, "sitecustomize.py"), "import sys\n")
+			desc("sitecustomize")
+		}
+	}
+	entries = append(entries, l.cwd)
+	// Copies of eng in a random subset; a module; namespace portions, and
+	// sometimes a regular package of the same name after them.
+	for _, e := range entries {
+		switch r.IntN(4) {
+		case 0:
+			pkg(e, "eng")
+		case 1:
+			mustWrite(filepath.Join(e, "nsp", "part.py"), "")
+		case 2:
+			mustWrite(filepath.Join(e, "modx.py"), "")
+		}
+		if r.IntN(6) == 0 {
+			mustWrite(filepath.Join(e, "edf", "__init__.py"), "")
+			desc("edf shadowed in " + strings.TrimPrefix(e, T))
+		}
+	}
+	if r.IntN(4) == 0 {
+		l.env["PYTHONNOUSERSITE"] = "1"
+		desc("PYTHONNOUSERSITE")
+	}
+	if r.IntN(6) == 0 {
+		l.env["PYTHONSAFEPATH"] = "1"
+		desc("PYTHONSAFEPATH")
+	}
+	// Options, alone or combined.
+	var letters []string
+	for _, f := range []string{"I", "E", "s", "S", "P"} {
+		if r.IntN(6) == 0 {
+			letters = append(letters, f)
+		}
+	}
+	var opts []string
+	if len(letters) > 0 {
+		if r.IntN(2) == 0 {
+			opts = []string{"-" + strings.Join(letters, "")}
+		} else {
+			for _, f := range letters {
+				opts = append(opts, "-"+f)
+			}
+		}
+	}
+	l.argv = append([]string{exe}, opts...)
+	// -c, -m (the probe module in the working directory and in every
+	// site directory, so that it runs under -P too), or a script reached
+	// through a link, whose real directory comes first.
+	switch r.IntN(3) {
+	case 0:
+		l.argv = append(l.argv, "-c")
+		desc("-c")
+	case 1:
+		names, _ := json.Marshal(diffNames)
+		prog := strings.ReplaceAll(probeProgram, "NAMES", string(names))
+		for _, d := range []string{l.cwd, site} {
+			if d != "" {
+				mustWrite(filepath.Join(d, "zzprobe_main.py"), prog)
+			}
+		}
+		l.argv = append(l.argv, "-m")
+		desc("-m")
+	default:
+		names, _ := json.Marshal(diffNames)
+		scripts := mkdir(filepath.Join(T, "scripts"))
+		mustWrite(filepath.Join(scripts, "run.py"), strings.ReplaceAll(probeProgram, "NAMES", string(names)))
+		if r.IntN(3) == 0 {
+			pkg(scripts, "eng")
+		}
+		link := filepath.Join(l.cwd, "run.py")
+		require.NoError(t, os.Symlink(filepath.Join(scripts, "run.py"), link))
+		l.argv = append(l.argv, "run.py")
+		desc("script")
+	}
+	return l
+}

@@ -1,0 +1,187 @@
+package pyimport
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/sitepath"
+)
+
+var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(3\.\d+)(\.|$)`) })
+
+// layout finds the installation the interpreter runs, as CPython's getpath
+// does on POSIX: a pyvenv.cfg beside the executable or one directory up
+// makes it a venv whose `home` is where the base installation is searched
+// from; otherwise the search starts beside the executable with its links
+// resolved, or PYTHONHOME names the prefix. The prefix is the first
+// directory upwards holding lib/python3.X/os.py. It fails for any layout
+// it cannot place with certainty (._pth files, a build directory, a
+// lib64 platlibdir, PYTHONHOME with a venv, no standard library found).
+func layout(c Command, env Env, want string) (sitepath.Interpreter, error) {
+	var in sitepath.Interpreter
+	exe := filepath.Clean(c.Executable)
+	real, err := filepath.EvalSymlinks(exe)
+	if err != nil {
+		return in, fmt.Errorf("resolving the links of the interpreter %s: %w", exe, err)
+	}
+	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
+		if m, _ := filepath.Glob(filepath.Join(d, "*._pth")); len(m) > 0 {
+			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", m[0])
+		}
+		if isFile(filepath.Join(d, "pybuilddir.txt")) {
+			return in, fmt.Errorf("%s runs from a build directory (%s)", exe, filepath.Join(d, "pybuilddir.txt"))
+		}
+	}
+	home := ""
+	if v, ok := getenv(env, c.Flags, "PYTHONHOME"); ok && v != "" {
+		home = v
+	}
+	if v, ok := getenv(env, c.Flags, "PYTHONPLATLIBDIR"); ok && v != "" {
+		return in, fmt.Errorf("PYTHONPLATLIBDIR=%s changes the library directory", v)
+	}
+	var cfg map[string]string
+	cfgFile := ""
+	for _, d := range []string{filepath.Dir(exe), filepath.Dir(filepath.Dir(exe))} {
+		if f := filepath.Join(d, "pyvenv.cfg"); isFile(f) {
+			if cfg, err = readCfg(f); err != nil {
+				return in, err
+			}
+			cfgFile = f
+			break
+		}
+	}
+	version := ""
+	if m := versionRE().FindStringSubmatch(cfg["version"]); m != nil {
+		version = m[1]
+	} else if b := filepath.Base(real); strings.HasPrefix(b, "python3.") {
+		version = strings.TrimPrefix(b, "python")
+	}
+	start := filepath.Dir(real)
+	if cfg != nil {
+		if home != "" {
+			return in, fmt.Errorf("PYTHONHOME=%s with the venv of %s", home, cfgFile)
+		}
+		start = cfg["home"]
+		if !filepath.IsAbs(start) {
+			return in, fmt.Errorf("%s has no absolute home (%q)", cfgFile, start)
+		}
+		in.Venv = true
+		in.Prefix = filepath.Dir(filepath.Dir(exe))
+		sys := cfg["include-system-site-packages"]
+		in.SystemSite = sys == "" || sys == "true" // site.py's default is true
+	}
+	var base string
+	if home != "" {
+		if strings.Contains(home, ":") {
+			return in, fmt.Errorf("PYTHONHOME=%s names a separate exec prefix", home)
+		}
+		base = filepath.Clean(home)
+		if version == "" {
+			version = onlyVersion(base)
+		}
+	} else {
+		base, version = searchUp(start, version)
+	}
+	if base == "" || version == "" {
+		return in, fmt.Errorf("no standard library (lib/python3.X/os.py) found upwards of %s for %s", start, exe)
+	}
+	if want != "" && want != version {
+		return in, fmt.Errorf("%s runs CPython %s by its layout, the ABI step found %s", exe, version, want)
+	}
+	lib := filepath.Join(base, "lib", "python"+version)
+	if !isFile(filepath.Join(lib, "os.py")) && !isFile(filepath.Join(lib, "os.pyc")) {
+		return in, fmt.Errorf("PYTHONHOME=%s holds no standard library for CPython %s", home, version)
+	}
+	if !isDir(filepath.Join(lib, "lib-dynload")) {
+		return in, fmt.Errorf("%s has no lib-dynload: the exec prefix is elsewhere", lib)
+	}
+	if l64 := filepath.Join(base, "lib64", "python"+version); isDir(l64) && !sameFile(l64, lib) {
+		return in, fmt.Errorf("%s exists: the interpreter may read lib64 (platlibdir)", l64)
+	}
+	if !isFile(filepath.Join(lib, "site.py")) {
+		return in, fmt.Errorf("%s has no site.py to read", lib)
+	}
+	in.Base, in.Version, in.PlatLibDir = base, version, "lib"
+	if !in.Venv {
+		in.Prefix = base
+	}
+	in.Debian = sitepath.DebianSite("/", base, version, "lib")
+	return in, nil
+}
+
+// searchUp is getpath's search for the standard library's landmark from
+// dir upwards: the prefix and the version (given, or the one version
+// whose lib/python3.X/os.py the first matching directory holds).
+func searchUp(dir, version string) (string, string) {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if version != "" {
+			lib := filepath.Join(d, "lib", "python"+version)
+			if isFile(filepath.Join(lib, "os.py")) || isFile(filepath.Join(lib, "os.pyc")) {
+				return d, version
+			}
+		} else if v := onlyVersion(d); v != "" {
+			return d, v
+		}
+		if d == "/" {
+			return "", version
+		}
+	}
+}
+
+// onlyVersion is the version of the one lib/python3.X/os.py under prefix,
+// "" when there are none or several.
+func onlyVersion(prefix string) string {
+	m, _ := filepath.Glob(filepath.Join(prefix, "lib", "python3.*", "os.py"))
+	if len(m) != 1 {
+		return ""
+	}
+	return strings.TrimPrefix(filepath.Base(filepath.Dir(m[0])), "python")
+}
+
+// readCfg reads pyvenv.cfg as site.py does: "key = value" lines, keys
+// stripped and lower case, values stripped; include-system-site-packages
+// lower case.
+func readCfg(file string) (map[string]string, error) {
+	data, err := boundedread.File(file, boundedread.SmallText)
+	if err != nil {
+		return nil, fmt.Errorf("reading the venv's configuration: %w", err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			out[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
+		}
+	}
+	out["include-system-site-packages"] = strings.ToLower(out["include-system-site-packages"])
+	return out, nil
+}
+
+// getenv reads a PYTHON* variable the interpreter reads at start-up;
+// none under -E or -I.
+func getenv(env Env, f Flags, key string) (string, bool) {
+	if f.IgnoreEnv {
+		return "", false
+	}
+	return env(key)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+func sameFile(a, b string) bool {
+	x, err1 := os.Stat(a)
+	y, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(x, y)
+}

@@ -1,0 +1,508 @@
+package pyimport
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/sitepath"
+)
+
+// Query is the worker as it will start: its command, environment and
+// working directory.
+type Query struct {
+	Argv []string // the worker's command line
+	Path string   // argv[0] as resolved on the worker's PATH
+	Env  Env
+	Cwd  string
+	// Home is the effective user's home directory, used when HOME is not
+	// set ("" = unknown: a user site depending on it is uncertain).
+	Home string
+	// SetID: the real and effective user or group differ, so site
+	// disables the user site.
+	SetID   bool
+	Version string // the CPython "3.X" the ABI step found; "" = not known
+}
+
+// Spec is what importlib.util.find_spec(name) returns, for a top-level
+// name: the origin ("" for a namespace package) and the package's
+// submodule_search_locations (none for a module).
+type Spec struct {
+	Found     bool
+	Origin    string
+	Locations []string
+	Namespace bool
+	Others    []string // other copies of the name on sys.path, not imported
+}
+
+// Answer is the resolver's answer. Certain is true only when every
+// input of the interpreter's start was read and none can run code that
+// changes imports; Reason then says what was read, else why not.
+type Answer struct {
+	Certain     bool
+	Reason      string
+	Interpreter string // sys.executable
+	Version     string
+	SysPath     []string // sys.path as the worker's main module sees it ("" = the working directory)
+	// SiteDirs are the site directories site.py looks for, present or
+	// not: each one appearing would change the answer.
+	SiteDirs []string
+	Specs    map[string]Spec
+}
+
+// Resolve answers where the worker started by q imports each name from.
+func Resolve(q Query, names []string) *Answer {
+	a := &Answer{Specs: map[string]Spec{}}
+	if err := resolve(q, names, a); err != nil {
+		a.Certain, a.Reason = false, err.Error()
+		a.Specs = map[string]Spec{}
+		return a
+	}
+	a.Certain = true
+	return a
+}
+
+func resolve(q Query, names []string, a *Answer) error {
+	env := q.Env
+	if env == nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	c, err := ParseCommand(q.Argv, q.Path, env, q.Cwd)
+	if err != nil {
+		return err
+	}
+	in, err := layout(c, env, q.Version)
+	if err != nil {
+		return err
+	}
+	a.Interpreter, a.Version = c.Executable, in.Version
+	s := &state{in: in, cwd: q.Cwd}
+	if err := s.build(c, env, q); err != nil {
+		return err
+	}
+	a.SysPath, a.SiteDirs = s.path, s.siteDirs
+	for _, n := range names {
+		spec, err := s.find(n)
+		if err != nil {
+			return err
+		}
+		a.Specs[n] = spec
+	}
+	kind := "CPython " + in.Version + " at " + in.Base
+	if in.Venv {
+		kind += ", venv " + in.Prefix
+	}
+	a.Reason = fmt.Sprintf("sys.path of %s (%s) read from its layout, environment and command; nothing at start-up runs code that changes imports", c.Executable, kind)
+	return nil
+}
+
+// state is sys.path and sys.meta_path as they are built.
+type state struct {
+	in       sitepath.Interpreter
+	cwd      string
+	path     []string
+	known    map[string]bool
+	finders  []finder // setuptools editable finders, in sys.meta_path order
+	shim     bool     // the distutils-precedence shim is first on sys.meta_path
+	siteDirs []string
+}
+
+// finder is one setuptools editable finder: MAPPING of top-level names
+// to directories, consulted after sys.path.
+type finder struct {
+	file    string
+	mapping map[string]string
+}
+
+// build makes sys.path: the main module's entry (added last by CPython,
+// first in the list), PYTHONPATH, the standard library, then what site
+// adds: the venv's site directories, the user site, the prefixes' site
+// directories, each with its .pth files.
+func (s *state) build(c Command, env Env, q Query) error {
+	var pp []string
+	if v, ok := getenv(env, c.Flags, "PYTHONPATH"); ok && v != "" {
+		for _, e := range strings.Split(v, ":") {
+			// getpath joins a relative entry to the working directory
+			// without normalising it; site's removeduppaths does.
+			if !filepath.IsAbs(e) {
+				e = strings.TrimSuffix(s.cwd, "/") + "/" + e
+			}
+			pp = append(pp, e)
+		}
+	}
+	base := append(pp, s.in.StdLib()...)
+	if c.Flags.NoSite {
+		s.path = base
+	} else {
+		// site.removeduppaths: absolute, each once.
+		s.known = map[string]bool{}
+		for _, e := range base {
+			s.add(filepath.Clean(e))
+		}
+		if err := s.site(c, env, q); err != nil {
+			return err
+		}
+	}
+	safe := c.Flags.SafePath
+	if v, ok := getenv(env, c.Flags, "PYTHONSAFEPATH"); ok && v != "" {
+		safe = true
+	}
+	if !safe {
+		first, err := s.first(c)
+		if err != nil {
+			return err
+		}
+		s.path = append([]string{first}, s.path...)
+	}
+	return nil
+}
+
+// first is sys.path[0]: "" for -c, the working directory for -m (as
+// getcwd gives it), the script's directory with its links resolved.
+func (s *state) first(c Command) (string, error) {
+	switch c.Main {
+	case MainModule:
+		d, err := filepath.EvalSymlinks(s.cwd)
+		if err != nil {
+			return "", fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+		}
+		return d, nil
+	case MainScript:
+		real, err := filepath.EvalSymlinks(c.Script)
+		if err != nil {
+			return "", fmt.Errorf("resolving the script %s: %w", c.Script, err)
+		}
+		if !isFile(real) {
+			return "", fmt.Errorf("the script %s is not a file (a directory or archive runs its __main__)", c.Script)
+		}
+		return filepath.Dir(real), nil
+	}
+	return "", nil
+}
+
+// site is what site.main adds, in its order.
+func (s *state) site(c Command, env Env, q Query) error {
+	user := !c.Flags.NoUserSite && !q.SetID
+	if v, ok := getenv(env, c.Flags, "PYTHONNOUSERSITE"); ok && v != "" {
+		user = false
+	}
+	prefixes := []string{s.in.Base}
+	if s.in.Venv {
+		if err := s.addSites(s.in.PrefixSites(s.in.Prefix)); err != nil {
+			return err
+		}
+		if s.in.SystemSite {
+			prefixes = []string{s.in.Prefix, s.in.Base}
+		} else {
+			prefixes, user = []string{s.in.Prefix}, false
+		}
+	}
+	if user {
+		us, err := s.userSite(env, q)
+		if err != nil {
+			return err
+		}
+		if err := s.addSites([]string{us}); err != nil {
+			return err
+		}
+	}
+	var sites []string
+	for _, p := range prefixes {
+		for _, d := range s.in.PrefixSites(p) {
+			if !slices.Contains(sites, d) {
+				sites = append(sites, d)
+			}
+		}
+	}
+	if err := s.addSites(sites); err != nil {
+		return err
+	}
+	if err := s.customize("sitecustomize"); err != nil {
+		return err
+	}
+	if user {
+		return s.customize("usercustomize")
+	}
+	return nil
+}
+
+// userSite is site.getusersitepackages: PYTHONUSERBASE (read even under
+// -E, as site.py reads os.environ), else ~/.local, ~ being HOME when
+// set, else the user's home directory.
+func (s *state) userSite(env Env, q Query) (string, error) {
+	base, ok := env("PYTHONUSERBASE")
+	if !ok || base == "" {
+		home, ok := env("HOME")
+		if !ok {
+			if q.Home == "" {
+				return "", fmt.Errorf("HOME is not set and the user's home directory is not known: the user site is unknown")
+			}
+			home = q.Home
+		}
+		base = strings.TrimRight(home, "/") + "/.local"
+	}
+	return filepath.Join(s.abs(base), "lib", "python"+s.in.Version, "site-packages"), nil
+}
+
+// addSites is site.addsitedir for each directory that exists.
+func (s *state) addSites(dirs []string) error {
+	for _, d := range dirs {
+		if !slices.Contains(s.siteDirs, d) {
+			s.siteDirs = append(s.siteDirs, d)
+		}
+		if !isDir(d) {
+			continue
+		}
+		s.add(d)
+		names, err := os.ReadDir(d)
+		if err != nil {
+			return fmt.Errorf("listing the site directory %s: %w", d, err)
+		}
+		for _, e := range names { // sorted by name, as site sorts them
+			n := e.Name()
+			if !strings.HasSuffix(n, ".pth") || strings.HasPrefix(n, ".") && versionAtLeast(s.in.Version, 13) {
+				continue
+			}
+			if err := s.pth(d, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var (
+	finderLineRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^import (__editable___[A-Za-z0-9_]+_finder); ([A-Za-z0-9_]+)\.install\(\)\s*$`)
+	})
+	mappingRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^MAPPING\s*(?::[^=\n]*)?=\s*\{([^}]*)\}\s*$`) })
+	namespaceRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^NAMESPACES\s*(?::[^=\n]*)?=\s*\{\}\s*$`) })
+	pairRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`'([^'\\]+)'\s*:\s*'([^'\\]+)'`) })
+)
+
+// distutilsShim is the line setuptools' distutils-precedence.pth runs:
+// it puts a finder first on sys.meta_path that answers only for
+// distutils and pip.
+const distutilsShim = "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; enabled and __import__('_distutils_hack').add_shim(); "
+
+// pth is site.addpackage: each line a comment, blank, an import statement
+// (run), or a path (added when it exists and is not on sys.path yet).
+func (s *state) pth(dir, name string) error {
+	file := filepath.Join(dir, name)
+	data, err := boundedread.File(file, boundedread.SmallText)
+	if err != nil {
+		return fmt.Errorf("reading a .pth file: %w", err)
+	}
+	for i, line := range strings.SplitAfter(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "":
+		case strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "import\t"):
+			if err := s.importLine(file, i+1, strings.TrimRight(line, "\r\n")); err != nil {
+				return err
+			}
+		default:
+			p := strings.TrimRight(line, " \t\r\n\f\v")
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(dir, p)
+			}
+			p = filepath.Clean(p)
+			if !s.known[p] && fileExists(p) {
+				s.add(p)
+			}
+		}
+	}
+	return nil
+}
+
+// importLine accepts the two import lines whose effect is known: the
+// setuptools editable finder's install, whose MAPPING is read, and the
+// distutils-precedence shim. Any other runs code this cannot follow.
+func (s *state) importLine(file string, n int, line string) error {
+	if strings.TrimRight(line, " ") == strings.TrimRight(distutilsShim, " ") {
+		s.shim = true
+		return nil
+	}
+	m := finderLineRE().FindStringSubmatch(line)
+	if m == nil || m[1] != m[2] {
+		return fmt.Errorf("line %d of %s runs code at start-up (%.60q)", n, file, line)
+	}
+	spec, err := s.pathFind(m[1])
+	if err != nil {
+		return err
+	}
+	if !spec.Found || spec.Namespace || !strings.HasSuffix(spec.Origin, ".py") {
+		return fmt.Errorf("line %d of %s imports %s, which is not a source module on sys.path", n, file, m[1])
+	}
+	data, err := boundedread.File(spec.Origin, boundedread.SmallText)
+	if err != nil {
+		return fmt.Errorf("reading an editable finder: %w", err)
+	}
+	text := string(data)
+	for _, marker := range []string{"class _EditableFinder", "def install():", "sys.meta_path.append(_EditableFinder)"} {
+		if !strings.Contains(text, marker) {
+			return fmt.Errorf("%s is not setuptools' editable finder (no %q)", spec.Origin, marker)
+		}
+	}
+	mm := mappingRE().FindStringSubmatch(text)
+	if mm == nil || !namespaceRE().MatchString(text) {
+		return fmt.Errorf("%s: its MAPPING is not a plain literal, or NAMESPACES is not empty (a namespace path hook)", spec.Origin)
+	}
+	f := finder{file: spec.Origin, mapping: map[string]string{}}
+	for _, p := range pairRE().FindAllStringSubmatch(mm[1], -1) {
+		f.mapping[p[1]] = p[2]
+	}
+	s.finders = append(s.finders, f)
+	return nil
+}
+
+// customize is the import of sitecustomize or usercustomize: present
+// anywhere on sys.path, it runs code, except Debian's sitecustomize when
+// what it would install (apport's hook) is not importable.
+func (s *state) customize(name string) error {
+	spec, err := s.findMeta(name)
+	if err != nil || !spec.Found {
+		return err
+	}
+	if name == "sitecustomize" && !spec.Namespace {
+		if data, err := boundedread.File(spec.Origin, boundedread.SmallText); err == nil && strings.TrimSpace(string(data)) == debianSitecustomize {
+			hook, err := s.findMeta("apport_python_hook")
+			if err != nil {
+				return err
+			}
+			if !hook.Found {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s runs at start-up (%s)", name, cmp.Or(spec.Origin, strings.Join(spec.Locations, ", ")))
+}
+
+// debianSitecustomize is the sitecustomize.py Debian and Ubuntu ship
+// (/etc/python3.X/sitecustomize.py): apport's exception hook, when
+// importable, and nothing else.
+const debianSitecustomize = `# install the apport exception handler if available
+try:
+    import apport_python_hook
+except ImportError:
+    pass
+else:
+    apport_python_hook.install()`
+
+// find is importlib.util.find_spec(name) for a top-level name.
+func (s *state) find(name string) (Spec, error) {
+	if s.shim && (name == "distutils" || name == "pip") {
+		return Spec{}, fmt.Errorf("the distutils-precedence shim answers for %s", name)
+	}
+	return s.findMeta(name)
+}
+
+// findMeta walks sys.meta_path after the built-in and frozen importers:
+// the path finder over sys.path, then the editable finders in the order
+// their .pth files installed them.
+func (s *state) findMeta(name string) (Spec, error) {
+	spec, err := s.pathFind(name)
+	if err != nil || spec.Found {
+		return spec, err
+	}
+	for _, f := range s.finders {
+		dir, ok := f.mapping[name]
+		if !ok {
+			continue
+		}
+		if !isFile(filepath.Join(dir, "__init__.py")) {
+			return Spec{}, fmt.Errorf("the editable finder %s maps %s to %s, which has no __init__.py", f.file, name, dir)
+		}
+		return Spec{Found: true, Origin: filepath.Join(dir, "__init__.py"), Locations: []string{dir}, Others: spec.Others}, nil
+	}
+	return spec, nil
+}
+
+// pathFind is importlib's PathFinder over sys.path as it is now.
+func (s *state) pathFind(name string) (Spec, error) {
+	var entries []string
+	raw := map[string]string{} // a cleaned entry -> as sys.path holds it (-S keeps "dir/../x")
+	for _, e := range s.path {
+		if e == "" {
+			d, err := filepath.EvalSymlinks(s.cwd)
+			if err != nil {
+				return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+			}
+			e = d
+		}
+		fi, err := os.Stat(e)
+		if err != nil {
+			continue // absent: its finder finds nothing
+		}
+		if !fi.IsDir() {
+			return Spec{}, fmt.Errorf("the sys.path entry %s is a file (a zip archive's importer)", e)
+		}
+		if _, ok := raw[filepath.Clean(e)]; !ok {
+			raw[filepath.Clean(e)] = e
+		}
+		entries = append(entries, filepath.Clean(e))
+	}
+	f := sitepath.Resolve(entries, name, s.in.Version)
+	// The finder of an entry joins names to the entry as it is.
+	unclean := func(p string) string {
+		dir, base := filepath.Split(p)
+		return strings.TrimSuffix(raw[filepath.Clean(dir)], "/") + "/" + base
+	}
+	f.Path = unclean(f.Path)
+	for i := range f.Portions {
+		f.Portions[i] = unclean(f.Portions[i])
+	}
+	for i := range f.Others {
+		f.Others[i] = unclean(f.Others[i])
+	}
+	switch f.Kind {
+	case sitepath.Regular:
+		origin, err := initFile(f.Path, s.in.Version)
+		if err != nil {
+			return Spec{}, err
+		}
+		return Spec{Found: true, Origin: f.Path + "/" + filepath.Base(origin), Locations: []string{f.Path}, Others: f.Others}, nil
+	case sitepath.Module:
+		return Spec{Found: true, Origin: f.Path, Others: f.Others}, nil
+	case sitepath.Namespace:
+		return Spec{Found: true, Namespace: true, Locations: f.Portions}, nil
+	}
+	return Spec{Others: f.Others}, nil
+}
+
+// initFile is the __init__ a package directory's loader runs.
+func initFile(dir, version string) (string, error) {
+	f := sitepath.Resolve([]string{dir}, "__init__", version)
+	if f.Kind != sitepath.Module {
+		return "", fmt.Errorf("the package %s has no __init__ module", dir)
+	}
+	return f.Path, nil
+}
+
+// add appends an entry once (site's known_paths).
+func (s *state) add(p string) {
+	if s.known[p] {
+		return
+	}
+	s.known[p] = true
+	s.path = append(s.path, p)
+}
+
+// abs is os.path.abspath against the working directory.
+func (s *state) abs(p string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(s.cwd, p)
+	}
+	return filepath.Clean(p)
+}
+
+func versionAtLeast(v string, minor int) bool {
+	var m int
+	_, err := fmt.Sscanf(v, "3.%d", &m)
+	return err == nil && m >= minor
+}
