@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "0ad802443e656fc16b09c2e853d94dc09f7bd1f93c6497df596df11858e3dd5e"
+const builtinDigest = "79793f9c552f54fdf11e7a2de8839415fdff1a4b3ff19e69b9603e6d9eb86904"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -507,18 +507,34 @@ func builtinDefs() []*Definition {
 			Supersedes: []string{"patch_sched_guard.py"},
 			Caveat:     "hides the race behind AMD-AGI/Infera#69 instead of fixing it (the racing request still loses its KV transfer); INFERA_SKIP_PATCHES=vllm-scheduler-kv-xfer-finished-guard turns it off",
 			Status:     &UpstreamStatus{Issue: "AMD-AGI/Infera#69 (the seed's tracker)", PR: "none found", State: "as of the seed's status page, 2026-08-10", Drop: "the race is fixed: no connector reports a finished transfer for a request the scheduler has removed, or the scheduler tolerates it upstream"},
-			Guards: []Guard{
-				{File: "v1/core/sched/scheduler.py", Contains: "assert RequestStatus.is_finished(req.status)", Absent: false},
-			},
-			Edits: []Edit{
-				{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
-					Anchor:      "            logger.debug(\"Finished recving KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
-					Replacement: "            logger.debug(\"Finished recving KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (recving); ignored\", req_id\n                )\n                continue\n",
-					Upstream:    "", LegacyMarker: "(recving); skipping stale event", LegacyScript: "patch_sched_guard.py", LegacyUnique: false},
-				{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
-					Anchor:      "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
-					Replacement: "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (sending); ignored\", req_id\n                )\n                continue\n",
-					Upstream:    "", LegacyMarker: "(sending); skipping stale event", LegacyScript: "patch_sched_guard.py", LegacyUnique: false},
+			Variants: []Variant{
+				{Name: "both-loops", Versions: "",
+					Guards: []Guard{
+						{File: "v1/core/sched/scheduler.py", Contains: "assert RequestStatus.is_finished(req.status)", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
+							Anchor:      "            logger.debug(\"Finished recving KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
+							Replacement: "            logger.debug(\"Finished recving KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (recving); ignored\", req_id\n                )\n                continue\n",
+							Upstream:    "", LegacyMarker: "(recving); skipping stale event", LegacyScript: "patch_sched_guard.py", LegacyUnique: false},
+						{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
+							Anchor:      "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
+							Replacement: "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (sending); ignored\", req_id\n                )\n                continue\n",
+							Upstream:    "", LegacyMarker: "(sending); skipping stale event", LegacyScript: "patch_sched_guard.py", LegacyUnique: false},
+					},
+				},
+				{Name: "sending-loop", Versions: "",
+					Guards: []Guard{
+						{File: "v1/core/sched/scheduler.py", Contains: "assert RequestStatus.is_finished(req.status)", Absent: true},
+						{File: "v1/core/sched/scheduler.py", Contains: "logger.debug(\"Finished sending KV transfer for request %s\", req_id)", Absent: false, ContainsAny: []string{"            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n", "KV xfer finished for unknown req %s (sending); ignored"}},
+					},
+					Edits: []Edit{
+						{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
+							Anchor:      "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
+							Replacement: "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (sending); ignored\", req_id\n                )\n                continue\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false},
+					},
+				},
 			},
 		},
 	}
