@@ -166,7 +166,7 @@ func (p *pass) hostLibionic(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) preflight(ctx context.Context) (report.Section, error) {
-	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Libionic: p.ionic, Probe: p.probe, Log: p.log})
+	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Given: p.env0, Libionic: p.ionic, Probe: p.probe, Log: p.log})
 	p.env.Apply(out.Edits...)
 	return out, err
 }
