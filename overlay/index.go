@@ -15,6 +15,7 @@ import (
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/progress"
 )
 
 // IndexName is the payload index at the payload root: every entry with
@@ -58,7 +59,11 @@ func (e Entry) Perm() fs.FileMode {
 // BuildIndex walks root and lists it. Anything that is not a directory,
 // regular file or symlink, and symlinks leading out of root, are errors:
 // the payload must be copyable anywhere as it is.
-func BuildIndex(root string) (*Index, error) {
+func BuildIndex(root string) (*Index, error) { return BuildIndexMetered(root, nil) }
+
+// BuildIndexMetered is BuildIndex counting on m (nil: quiet) every file,
+// with its size once hashed, and every symlink.
+func BuildIndexMetered(root string, m *progress.Meter) (*Index, error) {
 	ix := &Index{Schema: 1}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -95,6 +100,9 @@ func BuildIndex(root string) (*Index, error) {
 			return fmt.Errorf("payload %s: %w", root, err)
 		}
 		ix.Entries = append(ix.Entries, e)
+		if e.Type != "dir" {
+			m.Add(1, e.Size)
+		}
 		return nil
 	})
 	if err != nil {
@@ -113,7 +121,12 @@ func WriteIndex(root string) (*Index, error) { return WriteIndexEnv(root, nil) }
 // WriteIndexEnv writes root's index into root, with envNames (the INFERA_*
 // variables the payload's code reads) sorted and without duplicates.
 func WriteIndexEnv(root string, envNames []string) (*Index, error) {
-	ix, err := BuildIndex(root)
+	return WriteIndexMetered(root, envNames, nil)
+}
+
+// WriteIndexMetered is WriteIndexEnv counting the entries hashed on m.
+func WriteIndexMetered(root string, envNames []string, m *progress.Meter) (*Index, error) {
+	ix, err := BuildIndexMetered(root, m)
 	if err != nil {
 		return nil, err
 	}

@@ -33,8 +33,11 @@ func Placeholders(s string) []string {
 const placeholdersShown = 5
 
 func checkPlaceholders(in *Facts) Result {
-	argv := in.Args.Argv
-	if len(argv) == 0 && len(in.Env) == 0 {
+	argv, env := in.Args.Argv, in.Given
+	if env == nil {
+		env = in.Env
+	}
+	if len(argv) == 0 && len(env) == 0 {
 		return skipped("no command and no environment to look at")
 	}
 	var found []string
@@ -43,19 +46,19 @@ func checkPlaceholders(in *Facts) Result {
 			found = append(found, fmt.Sprintf("%s in argv[%d]%s", tok, i, argWhere(argv, i)))
 		}
 	}
-	names := make([]string, 0, len(in.Env))
-	for name := range in.Env {
+	names := make([]string, 0, len(env))
+	for name := range env {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		for _, tok := range uniqueTokens(in.Env[name]) {
+		for _, tok := range uniqueTokens(env[name]) {
 			found = append(found, fmt.Sprintf("%s in env %s", tok, name))
 		}
 	}
 	if len(found) == 0 {
 		return pass(fmt.Sprintf("no <UPPER_CASE> placeholder in %s and %s",
-			plural(len(argv), "argument"), plural(len(in.Env), "environment variable")))
+			plural(len(argv), "argument"), plural(len(env), "environment variable")))
 	}
 	shown := found
 	if len(shown) > placeholdersShown {

@@ -36,6 +36,21 @@ func TestPlaceholdersPass(t *testing.T) {
 	assert.Equal(t, "no <UPPER_CASE> placeholder in 1 argument and 0 environment variables", r.Seen)
 }
 
+// The check reads the environment as the container gave it (Given), not
+// the worker's composed one: --doctor, which composes nothing, and a start
+// see and count the same variables.
+func TestPlaceholdersReadTheGivenEnvironment(t *testing.T) {
+	given := map[string]string{"HOST": "<NODE>"}
+	composed := map[string]string{"HOST": "<NODE>", "PYTHONPATH": "/overlay/py312", "INFERA_ENGINE_READY_TIMEOUT": "1800"}
+	args := workerargs.Parse([]string{"true"})
+	doctor := checkPlaceholders(&Facts{Args: args, Env: given})
+	start := checkPlaceholders(&Facts{Args: args, Env: composed, Given: given})
+	assert.Equal(t, doctor, start)
+	assert.Equal(t, "<NODE> in env HOST", start.Seen)
+	delete(given, "HOST")
+	assert.Equal(t, checkPlaceholders(&Facts{Args: args, Env: given}).Seen, checkPlaceholders(&Facts{Args: args, Env: composed, Given: given}).Seen)
+}
+
 func TestPlaceholdersSkipped(t *testing.T) {
 	r := checkPlaceholders(&Facts{})
 	assert.Equal(t, Skipped, r.Status)

@@ -63,6 +63,7 @@ func (r Result) Failed(s Severity) bool { return r.Status == Fail && r.Severity 
 type Facts struct {
 	Args         workerargs.Args   // the worker command, read once
 	Env          map[string]string // the worker's environment
+	Given        map[string]string // as the container started infera-exec, before the payload's paths: what the placeholder check reads and counts, in --doctor and a start alike; nil: Env
 	Sysfs        string            // /sys, or SYSFS_PATH
 	RDMA         *rdma.Inventory   // the run's RDMA devices, read once (rdma.Read); nil: none was read
 	ShmDir       string            // /dev/shm

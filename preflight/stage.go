@@ -21,13 +21,15 @@ import (
 )
 
 // Input is what the preflight step takes: the decided configuration, the
-// worker command, the worker's composed environment, the host-provider
+// worker command, the worker's composed environment (and the one the
+// container started infera-exec with), the host-provider
 // step's outcome (the RDMA devices and the provider build each will use),
 // and the prober that touches filesystems that may not answer.
 type Input struct {
 	Config   config.Config
 	Args     workerargs.Args
 	Env      *environ.Env
+	Given    *environ.Env // as the container started infera-exec; nil: Env (--doctor, which composes nothing)
 	Libionic *libionic.Outcome
 	Probe    *fsprobe.Prober
 	Log      *slog.Logger
@@ -125,19 +127,29 @@ func Doctor(ctx context.Context, cfg config.Config, args workerargs.Args, env *e
 	return out
 }
 
+// envMap is e as a map, a name's last value winning.
+func envMap(e *environ.Env) map[string]string {
+	m := map[string]string{}
+	for _, kv := range e.Slice() {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
 // newFacts is what the checks look at in a real run.
 func newFacts(in Input) *Facts {
 	cfg := in.Config
 	var lim syscall.Rlimit
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
-	m := map[string]string{}
-	for _, kv := range in.Env.Slice() {
-		k, v, _ := strings.Cut(kv, "=")
-		m[k] = v
+	given := in.Given
+	if given == nil {
+		given = in.Env
 	}
 	f := &Facts{
 		Args:         in.Args,
-		Env:          m,
+		Env:          envMap(in.Env),
+		Given:        envMap(given),
 		Sysfs:        cfg.Sysfs,
 		ShmDir:       "/dev/shm",
 		NofileHard:   lim.Max,

@@ -11,6 +11,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
@@ -53,7 +54,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
-	say, progress := func(l string) { fmt.Fprintf(stderr, "infera-exec: %s\n", l) }, (func(string))(nil)
+	say, progress := func(l string) { logging.New(stderr, cfg.LogJSON, false, nil).Info(l) }, (func(string))(nil) // text, or JSON (INFERA_EXEC_LOG)
 	if !quiet {
 		progress = say
 	}

@@ -90,8 +90,7 @@ func (p *pass) steps() []step {
 		{"capabilities", p.checkCapabilities},
 		{"launch", p.planLaunch},
 		{"probe", func(ctx context.Context) (report.Section, error) {
-			// Started now, beside the steps in between; the patch step
-			// takes its answer only if nothing that decides it changed.
+			// Beside the next steps; the patch step takes its answer only if nothing that decides it changed.
 			p.early = patches.StartEarly(ctx, p.patchInput(nil))
 			return nil, nil
 		}},
@@ -165,7 +164,7 @@ func (p *pass) hostLibionic(ctx context.Context) (report.Section, error) {
 }
 
 func (p *pass) preflight(ctx context.Context) (report.Section, error) {
-	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Libionic: p.ionic, Probe: p.probe, Log: p.log,
+	out, err := preflight.Run(ctx, preflight.Input{Config: p.cfg, Args: p.args, Env: p.env, Given: p.env0, Libionic: p.ionic, Probe: p.probe, Log: p.log,
 		Capabilities: p.caps, Engine: p.early.Engine})
 	p.env.Apply(out.Edits...)
 	return out, err

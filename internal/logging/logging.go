@@ -40,15 +40,21 @@ func (r *Recorder) Entries() []Entry {
 // New returns a logger writing to w and recording into rec (which may be
 // nil). Debug lines are written only when verbose is set.
 func New(w io.Writer, jsonLines, verbose bool, rec *Recorder) *slog.Logger {
+	return NewNamed(w, "infera-exec", jsonLines, verbose, rec)
+}
+
+// NewNamed is New for another program of the project (infera-payload):
+// its text lines start with "NAME: ", its JSON lines carry logger NAME.
+func NewNamed(w io.Writer, name string, jsonLines, verbose bool, rec *Recorder) *slog.Logger {
 	level := slog.LevelInfo
 	if verbose {
 		level = slog.LevelDebug
 	}
 	var out slog.Handler
 	if jsonLines {
-		out = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}).WithAttrs([]slog.Attr{slog.String("logger", "infera-exec")})
+		out = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}).WithAttrs([]slog.Attr{slog.String("logger", name)})
 	} else {
-		out = &textHandler{w: w, mu: &sync.Mutex{}, level: level}
+		out = &textHandler{w: w, mu: &sync.Mutex{}, level: level, prefix: name + ": "}
 	}
 	if rec == nil {
 		return slog.New(out)
@@ -59,16 +65,17 @@ func New(w io.Writer, jsonLines, verbose bool, rec *Recorder) *slog.Logger {
 // textHandler prints "infera-exec: [warning: ]message". Attributes are for
 // JSON and the report; text messages carry their facts in the sentence.
 type textHandler struct {
-	w     io.Writer
-	mu    *sync.Mutex
-	level slog.Level
+	w      io.Writer
+	mu     *sync.Mutex
+	level  slog.Level
+	prefix string // Prefix for infera-exec
 }
 
 func (h *textHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
 
 func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
-	b.WriteString(Prefix)
+	b.WriteString(h.prefix)
 	switch {
 	case r.Level >= slog.LevelError:
 		b.WriteString("error: ")

@@ -71,3 +71,32 @@ func (m *Meter) line(now time.Time) string {
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// Done says what was done and how long it took: the final line, said
+// whatever the interval.
+func (m *Meter) Done() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.Say(fmt.Sprintf("%s done: %d files, %s in %s", m.What, m.doneFiles, mb(m.doneBytes), m.now().Sub(m.start).Round(time.Second)))
+}
+
+// Reporter makes the Meters of one command: where their lines go, and
+// the clock that spaces them. A nil *Reporter makes nil Meters (quiet).
+type Reporter struct {
+	Say func(line string)
+	Now func() time.Time // nil: time.Now; a seam for tests
+}
+
+// Start is a Meter for what, with the totals known up front (0: unknown).
+func (r *Reporter) Start(what string, files, bytes int64) *Meter {
+	if r == nil || r.Say == nil {
+		return nil
+	}
+	m := &Meter{What: what, Files: files, Bytes: bytes, Say: r.Say, Now: r.Now}
+	m.start = m.now()
+	m.last = m.start
+	return m
+}

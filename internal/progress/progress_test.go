@@ -27,3 +27,26 @@ func TestMeterSaysAtMostEveryInterval(t *testing.T) {
 	var quiet *Meter
 	quiet.Add(1, 1) // a nil meter says nothing, and does not fail
 }
+
+// A Reporter's Meters use its clock and output; Done says the final
+// summary whatever the interval; a nil Reporter is quiet.
+func TestReporterStartsMetersAndDoneSummarizes(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	var lines []string
+	r := &Reporter{Say: func(l string) { lines = append(lines, l) }, Now: func() time.Time { return clock }}
+	m := r.Start("index copy", 3, 3e6)
+	m.Add(1, 1e6)
+	assert.Empty(t, lines, "no line before the interval")
+	clock = clock.Add(Interval)
+	m.Add(1, 1e6)
+	clock = clock.Add(time.Second)
+	m.Add(1, 1e6)
+	m.Done()
+	assert.Equal(t, []string{"index copy: 2 of 3 files, 2.0 MB of 3.0 MB (2s)", "index copy done: 3 files, 3.0 MB in 3s"}, lines)
+
+	var quiet *Reporter
+	qm := quiet.Start("index", 1, 1)
+	assert.Nil(t, qm)
+	qm.Add(1, 1)
+	qm.Done()
+}

@@ -374,6 +374,23 @@ func SiteDirs(root string) []string {
 	return out
 }
 
+// SiteDirsAt are the site directories, as host paths, of the
+// installations at prefix (a path inside root: a venv such as
+// /app/.venv, a conda environment, an installation's prefix), in
+// SiteDirs' order; none when prefix holds no CPython installation.
+func SiteDirsAt(root, prefix string) []string {
+	var out []string
+	for _, in := range atPrefix(root, path.Clean("/"+prefix)) {
+		for _, s := range in.SitePackages(UserHome) {
+			hp := filepath.Join(root, s)
+			if isDir(hp) && !slices.Contains(out, hp) {
+				out = append(out, hp)
+			}
+		}
+	}
+	return out
+}
+
 // SearchPath is the sys.path of every installation of root, joined in
 // Find's order, each entry once, as host paths of existing directories
 // (what a lookup of a name in the image walks).

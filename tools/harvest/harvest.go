@@ -28,6 +28,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/progress"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/tools/outdir"
@@ -63,6 +64,8 @@ type Options struct {
 	Python   string   // the base's interpreter, a path inside Base; "" = the first of Interpreters
 	NoImport bool     // skip the import check (the load check still runs)
 	Force    bool     // replace Out even when an earlier run did not write it
+
+	Progress *progress.Reporter // how far the copies are; nil: quiet
 }
 
 // Interpreters are tried in order in a base root.
@@ -143,7 +146,12 @@ func Run(o Options) (*Result, error) {
 
 	// 1. The packages, with their distributions' metadata and files.
 	builder := elfload.NewLoader(o.Root, nil)
-	var sources []string // the builder's ELF files taken
+	type portion struct {
+		name, site, dir string
+		files           []string
+	}
+	var portions []portion
+	var total, totalBytes int64
 	for _, name := range o.Packages {
 		pkg := loc.Packages[name]
 		if !pkg.Found {
@@ -158,21 +166,41 @@ func Run(o Options) (*Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("package %s: %w", name, err)
 			}
-			r.From[name] = append(r.From[name], dir)
-			r.Files[name] += len(files)
+			portions = append(portions, portion{name, site, dir, files})
 			for _, rel := range files {
-				src := filepath.Join(site, filepath.FromSlash(rel))
-				if err := copyEntry(src, filepath.Join(o.Out, filepath.FromSlash(rel))); err != nil {
-					return nil, fmt.Errorf("package %s: %w", name, err)
-				}
-				if fi, err := os.Lstat(src); err == nil && fi.Mode().IsRegular() && elfload.IsLibraryName(path.Base(rel)) {
-					if _, err := elfload.Read(src); err == nil {
-						sources = append(sources, src)
-						r.Packages[name] = append(r.Packages[name], rel)
-					}
+				if fi, err := os.Lstat(filepath.Join(site, filepath.FromSlash(rel))); err == nil && !fi.IsDir() {
+					total++
+					totalBytes += fi.Size()
 				}
 			}
 		}
+	}
+	copied := o.Progress.Start("harvest copy", total, totalBytes)
+	var sources []string // the builder's ELF files taken
+	for _, p := range portions {
+		name := p.name
+		r.From[name] = append(r.From[name], p.dir)
+		r.Files[name] += len(p.files)
+		for _, rel := range p.files {
+			src := filepath.Join(p.site, filepath.FromSlash(rel))
+			if err := copyEntry(src, filepath.Join(o.Out, filepath.FromSlash(rel))); err != nil {
+				return nil, fmt.Errorf("package %s: %w", name, err)
+			}
+			fi, err := os.Lstat(src)
+			if err == nil && !fi.IsDir() {
+				copied.Add(1, fi.Size())
+			}
+			if err == nil && fi.Mode().IsRegular() && elfload.IsLibraryName(path.Base(rel)) {
+				if _, err := elfload.Read(src); err == nil {
+					sources = append(sources, src)
+					r.Packages[name] = append(r.Packages[name], rel)
+				}
+			}
+		}
+	}
+	copied.Done()
+	for _, name := range o.Packages {
+		pkg := loc.Packages[name]
 		for _, other := range pkg.Others {
 			if note := differs(other, pkg.Dirs); note != "" {
 				r.Also[name] = append(r.Also[name], other+" ("+note+")")
@@ -187,6 +215,7 @@ func Run(o Options) (*Result, error) {
 	}
 	libDir := filepath.Join(o.Out, "lib")
 	taken := map[string]bool{}
+	libs := o.Progress.Start("harvest libraries", 0, 0) // how many, the closure tells as it goes
 	for _, src := range sources {
 		c := builder.Check(src)
 		if !c.OK {
@@ -204,9 +233,13 @@ func Run(o Options) (*Result, error) {
 			if err := fixture.CopyFile(l.File, filepath.Join(libDir, filepath.Base(l.File)), 0o755); err != nil {
 				return nil, err
 			}
+			if fi, err := os.Stat(l.File); err == nil {
+				libs.Add(1, fi.Size())
+			}
 			r.Copied = append(r.Copied, Lib{Name: l.Name, From: l.File})
 		}
 	}
+	libs.Done()
 	if r.Links, err = sonameLinks(libDir, neededNames(r.Copied)); err != nil {
 		return nil, err
 	}

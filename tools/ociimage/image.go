@@ -57,6 +57,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/infera/infera-exec/internal/progress"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/tools/outdir"
 )
@@ -93,6 +94,8 @@ type Options struct {
 	OS       string    // config os
 	Created  time.Time // every timestamp in the image
 	Force    bool      // replace OCI even when an earlier run did not write it
+
+	Progress *progress.Reporter // how far the check and the layer are; nil: quiet
 }
 
 // Result is what was built.
@@ -187,7 +190,7 @@ func Build(o Options) (*Result, error) {
 	if err := outdir.CheckFile(outdir.Path{Flag: "-archive", Path: o.Archive}, []outdir.Path{payload}); err != nil {
 		return nil, err
 	}
-	ix, err := verify(o.Payload)
+	ix, err := verify(o.Payload, o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -200,13 +203,16 @@ func Build(o Options) (*Result, error) {
 		return nil, err
 	}
 	defer os.Remove(tmp.Name())
-	n, err := writeLayer(tmp, o.Payload, ix, o.Created)
+	files, bytes := fileTotals(ix)
+	layered := o.Progress.Start("image layer", files, bytes)
+	n, err := writeLayer(tmp, o.Payload, ix, o.Created, layered)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return nil, err
 	}
+	layered.Done()
 	layerFile := tmp.Name()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return os.Open(layerFile) },
 		tarball.WithMediaType(types.OCILayer))
@@ -276,7 +282,7 @@ func image(layer v1.Layer, o Options) (v1.Image, error) {
 // the same entries, each of the same type and mode, files of the same size
 // and SHA-256, symlinks with the same target. Entries that are not a
 // directory, regular file or symlink are refused (overlay.BuildIndex).
-func verify(root string) (*overlay.Index, error) {
+func verify(root string, rep *progress.Reporter) (*overlay.Index, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
 		return nil, fmt.Errorf("payload %s: %w", root, err)
@@ -288,10 +294,13 @@ func verify(root string) (*overlay.Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	have, err := overlay.BuildIndex(root)
+	files, bytes := fileTotals(want)
+	checked := rep.Start("image check", files, bytes)
+	have, err := overlay.BuildIndexMetered(root, checked)
 	if err != nil {
 		return nil, err
 	}
+	checked.Done()
 	onDisk := map[string]overlay.Entry{}
 	for _, e := range have.Entries {
 		onDisk[e.Path] = e
@@ -364,7 +373,19 @@ func checkBinary(p, arch string) error {
 // with no names, stamped with mtime, with the payload's mode. Every file
 // is hashed again while it is written, so a payload changed after
 // verify() is refused rather than shipped.
-func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time) (int, error) {
+// fileTotals are the files and symlinks of ix, and the files' bytes.
+func fileTotals(ix *overlay.Index) (files, bytes int64) {
+	for _, e := range ix.Entries {
+		if e.Type != "dir" {
+			files++
+			bytes += e.Size
+		}
+	}
+	return files, bytes
+}
+
+// writeLayer writes the layer, counting its files and symlinks on m.
+func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time, m *progress.Meter) (int, error) {
 	fi, err := os.Lstat(filepath.Join(root, overlay.IndexName))
 	if err != nil {
 		return 0, err
@@ -401,6 +422,9 @@ func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time) (i
 		if err := tw.WriteHeader(h); err != nil {
 			return 0, fmt.Errorf("layer entry %s: %w", e.Path, err)
 		}
+		if e.Type == "symlink" {
+			m.Add(1, 0)
+		}
 		if e.Type != "file" {
 			continue
 		}
@@ -413,6 +437,7 @@ func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time) (i
 		if err := copyChecked(tw, filepath.Join(root, filepath.FromSlash(e.Path)), e); err != nil {
 			return 0, err
 		}
+		m.Add(1, e.Size)
 	}
 	if err := tw.Close(); err != nil {
 		return 0, err

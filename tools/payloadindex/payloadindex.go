@@ -28,6 +28,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/infera/infera-exec/internal/progress"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -48,6 +49,8 @@ type Options struct {
 	Demo    string   // also make the demo's ROCm, engine and model here; empty: no
 	Engine  string   // with Demo: a vLLM install whose fixes are pending
 	Force   bool     // replace Out (and Demo) even when an earlier run did not write it
+
+	Progress *progress.Reporter // how far the copy and the hashing are; nil: quiet
 }
 
 // Flags registers the options on fl, with their defaults.
@@ -140,11 +143,23 @@ func Build(o Options) (*Result, error) {
 	if err := outdir.Replace(out, o.inputs("-out"), o.Force); err != nil {
 		return nil, err
 	}
+	// What is copied, counted first: the binary, the patches, the trees.
+	sources := []string{o.Bin, o.Patches}
+	for _, t := range o.Trees {
+		from, _, _ := strings.Cut(t, ":")
+		sources = append(sources, from)
+	}
+	files, bytes := tally(sources...)
+	copied := o.Progress.Start("index copy", files, bytes)
+	each := func(size int64) { copied.Add(1, size) }
 	if err := fixture.CopyFile(o.Bin, filepath.Join(o.Out, "bin", "infera-exec"), 0o755); err != nil {
 		return nil, err
 	}
+	if fi, err := os.Stat(o.Bin); err == nil {
+		each(fi.Size())
+	}
 	if o.Patches != "" {
-		if err := fixture.CopyTree(o.Patches, filepath.Join(o.Out, "patches")); err != nil {
+		if err := fixture.CopyTreeEach(o.Patches, filepath.Join(o.Out, "patches"), each); err != nil {
 			return nil, err
 		}
 	}
@@ -161,7 +176,7 @@ func Build(o Options) (*Result, error) {
 			if !ok || to == "" || filepath.IsAbs(to) || strings.Contains(to, "..") {
 				return nil, fmt.Errorf("-tree %q: want SRC:DEST with DEST relative, e.g. build/py312:py312", t)
 			}
-			if err := fixture.CopyTree(from, filepath.Join(o.Out, to)); err != nil {
+			if err := fixture.CopyTreeEach(from, filepath.Join(o.Out, to), each); err != nil {
 				return nil, err
 			}
 			// A harvested tree carries the marker of its own output
@@ -189,15 +204,50 @@ func Build(o Options) (*Result, error) {
 	} else if err := demoTrees(o.Out, o.Src); err != nil {
 		return nil, err
 	}
+	copied.Done()
 	names, err := PythonEnvNames(o.Out)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := overlay.WriteIndexEnv(o.Out, names)
+	entries, bytes := tally(o.Out)
+	if _, err := os.Lstat(filepath.Join(o.Out, overlay.OutMarker)); err == nil {
+		entries-- // not indexed
+	}
+	hashed := o.Progress.Start("index hash", entries, bytes)
+	ix, err := overlay.WriteIndexMetered(o.Out, names, hashed)
 	if err != nil {
 		return nil, err
 	}
+	hashed.Done()
 	return &Result{Dir: o.Out, Index: filepath.Join(o.Out, overlay.IndexName), Entries: len(ix.Entries), Notes: notes}, nil
+}
+
+// tally counts what the progress lines count against: the files and
+// symlinks under each root (a file root counts as one; __pycache__ is
+// left out, as the copy leaves it out) and their bytes. Roots that
+// cannot be read count nothing: the copy reports them.
+func tally(roots ...string) (files, bytes int64) {
+	for _, root := range roots {
+		if root == "" {
+			continue
+		}
+		filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return nil
+			case d.IsDir() && d.Name() == "__pycache__":
+				return filepath.SkipDir
+			case d.IsDir():
+				return nil
+			}
+			files++
+			if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
+				bytes += fi.Size()
+			}
+			return nil
+		})
+	}
+	return files, bytes
 }
 
 // PythonEnvNames are the INFERA_* names the Python code of the payload at

@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/internal/distinfo"
+	"github.com/infera/infera-exec/internal/progress"
+	"github.com/infera/infera-exec/internal/sitepath"
 )
 
 // Options are the inputs of one prune.
@@ -27,6 +29,12 @@ type Options struct {
 	Base   string   // the base root
 	Keep   []string // distributions to keep even when the base has them
 	DryRun bool     // say what would be removed, remove nothing
+	// Sites are where the base's packages live, paths inside Base: a
+	// venv or installation prefix (/app/.venv), or a site directory
+	// itself; empty: every installation found (sitepath.SiteDirs).
+	Sites []string
+
+	Progress *progress.Reporter // how far the removal is; nil: quiet
 }
 
 // Match is a distribution of the tree that the base provides too.
@@ -61,9 +69,13 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Tree: o.Tree, Sites: distinfo.SiteDirs(o.Base)}
-	if len(r.Sites) == 0 {
-		return nil, fmt.Errorf("the base %s has no site directory of an interpreter (PREFIX/lib/python3.X/site-packages, Debian's dist-packages, a venv's under /opt)", o.Base)
+	r := &Result{Tree: o.Tree}
+	if len(o.Sites) > 0 {
+		if r.Sites, err = baseSites(o.Base, o.Sites); err != nil {
+			return nil, err
+		}
+	} else if r.Sites = distinfo.SiteDirs(o.Base); len(r.Sites) == 0 {
+		return nil, fmt.Errorf("the base %s has no site directory of an interpreter where one is looked for (PREFIX/lib/python3.X/site-packages under /usr, /usr/local or /opt/*, Debian's dist-packages, a venv under /opt); name where its packages live with -base-site, e.g. -base-site /app/.venv", o.Base)
 	}
 	inBase := map[string]distinfo.Dist{}
 	for _, s := range r.Sites {
@@ -81,6 +93,8 @@ func Run(o Options) (*Result, error) {
 	for _, k := range o.Keep {
 		keep[distinfo.Canonical(k)] = true
 	}
+	var removals [][]string // each match's files, in r.Matches' order
+	var total, totalBytes int64
 	for _, d := range dists {
 		b, ok := inBase[d.Key()]
 		if !ok {
@@ -88,33 +102,85 @@ func Run(o Options) (*Result, error) {
 			continue
 		}
 		m := Match{Name: d.Name, TreeVersion: d.Version, BaseVersion: b.Version, BaseMeta: b.Meta, Kept: keep[d.Key()]}
+		var files []string
 		if m.Kept {
 			r.Left++
 		} else {
-			files, err := d.Files()
-			if err != nil {
+			if files, err = d.Files(); err != nil {
 				return nil, fmt.Errorf("%s: %w (without its RECORD the files it installed are not known; remove it by hand or keep it with -keep %s)", d.Meta, err, d.Name)
 			}
 			m.Files = len(files)
-			if !o.DryRun {
-				if err := remove(o.Tree, files); err != nil {
-					return nil, err
-				}
-			}
+			total += int64(len(files))
+			totalBytes += sizes(o.Tree, files)
 		}
 		r.Matches = append(r.Matches, m)
+		removals = append(removals, files)
 	}
+	if o.DryRun {
+		return r, nil
+	}
+	removed := o.Progress.Start("prune", total, totalBytes)
+	for _, files := range removals {
+		if err := remove(o.Tree, files, removed); err != nil {
+			return nil, err
+		}
+	}
+	removed.Done()
 	return r, nil
+}
+
+// baseSites are the site directories of the places given (paths inside
+// base): a site directory itself (site-packages, dist-packages), or the
+// site directories of the installations at a prefix or venv. A place
+// that holds none is an error naming what was looked for.
+func baseSites(base string, places []string) ([]string, error) {
+	var out []string
+	for _, pl := range places {
+		inside := filepath.Clean("/" + pl)
+		hp := filepath.Join(base, inside)
+		fi, err := os.Stat(hp)
+		if err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("-base-site %s: %s is not a directory", pl, hp)
+		}
+		var found []string
+		switch filepath.Base(inside) {
+		case "site-packages", "dist-packages":
+			found = []string{hp}
+		default:
+			found = sitepath.SiteDirsAt(base, inside)
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("-base-site %s: %s holds no site-packages: want a venv or installation prefix (with lib/python3.X/site-packages), or a site-packages or dist-packages directory itself", pl, hp)
+		}
+		for _, f := range found {
+			if !slices.Contains(out, f) {
+				out = append(out, f)
+			}
+		}
+	}
+	return out, nil
+}
+
+// sizes is the bytes of the files (relative to tree) that exist.
+func sizes(tree string, files []string) int64 {
+	var n int64
+	for _, rel := range files {
+		if fi, err := os.Lstat(filepath.Join(tree, filepath.FromSlash(rel))); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 // remove deletes the files (relative to tree), then the directories they
 // leave empty (or holding only __pycache__), deepest first.
-func remove(tree string, files []string) error {
+func remove(tree string, files []string, m *progress.Meter) error {
 	dirs := map[string]bool{}
 	for _, rel := range files {
 		p := filepath.Join(tree, filepath.FromSlash(rel))
 		fi, err := os.Lstat(p)
 		if errors.Is(err, fs.ErrNotExist) {
+			m.Add(1, 0)
 			continue
 		}
 		if err != nil {
@@ -126,6 +192,11 @@ func remove(tree string, files []string) error {
 			}
 		} else if err := os.Remove(p); err != nil {
 			return err
+		}
+		if fi.Mode().IsRegular() {
+			m.Add(1, fi.Size())
+		} else {
+			m.Add(1, 0)
 		}
 		for d := filepath.Dir(p); d != tree && strings.HasPrefix(d, tree); d = filepath.Dir(d) {
 			dirs[d] = true

@@ -179,6 +179,7 @@ var enabling = []struct{ words, command string }{
 	{"cc not found", "apt-get install gcc libc6-dev"},
 	{"make build", "make test (it builds bin/infera-exec and sets INFERA_EXEC_BIN)"},
 	{"make test-runtime", "make test-runtime (as root, with podman, runc and catatonit; bash .ci/run installs them)"},
+	{"make test-long", "make test-long (bash .ci/run runs it after make test)"},
 }
 
 func enableCommand(reason string) string {

@@ -20,7 +20,7 @@ func (s *strList) Set(v string) error { *s = append(*s, v); return nil }
 var harvestCommand = subcommand{
 	name:     "harvest",
 	summary:  "make a native tree: packages with native extensions and the libraries the base lacks, proven to load",
-	synopsis: "-root BUILDER_ROOT -package NAME [-package NAME]... -out TREE_DIR [-base BASE_ROOT] [-rocm MAJOR] [-capability NAME=PKG[,PKG]]...",
+	synopsis: "-root BUILDER_ROOT -package NAME [-package NAME]... -out TREE_DIR [-base BASE_ROOT] [-rocm MAJOR] [-capability NAME=PKG[,PKG]]... [-q]",
 	about: `
 Takes the named Python packages from a builder root (an unpacked image, any
 root filesystem; located offline: site directories, .pth files, editable
@@ -65,8 +65,9 @@ Exit status 1 when any capability was refused or any ELF does not load.`,
 		fl.StringVar(&o.Python, "python", "", "the base's interpreter, a `PATH` inside -base (default: /usr/bin/python3, ...)")
 		fl.BoolVar(&o.NoImport, "no-import", false, "do not run the import check (the load check still runs)")
 		fl.BoolVar(&o.Force, "force", false, "replace -out even when it is a non-empty directory an earlier run did not write")
-		return func(_ []string, stdout io.Writer) error {
-			o.Packages, o.Caps = pkgs, caps
+		quiet := quietFlag(fl)
+		return func(env []string, stdout, stderr io.Writer) error {
+			o.Packages, o.Caps, o.Progress = pkgs, caps, reporter(*quiet, env, stderr)
 			if o.Root == "" || o.Out == "" || len(o.Packages) == 0 {
 				return usageError{errors.New("-root, -out and at least one -package are required")}
 			}
@@ -97,7 +98,7 @@ missing library or symbol version. Exit status 1 when any does not load.`,
 		var tree, base string
 		fl.StringVar(&tree, "tree", "", "the tree `DIR`")
 		fl.StringVar(&base, "base", "", "the base `ROOT`")
-		return func(_ []string, stdout io.Writer) error {
+		return func(_ []string, stdout, _ io.Writer) error {
 			if tree == "" || base == "" {
 				return usageError{errors.New("-tree and -base are required")}
 			}
@@ -126,22 +127,30 @@ missing library or symbol version. Exit status 1 when any does not load.`,
 var pruneCommand = subcommand{
 	name:     "prune",
 	summary:  "remove from a py3XX tree the distributions the base already provides",
-	synopsis: "-tree DIR -base BASE_ROOT [-keep NAME]... [-n]",
+	synopsis: "-tree DIR -base BASE_ROOT [-base-site PATH]... [-keep NAME]... [-n] [-q]",
 	about: `
 For a tree made with 'pip install --target', removes every distribution
 the base root also has (matched by canonical name, removed with every file
 its RECORD lists), and lists those that would have shadowed the base's
-copy at another version. -keep names distributions to leave in place.`,
-	examples: []string{"infera-payload prune -tree build/wheels/py312 -base build/base -keep vllm-kvd"},
+copy at another version. -keep names distributions to leave in place.
+
+The base's packages are looked for where installations usually live
+(/usr, /usr/local, venvs and conda environments under /opt); an image
+that keeps them elsewhere, such as a venv at /app/.venv, is told so with
+-base-site /app/.venv. A -base-site that holds no site-packages is an
+error.`,
+	examples: []string{"infera-payload prune -tree build/wheels/py312 -base build/base -keep vllm-kvd", "infera-payload prune -tree build/wheels/py312 -base build/base -base-site /app/.venv"},
 	flags: func(fl *flag.FlagSet) action {
 		var o prune.Options
-		var keep strList
+		var keep, sites strList
 		fl.StringVar(&o.Tree, "tree", "", "the tree `DIR` (pip --target)")
 		fl.StringVar(&o.Base, "base", "", "the base `ROOT`")
 		fl.Var(&keep, "keep", "distribution `NAME` to keep (repeatable)")
 		fl.BoolVar(&o.DryRun, "n", false, "say what would be removed, remove nothing")
-		return func(_ []string, stdout io.Writer) error {
-			o.Keep = keep
+		fl.Var(&sites, "base-site", "where the base's packages live, a `PATH` inside -base: a venv or prefix (/app/.venv) or a site-packages directory (repeatable; default: every installation found under /usr, /usr/local and /opt)")
+		quiet := quietFlag(fl)
+		return func(env []string, stdout, stderr io.Writer) error {
+			o.Keep, o.Sites, o.Progress = keep, sites, reporter(*quiet, env, stderr)
 			if o.Tree == "" || o.Base == "" {
 				return usageError{errors.New("-tree and -base are required")}
 			}

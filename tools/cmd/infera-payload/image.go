@@ -11,7 +11,7 @@ import (
 var imageCommand = subcommand{
 	name:     "image",
 	summary:  "pack a payload into the overlay image: an OCI layout and a docker-archive",
-	synopsis: "[-payload DIR] [-oci DIR] [-archive FILE] [-version V] [-revision R] [-arch ARCH]",
+	synopsis: "[-payload DIR] [-oci DIR] [-archive FILE] [-version V] [-revision R] [-arch ARCH] [-q]",
 	about: `
 Builds the overlay image without a Docker daemon: FROM scratch, one layer
 that is the payload, ENTRYPOINT ["/bin/infera-exec", "--install"],
@@ -32,7 +32,9 @@ and configuration with Docker.`,
 	flags: func(fl *flag.FlagSet) action {
 		var o ociimage.Options
 		o.Flags(fl)
-		return func(env []string, stdout io.Writer) error {
+		quiet := quietFlag(fl)
+		return func(env []string, stdout, stderr io.Writer) error {
+			o.Progress = reporter(*quiet, env, stderr)
 			created, err := ociimage.SourceDate(env)
 			if err != nil {
 				return usageError{err}

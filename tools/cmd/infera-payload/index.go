@@ -11,7 +11,7 @@ import (
 var indexCommand = subcommand{
 	name:     "index",
 	summary:  "build a payload directory and its index (payload.index.json)",
-	synopsis: "[-out DIR] [-bin BINARY] [-tree SRC:DEST]... [-patches DIR] [-demo DIR]",
+	synopsis: "[-out DIR] [-bin BINARY] [-tree SRC:DEST]... [-patches DIR] [-demo DIR] [-q]",
 	about: `
 Replaces -out with a payload in the v0.2.2 layout: bin/infera-exec (the
 static binary), the trees given with -tree (py3XX/, native/rocmN-py3XX/),
@@ -44,7 +44,9 @@ working directory is refused even with -force. Refusals exit 64.`,
 	flags: func(fl *flag.FlagSet) action {
 		var o payloadindex.Options
 		o.Flags(fl)
-		return func(_ []string, stdout io.Writer) error {
+		quiet := quietFlag(fl)
+		return func(env []string, stdout, stderr io.Writer) error {
+			o.Progress = reporter(*quiet, env, stderr)
 			r, err := payloadindex.Build(o)
 			if err != nil {
 				return err

@@ -11,7 +11,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/infera/infera-exec/internal/logging"
+	"github.com/infera/infera-exec/internal/progress"
 	"github.com/infera/infera-exec/tools/harvest"
 	"github.com/infera/infera-exec/tools/outdir"
 )
@@ -38,8 +41,9 @@ type subcommand struct {
 }
 
 // action runs a subcommand with the process environment, reporting what
-// it wrote on stdout. A usageError is a wrong command line, not a failure.
-type action func(env []string, stdout io.Writer) error
+// it wrote on stdout and how far long work is on stderr. A usageError is
+// a wrong command line, not a failure.
+type action func(env []string, stdout, stderr io.Writer) error
 
 type usageError struct{ error }
 
@@ -93,7 +97,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "infera-payload %s: unexpected argument %q\n%s", sc.name, fl.Arg(0), hint)
 		return exitUsage
 	}
-	if err := act(env, stdout); err != nil {
+	if err := act(env, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "infera-payload %s: %v\n", sc.name, err)
 		var u usageError
 		var refused *outdir.Error
@@ -155,4 +159,34 @@ func help(w io.Writer, sc *subcommand, fl *flag.FlagSet) {
 	for _, e := range sc.examples {
 		fmt.Fprintf(w, "  %s\n", e)
 	}
+}
+
+// clock times the progress lines: a seam for tests, which step it.
+var clock = time.Now
+
+// quietFlag registers -q, which turns the progress lines off.
+func quietFlag(fl *flag.FlagSet) *bool {
+	return fl.Bool("q", false, "quiet: no progress lines on stderr")
+}
+
+// reporter says how far long work is on stderr, a line at most every
+// progress.Interval and one when each step is done, in infera-exec's log
+// format: text, or JSON lines with INFERA_EXEC_LOG=json. Quiet: nil.
+func reporter(quiet bool, env []string, stderr io.Writer) *progress.Reporter {
+	if quiet {
+		return nil
+	}
+	log := logging.NewNamed(stderr, "infera-payload", logJSON(env), false, nil)
+	return &progress.Reporter{Say: func(l string) { log.Info(l) }, Now: clock}
+}
+
+// logJSON reads INFERA_EXEC_LOG as infera-exec does: json, in any case.
+func logJSON(env []string) bool {
+	json := false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "INFERA_EXEC_LOG="); ok {
+			json = strings.EqualFold(v, "json")
+		}
+	}
+	return json
 }
