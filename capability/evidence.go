@@ -1,9 +1,7 @@
 package capability
 
 import (
-	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -25,28 +23,6 @@ type Evidence struct {
 	// file -> the library or symbol version missing. Any withdraws the
 	// capability.
 	DoesNotLoad map[string][]string `json:"does_not_load,omitempty"`
-}
-
-// CheckGlob refuses an evidence glob that is not a valid pattern or could
-// match outside the tree.
-func CheckGlob(g string) error {
-	switch {
-	case g == "":
-		return fmt.Errorf("empty evidence glob")
-	case strings.HasPrefix(g, "/"):
-		return fmt.Errorf("evidence glob %q is absolute; globs are relative to the tree", g)
-	case !doublestar.ValidatePattern(g):
-		return fmt.Errorf("evidence glob %q is not a valid pattern", g)
-	}
-	for _, part := range strings.Split(g, "/") {
-		if part == ".." {
-			return fmt.Errorf("evidence glob %q leaves the tree", g)
-		}
-	}
-	if path.Clean(g) != g && !strings.HasSuffix(g, "/") {
-		return fmt.Errorf("evidence glob %q is not a clean path pattern", g)
-	}
-	return nil
 }
 
 // Verify checks each capability's evidence in dir and returns the granted

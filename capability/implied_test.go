@@ -127,12 +127,6 @@ func TestEvidence(t *testing.T) {
 	assert.True(t, ev[2].Granted)
 	assert.Equal(t, []string{"mooncake/engine.cpython-312-x86_64-linux-gnu.so"}, ev[2].Found["mooncake/engine*.so"])
 
-	for _, g := range []string{"", "/etc/*", "../x", "a/../../b", "a/[", "./a"} {
-		assert.Error(t, CheckGlob(g), "%q", g)
-	}
-	for _, g := range []string{"lib/libhipfile.so.*", "**/*.so", "bin/ais-check"} {
-		assert.NoError(t, CheckGlob(g), "%q", g)
-	}
 }
 
 func put(t *testing.T, p, content string) {

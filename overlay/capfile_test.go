@@ -175,3 +175,13 @@ func TestReadCapabilities(t *testing.T) {
 		assert.Nil(t, set)
 	})
 }
+
+// An evidence glob must be a valid pattern that stays inside its tree.
+func TestCheckGlob(t *testing.T) {
+	for _, g := range []string{"", "/etc/*", "../x", "a/../../b", "a/[", "./a"} {
+		assert.Error(t, checkGlob(g), "%q", g)
+	}
+	for _, g := range []string{"lib/libhipfile.so.*", "**/*.so", "bin/ais-check"} {
+		assert.NoError(t, checkGlob(g), "%q", g)
+	}
+}
