@@ -94,14 +94,16 @@ test: build
 	exit $$st
 
 # What make test samples, in full: every kill -9 and race loop at its
-# whole length (go test without -short: testsupport.Rounds) and every case
-# of the deployment corpus (make test runs a third), then each
+# whole length (go test without -short: testsupport.Rounds), every case
+# of the deployment corpus (make test runs a third), the import resolver
+# against the real interpreter over 400 generated layouts (make test: 30), then each
 # fuzz target for FUZZTIME_LONG inputs beyond its seed corpus. About 5
 # minutes on 2 cores; .ci/run runs it after make test.
 FUZZTIME_LONG ?= 2000x
 test-long: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run 'Kill|Crash|TwoStarts|Hostile|Concurrent' ./patches/ ./libionic/ ./overlay/
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^TestCorpus$$' ./cmd/infera-exec/
+	$(GO) test -count=1 -run '^TestResolverAgreesWithTheInterpreter$$' ./internal/pyimport/
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME_LONG)
 
 # The container recipe (deploy/containers/run.sh) in a real OCI runtime:
