@@ -15,6 +15,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/memcg"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/preflight/rules"
 )
@@ -147,7 +148,7 @@ func (in *Facts) config() *modelConfig {
 	case in.Args.ModelFrom == "":
 		c.why = "no model in the command"
 		return c
-	case !isModelPath(arg):
+	case !workerargs.IsModelPath(arg):
 		c.why = fmt.Sprintf("the model %s is a hub id, not a directory: config.json is not read", arg)
 		return c
 	}
@@ -495,30 +496,11 @@ func (in *Facts) memoryBelowWeights() rules.Value {
 	return rules.Value{Values: []string{strconv.FormatBool(lim < c.size)}, Read: read}
 }
 
-// MemoryLimit is the memory cgroup's limit in bytes (0: none), read from
-// cgroup v2's memory.max, else v1's memory/memory.limit_in_bytes, under
-// root (/sys/fs/cgroup), and the file it came from (or why none).
+// MemoryLimit is this process's memory cgroup limit in bytes (0: none)
+// under root (SYSFS_PATH/fs/cgroup): cgroup v2's memory.max, else v1's
+// memory.limit_in_bytes; and the file it came from (or why none).
 func MemoryLimit(root string) (uint64, string, bool) {
-	for _, f := range []string{"memory.max", filepath.Join("memory", "memory.limit_in_bytes")} {
-		p := filepath.Join(root, f)
-		data, err := boundedread.File(p, 4096)
-		if err != nil {
-			continue
-		}
-		s := strings.TrimSpace(string(data))
-		if s == "max" {
-			return 0, p, true
-		}
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Sprintf("%s holds %q", p, s), false
-		}
-		if n >= 1<<62 { // v1's "no limit" is the largest page-aligned value
-			return 0, p, true
-		}
-		return n, p, true
-	}
-	return 0, "neither memory.max (cgroup v2) nor memory/memory.limit_in_bytes (v1) in the cgroup directory", false
+	return memcg.Find(root).Limit()
 }
 
 func formatBytes(n uint64) string {
