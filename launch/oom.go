@@ -57,15 +57,15 @@ func (w OOMWatch) explain(before oomCount, s InitSpec, out InitOutcome) string {
 	if !ok || after <= before.n {
 		return ""
 	}
-	limit := "memory limit unknown"
+	limit := "memory limit is unknown"
 	if lim, from, ok := before.group.Limit(); !ok {
 		limit += " (" + from + ")"
 	} else if lim == 0 {
-		limit = fmt.Sprintf("no memory limit (%s)", from)
+		limit = fmt.Sprintf("memory is not limited (%s)", filepath.Base(from))
 	} else {
-		limit = fmt.Sprintf("memory limit %s (%s)", size(lim), from)
+		limit = fmt.Sprintf("memory limit is %s (%s)", size(lim), filepath.Base(from))
 	}
-	return fmt.Sprintf("init: the worker (pid %d) was killed by the kernel's OOM killer (SIGKILL; %s counted %d OOM kill(s) while it ran): the container's %s; %s; exit %d",
+	return fmt.Sprintf("init: the worker (pid %d) was killed by the kernel's OOM killer (SIGKILL; its memory cgroup %s counted %d OOM kill(s) while it ran): the container's %s; %s; exit %d",
 		out.PID, before.group.Dir, after-before.n, limit, w.modelSize(s), out.Code)
 }
 

@@ -80,8 +80,12 @@ func TestOOMKillSaid(t *testing.T) {
 			require.Len(t, lines, 1, "one line: %s", log)
 			l := lines[0]
 			assert.True(t, strings.HasPrefix(l, "infera-exec: error: init: the worker (pid "), l)
-			assert.Contains(t, l, "counted 1 OOM kill(s) while it ran")
-			assert.Contains(t, l, "the container's memory limit 96Gi ("+filepath.Dir(counter)+"/memory.")
+			assert.Contains(t, l, "its memory cgroup "+filepath.Dir(counter)+" counted 1 OOM kill(s) while it ran")
+			limit := "memory.max"
+			if v1 {
+				limit = "memory.limit_in_bytes"
+			}
+			assert.Contains(t, l, "the container's memory limit is 96Gi ("+limit+")")
 			assert.Contains(t, l, fmt.Sprintf("the model %s holds 1.5 GB in 2 *.safetensors file(s); exit 137", m))
 			assert.NotContains(t, log, "was killed by SIGKILL", "the OOM line replaces the plain one")
 		})
@@ -163,6 +167,7 @@ func TestOOMKillReal(t *testing.T) {
 	lines := oomLines(log)
 	require.Len(t, lines, 1, log)
 	t.Log(lines[0])
-	assert.Contains(t, lines[0], "the container's memory limit 128Mi ("+filepath.Join(dir, limit)+")")
+	assert.Contains(t, lines[0], "its memory cgroup "+dir+" counted 1 OOM kill(s)")
+	assert.Contains(t, lines[0], "the container's memory limit is 128Mi ("+limit+")")
 	assert.Contains(t, lines[0], "the model "+m+" holds 1.5 GB in 2 *.safetensors file(s)")
 }
