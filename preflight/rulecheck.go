@@ -176,9 +176,10 @@ func (in *Facts) config() *modelConfig {
 	return c
 }
 
-// configField is a config.json field by dotted path; model_type,
-// architectures and quantization_config fall back to text_config's when
-// the top level has none (multimodal models nest the language model's).
+// field is a config.json field by dotted path
+// (quantization_config.quant_method); a path the top level lacks is
+// looked up under text_config, where multimodal models nest the language
+// model's model_type, architectures and quantization_config.
 func (c *modelConfig) field(path string) (any, bool) {
 	get := func(m map[string]any) (any, bool) {
 		var cur any = m
