@@ -39,10 +39,10 @@ func TestConfigDottedPath(t *testing.T) {
 	f = configFacts(t, `{"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"],
 		"text_config": {"model_type": "kimi_linear", "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 4}}}}}}`)
 	for fact, want := range map[string][]string{
-		"config:quantization_config.quant_method":                               {"compressed-tensors"},
-		"config:quantization_config.config_groups.group_0.weights.num_bits":     {"4"},
-		"config:model_type":                                                     {"kimi_k3"}, // the top level's, when it has one
-		"config:text_config.model_type":                                         {"kimi_linear"},
+		"config:quantization_config.quant_method":                           {"compressed-tensors"},
+		"config:quantization_config.config_groups.group_0.weights.num_bits": {"4"},
+		"config:model_type":             {"kimi_k3"}, // the top level's, when it has one
+		"config:text_config.model_type": {"kimi_linear"},
 		"config:text_config.quantization_config.config_groups.group_0.weights.x": nil,
 	} {
 		assert.Equal(t, want, f.fact(fact).Values, fact)
