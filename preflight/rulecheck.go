@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -344,8 +345,7 @@ func (in *Facts) engine() engineLoc {
 }
 
 var (
-	vllmArchRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\s*"([A-Za-z_][A-Za-z0-9_]*)"\s*:\s*\(`) })
-	entryRE    = sync.OnceValue(func() *regexp.Regexp {
+	entryRE = sync.OnceValue(func() *regexp.Regexp {
 		return regexp.MustCompile(`(?m)^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_][A-Za-z0-9_]*)`)
 	})
 	identRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`) })
@@ -411,8 +411,8 @@ func registered(engine, dir string) (map[string]bool, string, string) {
 		if err != nil {
 			return nil, "", fmt.Sprintf("vLLM's model registry could not be read: %v", err)
 		}
-		for _, m := range vllmArchRE().FindAllSubmatch(data, -1) {
-			known[string(m[1])] = true
+		for _, name := range registryNames(data) {
+			known[name] = true
 		}
 		return known, p, ""
 	case "sglang":
@@ -435,6 +435,49 @@ func registered(engine, dir string) (map[string]bool, string, string) {
 		return known, fmt.Sprintf("EntryClass of %d files in %s", len(files), filepath.Dir(glob)), ""
 	}
 	return nil, "", "not an engine whose registry is known"
+}
+
+// registryNames are the keys of vLLM's registry entries: every line
+// that reads `"Name": (` after its indentation, Name an identifier. A
+// scan of lines rather than a regular expression: the registry is tens of
+// KB, read on every start of a vLLM worker, and a multi-line regular
+// expression costs a millisecond on it.
+func registryNames(data []byte) []string {
+	var out []string
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimLeft(line, " \t")
+		if len(line) < 4 || line[0] != '"' {
+			continue
+		}
+		end := bytes.IndexByte(line[1:], '"')
+		if end <= 0 || !isIdent(line[1:1+end]) {
+			continue
+		}
+		rest := bytes.TrimLeft(line[2+end:], " \t")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		if rest = bytes.TrimLeft(rest[1:], " \t"); len(rest) > 0 && rest[0] == '(' {
+			out = append(out, string(line[1:1+end]))
+		}
+	}
+	return out
+}
+
+func isIdent(b []byte) bool {
+	for i, c := range b {
+		letter := c == '_' || (c|0x20 >= 'a' && c|0x20 <= 'z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // vllmPlugins are the distributions in site that declare vLLM general

@@ -55,3 +55,24 @@ func TestConfigDottedPath(t *testing.T) {
 	r.When[0].In = []string{"fp8"}
 	assert.Equal(t, rules.DoesNot, r.Eval("vllm", "", f.fact).Outcome)
 }
+
+// vLLM's registry as its files write it: entries in several dicts,
+// indented, some split over lines, comments and other assignments around.
+func TestRegistryNames(t *testing.T) {
+	src := `_TEXT_GENERATION_MODELS = {
+    # [Decoder-only]
+    "AquilaModel": ("llama", "LlamaForCausalLM"),
+    "LlamaForCausalLM":("llama", "LlamaForCausalLM"),
+	"Qwen3NextForCausalLM" : ("qwen3_next", "Qwen3NextForCausalLM"),
+    "DeepseekV3ForCausalLM": (
+        "deepseek_v2", "DeepseekV3ForCausalLM"),
+    "_Private": ("x", "Y"),
+    "not an ident": ("x", "Y"),
+    "9Lives": ("x", "Y"),
+    "Key": "value",
+}
+x = "LlamaModel"  # "Fake": (
+    "Bad"
+`
+	assert.Equal(t, []string{"AquilaModel", "LlamaForCausalLM", "Qwen3NextForCausalLM", "DeepseekV3ForCausalLM", "_Private"}, registryNames([]byte(src)))
+}
