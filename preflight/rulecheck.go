@@ -525,6 +525,9 @@ func (in *Facts) memoryBelowWeights() rules.Value {
 	if !ok {
 		return rules.Value{Unknown: true, Why: "no memory limit could be read: " + from}
 	}
+	// The file by name: the cgroup's directory can be long, and --doctor
+	// keeps to 80 columns.
+	from = filepath.Base(from)
 	if lim == 0 {
 		return rules.Value{Values: []string{"false"}, Read: from + ": no limit"}
 	}

@@ -127,7 +127,8 @@ const v1Unlimited = 1 << 62
 
 // Limit is the group's memory limit in bytes (0: none), and the file it
 // was read from; ok is false when the file is missing or unreadable, and
-// from then says why.
+// from then says why (naming the file, not the group's directory, which
+// can be long: Dir is that).
 func (g Group) Limit() (limit uint64, from string, ok bool) {
 	p := filepath.Join(g.Dir, g.files()[0])
 	data, err := boundedread.File(p, maxFile)
@@ -140,7 +141,7 @@ func (g Group) Limit() (limit uint64, from string, ok bool) {
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Sprintf("%s holds %q", p, s), false
+		return 0, fmt.Sprintf("%s holds %q", filepath.Base(p), s), false
 	}
 	if n >= v1Unlimited {
 		return 0, p, true
@@ -165,11 +166,11 @@ func (g Group) OOMKills() (n uint64, from string, ok bool) {
 		}
 		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		if err != nil {
-			return 0, fmt.Sprintf("%s: oom_kill %q is not a count", p, v), false
+			return 0, fmt.Sprintf("%s: oom_kill %q is not a count", filepath.Base(p), v), false
 		}
 		return n, p, true
 	}
-	return 0, p + " has no oom_kill line", false
+	return 0, filepath.Base(p) + " has no oom_kill line", false
 }
 
 func (g Group) missing(p string, err error) string {
@@ -178,7 +179,7 @@ func (g Group) missing(p string, err error) string {
 		if g.V1 {
 			v = "v1"
 		}
-		return fmt.Sprintf("no %s (cgroup %s) in %s", filepath.Base(p), v, g.Dir)
+		return fmt.Sprintf("no %s (cgroup %s)", filepath.Base(p), v)
 	}
 	return err.Error()
 }

@@ -107,10 +107,10 @@ func TestMissingFiles(t *testing.T) {
 	g := FindFrom(root, selfV2)
 	_, from, ok := g.Limit()
 	assert.False(t, ok)
-	assert.Contains(t, from, "no memory.max (cgroup v2) in "+root)
+	assert.Contains(t, from, "no memory.max (cgroup v2)")
 	_, from, ok = g.OOMKills()
 	assert.False(t, ok)
-	assert.Contains(t, from, "no memory.events (cgroup v2) in "+root)
+	assert.Contains(t, from, "no memory.events (cgroup v2)")
 
 	// A memory.events without the line (kernels before 4.13 in v1).
 	g = FindFrom(tree(t, map[string]string{"memory/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"}), selfV1)
