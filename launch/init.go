@@ -95,6 +95,9 @@ type InitSpec struct {
 	Group bool
 	// Grace replaces GroupGrace when not zero (tests).
 	Grace time.Duration
+	// OOM says why the worker died of SIGKILL when the kernel can tell
+	// (Become).
+	OOM OOMWatch
 }
 
 // InitOutcome is how the worker ended.

@@ -25,6 +25,7 @@ func InitRole() string {
 // exits with: the worker's, 128+N when signal N killed it, or the shell's
 // 126/127 when it could not be started at all, as a failed exec gives.
 func Become(s InitSpec, log *slog.Logger) int {
+	before := s.OOM.count()
 	out, err := Supervise(s, func(msg string) { log.Warn(msg) })
 	if err != nil {
 		code := lookpath.CodeNotExecutable
@@ -34,7 +35,9 @@ func Become(s InitSpec, log *slog.Logger) int {
 		log.Error(err.Error(), "exit", code)
 		return code
 	}
-	if out.Signal != 0 {
+	if oom := s.OOM.explain(before, s, out); oom != "" {
+		log.Error(oom)
+	} else if out.Signal != 0 {
 		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Code))
 	} else {
 		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -40,6 +41,20 @@ func TestMain(m *testing.M) {
 		dir := os.Getenv("INITPROC_TEST_DIR")
 		if dir == "" {
 			dir = "/"
+		}
+		if cg, ok := os.LookupEnv("INITPROC_TEST_CGROUP"); ok {
+			// Become, as the pass runs it: the outcome is its log.
+			if join := os.Getenv("INITPROC_TEST_JOIN"); join != "" {
+				if err := os.WriteFile(filepath.Join(join, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(125)
+				}
+			}
+			argv := append([]string{"sh", "-c", script, "sh"}, strings.Fields(os.Getenv("INITPROC_TEST_ARGS"))...)
+			code := Become(InitSpec{Path: "/bin/sh", Argv: argv, Env: os.Environ(), Dir: dir, OOM: OOMWatch{Cgroup: cg}},
+				logging.New(os.Stderr, false, false, nil))
+			fmt.Fprintf(os.Stderr, "outcome={\"Code\":%d}\n", code)
+			os.Exit(code)
 		}
 		out, err := Supervise(InitSpec{Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: os.Environ(), Dir: dir,
 			Group: os.Getenv("INITPROC_TEST_GROUP") == "1", Grace: grace}, func(s string) { fmt.Fprintln(os.Stderr, s) })

@@ -6,10 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/inheritfd"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/report"
@@ -24,6 +26,9 @@ type Input struct {
 	Env     *environ.Env
 	DryRun  bool
 	Log     *slog.Logger
+	// Probe reads the model's size after a worker the OOM killer ended
+	// (init mode), with the run's deadline.
+	Probe *fsprobe.Prober
 }
 
 // Outcome is what is (or would be) executed: the report's exec section.
@@ -43,6 +48,7 @@ type Outcome struct {
 	// Edits is what the worker's environment gains:
 	// INFERA_ENGINE_READY_TIMEOUT.
 	Edits []environ.Edit `json:"-"`
+	oom   OOMWatch
 }
 
 // Run decides how the worker starts, before anything touches the disk, so
@@ -56,6 +62,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	cfg := in.Config
 	o := &Outcome{Command: in.Command, Cwd: cfg.Chdir, Init: cfg.Init,
 		Edits: []environ.Edit{environ.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(cfg.ReadyTimeout))}}
+	if cfg.Init != config.InitOff {
+		o.oom = OOMWatch{Cgroup: filepath.Join(cfg.Sysfs, "fs", "cgroup"), Probe: in.Probe}
+	}
 	if err := CheckDir(cfg.Chdir); err != nil {
 		return o, &config.Error{Msg: err.Error()}
 	}
@@ -147,7 +156,7 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 	}
 	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
-		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup}, log), nil
+		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom}, log), nil
 	}
 	return Exec(o.Path, o.Argv, env)
 }

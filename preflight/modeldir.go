@@ -7,11 +7,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/weights"
+	"github.com/infera/infera-exec/internal/workerargs"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,63 +28,18 @@ const (
 	readyHeadroom = 1.5
 )
 
-// shardGroups are the weight formats in the order an engine prefers them:
-// a repository shipping both safetensors and .bin loads only the former.
-var shardGroups = [...]struct {
-	pattern string
-	exts    []string
-}{
-	{"*.safetensors", []string{".safetensors"}},
-	{"*.bin", []string{".bin"}},
-	{"*.pt, *.pth", []string{".pt", ".pth"}},
-	{"*.gguf", []string{".gguf"}},
-}
-
-const ggufGroup = 3 // index of *.gguf in shardGroups
-
-const shardPatterns = "*.safetensors, *.bin, *.pt, *.pth, *.gguf"
-
-func shardGroup(name string) int {
-	ext := strings.ToLower(filepath.Ext(name))
-	for i, g := range shardGroups {
-		for _, e := range g.exts {
-			if ext == e {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
-// isModelPath: absolute, or explicitly relative. Anything else
-// (meta-llama/Llama-3.1-8B) is a Hugging Face repository id.
-func isModelPath(v string) bool {
-	return strings.HasPrefix(v, "/") || v == "." || v == ".." ||
-		strings.HasPrefix(v, "./") || strings.HasPrefix(v, "../")
-}
-
-type shardScan struct {
-	Count     int    `json:"count"`
-	Size      uint64 `json:"size"`
-	Pattern   string `json:"pattern,omitempty"`
-	First     string `json:"first,omitempty"`      // a shard to try opening
-	Subdirs   bool   `json:"subdirs,omitempty"`    // found one level down, not in the directory itself
-	BadShard  string `json:"bad_shard,omitempty"`  // a shard that cannot be stat'ed (dangling link)
-	BadReason string `json:"bad_reason,omitempty"` // why, without the path
-}
-
 // modelView is what the model-dir check reads from the model's
 // filesystem: one operation, so that a filesystem that may not answer is
 // asked once, by one helper, with one deadline.
 type modelView struct {
-	Missing  bool      `json:"missing,omitempty"`
-	StatErr  string    `json:"stat_err,omitempty"`  // stat failed otherwise; the reason without the path
-	NotModel bool      `json:"not_model,omitempty"` // neither a directory nor a GGUF file
-	ListErr  string    `json:"list_err,omitempty"`
-	Scan     shardScan `json:"scan"`
-	OpenErr  string    `json:"open_err,omitempty"` // the first shard cannot be opened
-	FS       FS        `json:"fs"`
-	FSErr    string    `json:"fs_err,omitempty"`
+	Missing  bool         `json:"missing,omitempty"`
+	StatErr  string       `json:"stat_err,omitempty"`  // stat failed otherwise; the reason without the path
+	NotModel bool         `json:"not_model,omitempty"` // neither a directory nor a GGUF file
+	ListErr  string       `json:"list_err,omitempty"`
+	Scan     weights.Scan `json:"scan"`
+	OpenErr  string       `json:"open_err,omitempty"` // the first shard cannot be opened
+	FS       FS           `json:"fs"`
+	FSErr    string       `json:"fs_err,omitempty"`
 	// Config is the directory's config.json, read in the same operation
 	// (bounded: maxConfigBytes, a regular file opened without blocking);
 	// ConfigErr says why it is not there.
@@ -115,13 +71,13 @@ func inspectModel(full string) (modelView, error) {
 			v.ListErr = boundedread.BareErr(err).Error()
 			return v, nil
 		}
-		v.Scan = scanShards(full, entries)
+		v.Scan = weights.ScanDir(full, entries)
 		if v.Config, err = boundedread.File(filepath.Join(full, "config.json"), maxConfigBytes); err != nil {
 			v.Config, v.ConfigErr = nil, boundedread.BareErr(err).Error()
 		}
-	} else if fi.Mode().IsRegular() && shardGroup(full) == ggufGroup {
+	} else if fi.Mode().IsRegular() && weights.IsGGUF(full) {
 		// A GGUF checkpoint may be given as the file itself.
-		v.Scan = shardScan{Count: 1, Size: uint64(fi.Size()), Pattern: "a GGUF file", First: full}
+		v.Scan = weights.Scan{Count: 1, Size: uint64(fi.Size()), Pattern: "a GGUF file", First: full}
 	} else {
 		v.NotModel = true
 		return v, nil
@@ -145,95 +101,12 @@ func inspectModel(full string) (modelView, error) {
 	return v, nil
 }
 
-// scanShards collects the weight files of dir: those in dir itself, else
-// those one level down, of the format the engine prefers.
-func scanShards(dir string, entries []os.DirEntry) shardScan {
-	files, bad, why := shardFiles(dir, entries)
-	if scan := pick(files, bad, why); scan.Count > 0 || scan.BadShard != "" {
-		return scan
-	}
-	var all [len(shardGroups)][]shardFile
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") { // .cache/huggingface, .git
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
-			continue
-		}
-		sub, err := os.ReadDir(p)
-		if err != nil {
-			continue
-		}
-		files, b, w := shardFiles(p, sub)
-		if bad == "" {
-			bad, why = b, w
-		}
-		for g := range files {
-			all[g] = append(all[g], files[g]...)
-		}
-	}
-	scan := pick(all, bad, why)
-	scan.Subdirs = true
-	return scan
-}
-
-type shardFile struct {
-	path string
-	size int64
-}
-
-// shardFiles sorts the weight files among entries by format. Links are
-// followed (a Hugging Face cache snapshot links every file to a blob).
-func shardFiles(dir string, entries []os.DirEntry) (files [len(shardGroups)][]shardFile, bad string, why error) {
-	for _, e := range entries {
-		g := shardGroup(e.Name())
-		if g < 0 || e.IsDir() {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		fi, err := os.Stat(p)
-		if err != nil {
-			if bad == "" {
-				bad, why = p, err
-			}
-			continue
-		}
-		if !fi.Mode().IsRegular() {
-			continue
-		}
-		files[g] = append(files[g], shardFile{p, fi.Size()})
-	}
-	return files, bad, why
-}
-
-// pick counts the files of the preferred format present.
-func pick(files [len(shardGroups)][]shardFile, bad string, why error) shardScan {
-	scan := shardScan{BadShard: bad}
-	if why != nil {
-		scan.BadReason = boundedread.BareErr(why).Error()
-	}
-	for g, fs := range files {
-		if len(fs) == 0 {
-			continue
-		}
-		scan.Pattern = shardGroups[g].pattern
-		scan.Count = len(fs)
-		scan.First = fs[0].path
-		for _, f := range fs {
-			scan.Size += uint64(f.size)
-		}
-		return scan
-	}
-	return scan
-}
-
 func checkModelDir(in *Facts) Result {
 	arg, source := in.Args.Model, in.Args.ModelFrom
 	if source == "" {
 		return skipped("no --model, --model-path or serve argument in the command")
 	}
-	if !isModelPath(arg) {
+	if !workerargs.IsModelPath(arg) {
 		return skipped(fmt.Sprintf("%s (%s) is not a path (absolute, ./ or ../): a Hugging Face repository id, nothing to check", arg, source))
 	}
 	full, shown := arg, arg
@@ -293,7 +166,7 @@ func checkModelDir(in *Facts) Result {
 		where = "an unknown filesystem"
 	}
 	if scan.Count == 0 {
-		return fail(Warn, fmt.Sprintf("%s on %s: no weight files (%s) in it or one level down", shown, where, shardPatterns),
+		return fail(Warn, fmt.Sprintf("%s on %s: no weight files (%s) in it or one level down", shown, where, weights.Patterns),
 			"The engine would find nothing to load and fail after its slow "+
 				"start. A directory without weights is usually an unfinished "+
 				"download, or the volume's parent or sibling of the model.",

@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/memcg"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/preflight/rules"
 )
@@ -147,7 +149,7 @@ func (in *Facts) config() *modelConfig {
 	case in.Args.ModelFrom == "":
 		c.why = "no model in the command"
 		return c
-	case !isModelPath(arg):
+	case !workerargs.IsModelPath(arg):
 		c.why = fmt.Sprintf("the model %s is a hub id, not a directory: config.json is not read", arg)
 		return c
 	}
@@ -175,9 +177,10 @@ func (in *Facts) config() *modelConfig {
 	return c
 }
 
-// configField is a config.json field by dotted path; model_type,
-// architectures and quantization_config fall back to text_config's when
-// the top level has none (multimodal models nest the language model's).
+// field is a config.json field by dotted path
+// (quantization_config.quant_method); a path the top level lacks is
+// looked up under text_config, where multimodal models nest the language
+// model's model_type, architectures and quantization_config.
 func (c *modelConfig) field(path string) (any, bool) {
 	get := func(m map[string]any) (any, bool) {
 		var cur any = m
@@ -342,8 +345,7 @@ func (in *Facts) engine() engineLoc {
 }
 
 var (
-	vllmArchRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?m)^\s*"([A-Za-z_][A-Za-z0-9_]*)"\s*:\s*\(`) })
-	entryRE    = sync.OnceValue(func() *regexp.Regexp {
+	entryRE = sync.OnceValue(func() *regexp.Regexp {
 		return regexp.MustCompile(`(?m)^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_][A-Za-z0-9_]*)`)
 	})
 	identRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`) })
@@ -409,8 +411,8 @@ func registered(engine, dir string) (map[string]bool, string, string) {
 		if err != nil {
 			return nil, "", fmt.Sprintf("vLLM's model registry could not be read: %v", err)
 		}
-		for _, m := range vllmArchRE().FindAllSubmatch(data, -1) {
-			known[string(m[1])] = true
+		for _, name := range registryNames(data) {
+			known[name] = true
 		}
 		return known, p, ""
 	case "sglang":
@@ -433,6 +435,49 @@ func registered(engine, dir string) (map[string]bool, string, string) {
 		return known, fmt.Sprintf("EntryClass of %d files in %s", len(files), filepath.Dir(glob)), ""
 	}
 	return nil, "", "not an engine whose registry is known"
+}
+
+// registryNames are the keys of vLLM's registry entries: every line
+// that reads `"Name": (` after its indentation, Name an identifier. A
+// scan of lines rather than a regular expression: the registry is tens of
+// KB, read on every start of a vLLM worker, and a multi-line regular
+// expression costs a millisecond on it.
+func registryNames(data []byte) []string {
+	var out []string
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimLeft(line, " \t")
+		if len(line) < 4 || line[0] != '"' {
+			continue
+		}
+		end := bytes.IndexByte(line[1:], '"')
+		if end <= 0 || !isIdent(line[1:1+end]) {
+			continue
+		}
+		rest := bytes.TrimLeft(line[2+end:], " \t")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		if rest = bytes.TrimLeft(rest[1:], " \t"); len(rest) > 0 && rest[0] == '(' {
+			out = append(out, string(line[1:1+end]))
+		}
+	}
+	return out
+}
+
+func isIdent(b []byte) bool {
+	for i, c := range b {
+		letter := c == '_' || (c|0x20 >= 'a' && c|0x20 <= 'z')
+		if !letter && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // vllmPlugins are the distributions in site that declare vLLM general
@@ -480,6 +525,9 @@ func (in *Facts) memoryBelowWeights() rules.Value {
 	if !ok {
 		return rules.Value{Unknown: true, Why: "no memory limit could be read: " + from}
 	}
+	// The file by name: the cgroup's directory can be long, and --doctor
+	// keeps to 80 columns.
+	from = filepath.Base(from)
 	if lim == 0 {
 		return rules.Value{Values: []string{"false"}, Read: from + ": no limit"}
 	}
@@ -495,30 +543,11 @@ func (in *Facts) memoryBelowWeights() rules.Value {
 	return rules.Value{Values: []string{strconv.FormatBool(lim < c.size)}, Read: read}
 }
 
-// MemoryLimit is the memory cgroup's limit in bytes (0: none), read from
-// cgroup v2's memory.max, else v1's memory/memory.limit_in_bytes, under
-// root (/sys/fs/cgroup), and the file it came from (or why none).
+// MemoryLimit is this process's memory cgroup limit in bytes (0: none)
+// under root (SYSFS_PATH/fs/cgroup): cgroup v2's memory.max, else v1's
+// memory.limit_in_bytes; and the file it came from (or why none).
 func MemoryLimit(root string) (uint64, string, bool) {
-	for _, f := range []string{"memory.max", filepath.Join("memory", "memory.limit_in_bytes")} {
-		p := filepath.Join(root, f)
-		data, err := boundedread.File(p, 4096)
-		if err != nil {
-			continue
-		}
-		s := strings.TrimSpace(string(data))
-		if s == "max" {
-			return 0, p, true
-		}
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Sprintf("%s holds %q", p, s), false
-		}
-		if n >= 1<<62 { // v1's "no limit" is the largest page-aligned value
-			return 0, p, true
-		}
-		return n, p, true
-	}
-	return 0, "neither memory.max (cgroup v2) nor memory/memory.limit_in_bytes (v1) in the cgroup directory", false
+	return memcg.Find(root).Limit()
 }
 
 func formatBytes(n uint64) string {

@@ -219,6 +219,31 @@ func BenchmarkStart(b *testing.B) {
 		return in
 	}
 	first, again := newInstall("first"), newInstall("restart")
+	// The restart again, as `vllm serve MODEL` on a local model directory
+	// (a real-sized config.json, one shard): the model-dir check and every
+	// built-in model rule run. Its own report, read after each run for
+	// the rules' times; the worker is still /bin/true, named vllm.
+	model, rulesReport := modelDir(b, dir), filepath.Join(dir, "rules-report.json")
+	vllmRegistry(b, again.site)
+	vllm := filepath.Join(dir, "bin", "vllm")
+	os.MkdirAll(filepath.Dir(vllm), 0o755)
+	if err := os.Symlink("/bin/true", vllm); err != nil {
+		b.Fatal(err)
+	}
+	rulesEnv := make([]string, 0, len(again.env))
+	for _, kv := range again.env {
+		if strings.HasPrefix(kv, "INFERA_EXEC_REPORT=") {
+			kv = "INFERA_EXEC_REPORT=" + rulesReport
+		}
+		rulesEnv = append(rulesEnv, kv)
+	}
+	var rulesMicros []int64
+	var rulesCount int
+	rulesTime := func() {
+		n, us := ruleMicros(b, rulesReport)
+		rulesCount = n
+		rulesMicros = append(rulesMicros, us)
+	}
 	pending := func() {
 		if err := fixture.RestoreFiles(first.site, first.targets); err != nil {
 			b.Fatal(err)
@@ -251,13 +276,15 @@ func BenchmarkStart(b *testing.B) {
 		env    []string
 		before func()
 		argv   []string
+		after  func() // after each timed run, untimed
 	}
 	kinds := []kind{
-		{"bare-exec", again.env, nil, []string{"/bin/true"}},
-		{"floor", again.env, nil, []string{floor, "/bin/true"}},
-		{"python-start", again.env, nil, []string{"/usr/bin/python3", "-c", "pass"}},
-		{"first-start", first.env, pending, []string{bin, "/bin/true"}},
-		{"restart", again.env, nil, []string{bin, "/bin/true"}},
+		{"bare-exec", again.env, nil, []string{"/bin/true"}, nil},
+		{"floor", again.env, nil, []string{floor, "/bin/true"}, nil},
+		{"python-start", again.env, nil, []string{"/usr/bin/python3", "-c", "pass"}, nil},
+		{"first-start", first.env, pending, []string{bin, "/bin/true"}, nil},
+		{"restart", again.env, nil, []string{bin, "/bin/true"}, nil},
+		{"restart+model", rulesEnv, nil, []string{bin, vllm, "serve", model, "--kv-cache-dtype", "auto"}, rulesTime},
 	}
 	peak := func(k kind) int64 {
 		var kb int64
@@ -287,6 +314,7 @@ func BenchmarkStart(b *testing.B) {
 		time.Sleep(100 * time.Millisecond)
 		runOnce(again.env, bin, "/bin/true")
 		times := make([][]time.Duration, len(kinds))
+		rulesMicros = rulesMicros[:0]
 		// Each round runs the kinds in an order of its own: a start
 		// measured right after the interpreter's (which leaves the most
 		// to clean up) is slower by up to a millisecond here, and a fixed
@@ -304,6 +332,9 @@ func BenchmarkStart(b *testing.B) {
 						k.before()
 					}
 					times[i] = append(times[i], runOnce(k.env, k.argv[0], k.argv[1:]...))
+					if k.after != nil {
+						k.after()
+					}
 				}
 			}
 		}
@@ -342,6 +373,10 @@ func BenchmarkStart(b *testing.B) {
 		b.ReportMetric(float64(r.median.Microseconds())/1000, r.name+"-ms")
 	}
 	fmt.Printf("first start over one interpreter start: %s ms\n", ms(rows[3].median-rows[2].median))
+	sort.Slice(rulesMicros, func(a, b int) bool { return rulesMicros[a] < rulesMicros[b] })
+	fmt.Printf("model rules in restart+model (%d rules, their took_us in the report): median %d µs, min %d, max %d; restart+model over restart: %s ms\n",
+		rulesCount, rulesMicros[len(rulesMicros)/2], rulesMicros[0], rulesMicros[len(rulesMicros)-1], ms(rows[5].median-rows[4].median))
+	b.ReportMetric(float64(rulesMicros[len(rulesMicros)/2]), "rules-us")
 	var rep struct {
 		Timings []struct {
 			Step   string `json:"step"`
@@ -356,6 +391,97 @@ func BenchmarkStart(b *testing.B) {
 	fmt.Println()
 	fi, _ := os.Stat(bin)
 	fmt.Printf("binary: %.1f MB; %d runs each, interleaved; install: %d .py files, %d MB\n", float64(fi.Size())/(1<<20), benchRuns, fixture.EngineFiles, fixture.EngineBytes>>20)
+}
+
+// modelDir is a local model directory as vLLM loads one: a real-sized
+// config.json (a Llama-3.1-8B's, with an fp8 quantization_config) and a
+// shard.
+func modelDir(b *testing.B, dir string) string {
+	b.Helper()
+	m := filepath.Join(dir, "model")
+	os.MkdirAll(m, 0o755)
+	cfg := `{
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "head_dim": 128,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0", "use_cache": true, "vocab_size": 128256,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+    "weight_block_size": [128, 128]}
+}`
+	if err := os.WriteFile(filepath.Join(m, "config.json"), []byte(cfg), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m, "model.safetensors"), make([]byte, 4096), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// vllmRegistry writes a vLLM model registry into an install, for the
+// architecture rule to read: 301 entries of the shape vLLM's
+// model_executor/models/registry.py writes (`"Name": ("module", "Class"),`),
+// 23 KB.
+func vllmRegistry(b *testing.B, site string) {
+	b.Helper()
+	var r strings.Builder
+	r.WriteString("# model registry\nimport importlib\n\n_TEXT_GENERATION_MODELS = {\n")
+	for i := 0; i < 300; i++ {
+		fmt.Fprintf(&r, "    \"Model%dForCausalLM\": (\"model%d\", \"Model%dForCausalLM\"),  # family %d\n", i, i, i, i)
+		if i == 150 {
+			r.WriteString("    \"LlamaForCausalLM\": (\"llama\", \"LlamaForCausalLM\"),\n")
+		}
+	}
+	r.WriteString("}\n")
+	p := filepath.Join(site, "vllm", "model_executor", "models", "registry.py")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	if err := os.WriteFile(p, []byte(r.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// ruleMicros is how many model rules a start's report lists and how long
+// they took together (their took_us), failing when none ran: the row
+// would then measure nothing.
+func ruleMicros(b *testing.B, report string) (int, int64) {
+	b.Helper()
+	data, err := os.ReadFile(report)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rep struct {
+		Preflight struct {
+			Checks []struct {
+				Status string `json:"status"`
+				Rule   string `json:"rule"`
+				Micros int64  `json:"took_us"`
+			} `json:"checks"`
+		} `json:"preflight"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		b.Fatal(err)
+	}
+	n, evaluated := 0, 0
+	var us int64
+	for _, c := range rep.Preflight.Checks {
+		if c.Rule == "" {
+			continue
+		}
+		n++
+		us += c.Micros
+		if c.Status != "skipped" {
+			evaluated++
+		}
+	}
+	if evaluated == 0 {
+		b.Fatalf("no model rule was evaluated in %s", report)
+	}
+	return n, us
 }
 
 func must(b []byte, err error) []byte {

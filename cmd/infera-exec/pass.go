@@ -151,7 +151,7 @@ func (p *pass) checkCapabilities(ctx context.Context) (report.Section, error) {
 // planLaunch decides the start before anything is written; its outcome is the report's last section.
 func (p *pass) planLaunch(ctx context.Context) (report.Section, error) {
 	var err error
-	p.launch, err = launch.Run(ctx, launch.Input{Config: p.cfg, Command: p.opt.Command, Env: p.env, DryRun: p.dry, Log: p.log})
+	p.launch, err = launch.Run(ctx, launch.Input{Config: p.cfg, Command: p.opt.Command, Env: p.env, DryRun: p.dry, Log: p.log, Probe: p.probe})
 	p.env.Apply(p.launch.Edits...)
 	return nil, err
 }

@@ -301,3 +301,10 @@ func pythonModule(args []string) (string, bool) {
 	}
 	return "", false
 }
+
+// IsModelPath: the model is a path, absolute or explicitly relative.
+// Anything else (meta-llama/Llama-3.1-8B) is a Hugging Face repository id.
+func IsModelPath(v string) bool {
+	return strings.HasPrefix(v, "/") || v == "." || v == ".." ||
+		strings.HasPrefix(v, "./") || strings.HasPrefix(v, "../")
+}
