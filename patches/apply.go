@@ -338,6 +338,22 @@ type diskFile struct {
 	renamedID identity // right after this run renamed it into place
 	final     identity // on disk after the commit
 	finalOK   bool     // final is known to be the identity of cur
+
+	sumOf, sumCur string // fileid.SumBytes of cur, once computed (sumOf: the cur it is of)
+}
+
+// sum is the content digest of cur, as the record keeps it (the same
+// SHA-256 as the edits' hashes for any source under fileid.SmallFile).
+func (d *diskFile) sum() string {
+	if d.sumCur == "" || d.sumOf != d.cur {
+		if len(d.cur) <= fileid.SmallFile {
+			d.sumCur = digest.String(d.cur)
+		} else {
+			d.sumCur = fileid.SumBytes([]byte(d.cur))
+		}
+		d.sumOf = d.cur
+	}
+	return d.sumCur
 }
 
 // target is this file as the next patch of the run sees it.
