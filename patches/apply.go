@@ -145,9 +145,9 @@ type options struct {
 // Then it commits by group: patches linked by the files they change (or
 // read after an earlier patch changed them) form one transaction. Every
 // changed file of every group is written to a temporary file and fsynced
-// (all at once), then each group's files are renamed into place, each
-// only while it is still the file read; then each directory is fsynced
-// once. A failed write or rename restores the group's files already
+// (a few at a time), then each group's files are renamed into place, each
+// only while it is still the file read, and read back (no directory is
+// fsynced: a rename lost in a crash is patched again). A failed write or rename restores the group's files already
 // renamed and fails the group's patches (one that had nothing to write
 // is decided again on the files as they are); another writer at work makes
 // the group be planned and committed afresh, once. At every instant each
