@@ -231,9 +231,57 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
 			}
 		}
-		seen.add(p.pkg, *r, p.fs)
+		fs := p.fs
+		if !opt.DryRun && p.lockErr == nil {
+			fs = v.asWritten(set.Defs[i], p, r)
+		}
+		seen.add(p.pkg, *r, fs)
 	}
 	return results, seen
+}
+
+// asWritten is what the record may keep of a patch's files. A file that
+// a later patch of the run changed again is on disk with the later
+// content, which this patch's result was not decided on (finish leaves
+// its identity out): the patch is decided again, in memory, on the
+// contents as written and read back, and when that gives the same result
+// the identities of those contents are what the record keeps, as the
+// restart's full check would have found them. Otherwise the files stay
+// unverified, and the run is not recorded.
+func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) *files {
+	again := false
+	for _, t := range p.fs.m {
+		if t.verified || t.disk == nil || !t.disk.changed {
+			continue
+		}
+		if !t.disk.finalOK {
+			return p.fs
+		}
+		again = true
+	}
+	if !again {
+		return p.fs
+	}
+	if v.written == nil {
+		w := newView(false, v.minor)
+		w.real = v.real
+		for path, dk := range v.disk {
+			if dk.changed && !dk.finalOK {
+				continue // read from disk, if this patch reads it
+			}
+			w.disk[path] = &diskFile{path: path, data: dk.cur, id: dk.final, cur: dk.cur, text: dk.text}
+			if !dk.changed {
+				w.disk[path].id = dk.id
+			}
+		}
+		v.written = w
+	}
+	r2 := Result{ID: r.ID, Package: r.Package, Action: "none"}
+	p2 := planOne(d, p.pkg, v.written, true, &r2)
+	if p2.kind != decided || r2.State != r.State || r2.Variant != r.Variant {
+		return p.fs
+	}
+	return p2.fs
 }
 
 type target struct {
@@ -298,6 +346,7 @@ type view struct {
 	changed []*diskFile          // planned to change, in order of first change
 	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
 	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
+	written *view                // the files as written and read back (see asWritten), once asked
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
