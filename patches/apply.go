@@ -231,11 +231,17 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
 			}
 		}
-		fs := p.fs
+		fs, rr := p.fs, *r
 		if !opt.DryRun && p.lockErr == nil {
-			fs = v.asWritten(set.Defs[i], p, r)
+			var inForce bool
+			fs, rr, inForce = v.asWritten(set.Defs[i], p, r)
+			seen.incomplete = seen.incomplete || !inForce
+			if seen.results == nil {
+				seen.results = slices.Clone(results)
+			}
+			seen.results[i] = rr
 		}
-		seen.add(p.pkg, *r, fs)
+		seen.add(p.pkg, rr, fs)
 	}
 	return results, seen
 }
@@ -248,19 +254,27 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 // the identities of those contents are what the record keeps, as the
 // restart's full check would have found them. Otherwise the files stay
 // unverified, and the run is not recorded.
-func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) *files {
-	again := false
+//
+// A patch this run wrote is decided again the same way, so that what the
+// record keeps of it (its edits' states, its file's hash before) is what
+// a restart's full check would find, not the first start's "pending".
+//
+// inForce is false when a patch this run wrote is not in force as written:
+// then nothing of the run is recorded.
+func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files, rr Result, inForce bool) {
+	wrote := p.kind == writes && r.Action == "applied"
+	again := wrote
 	for _, t := range p.fs.m {
 		if t.verified || t.disk == nil || !t.disk.changed {
 			continue
 		}
 		if !t.disk.finalOK {
-			return p.fs
+			return p.fs, *r, true // unverified: not recorded
 		}
 		again = true
 	}
 	if !again {
-		return p.fs
+		return p.fs, *r, true
 	}
 	if v.written == nil {
 		w := newView(false, v.minor)
@@ -278,10 +292,16 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) *files {
 	}
 	r2 := Result{ID: r.ID, Package: r.Package, Action: "none"}
 	p2 := planOne(d, p.pkg, v.written, true, &r2)
-	if p2.kind != decided || r2.State != r.State || r2.Variant != r.Variant {
-		return p.fs
+	if p2.kind != decided || r2.State != r.State || r2.Variant != r.Variant || len(r2.Edits) != len(r.Edits) {
+		return p.fs, *r, !wrote
 	}
-	return p2.fs
+	rr = *r
+	rr.Edits = slices.Clone(r.Edits)
+	for j := range rr.Edits {
+		rr.Edits[j].Evaluation = r2.Edits[j].Evaluation
+		rr.Edits[j].SHA256Before = rr.Edits[j].SHA256After
+	}
+	return p2.fs, rr, true
 }
 
 type target struct {

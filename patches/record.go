@@ -84,6 +84,9 @@ type observed struct {
 	// modules whose bytecode is in each.
 	pycIndex   map[string]int
 	pycModules map[string][]string
+	// results are what the record keeps when they differ from the run's
+	// (a patch the run wrote, as a restart would find it); nil: the run's.
+	results []Result
 }
 
 // confirmSum confirms a path by its Sum.
@@ -241,7 +244,11 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 	start := fileid.Now()
 	res, seen := apply(set, loc, opt)
 	if !seen.incomplete {
-		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: res}, start)
+		kept := res
+		if seen.results != nil {
+			kept = seen.results
+		}
+		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start)
 	}
 	return res
 }

@@ -244,6 +244,7 @@ func BenchmarkStart(b *testing.B) {
 		}
 		os.MkdirAll(in.site, 0o755)
 		m := &k8sMount{env: in.env, state: in.state, report: in.report}
+		b.Cleanup(func() { unix.Unmount(in.site, unix.MNT_DETACH) }) // before the TempDir's removal
 		m.remount = func() {
 			unix.Unmount(in.site, unix.MNT_DETACH) // none the first time
 			for _, d := range []string{upper, work} {
