@@ -615,7 +615,7 @@ func TestGroupedRunObserved(t *testing.T) {
 	// A later patch that undoes an earlier one's edit: the earlier one,
 	// decided again on what is on disk, is not what its result says, so
 	// the run is not recorded.
-	site, loc = pkgTree(t, map[string]string{"conn.py": "def send(x):\n    a, _ = x\n    return a\n"})
+	_, loc = pkgTree(t, map[string]string{"conn.py": "def send(x):\n    a, _ = x\n    return a\n"})
 	defs = []*patchdef.Definition{
 		def(t, "p1", patchdef.Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
 		def(t, "p2", patchdef.Edit{File: "conn.py", Anchor: "    a = x[0]\n", Replacement: "    a, _ = x\n"}),
