@@ -120,7 +120,9 @@ test-runtime: overlay-image
 
 # Start-up cost, side by side in one run (see BenchmarkStart): the worker
 # alone, the floor (a static Go execve), infera-exec restart and first
-# start on a real-sized vLLM install. Benchmarks never run in `make test`.
+# start on a real-sized vLLM install, and a Kubernetes restart (overlayfs
+# mount with a new upper layer each run; state directory kept, or not):
+# needs root and overlayfs. Benchmarks never run in `make test`.
 bench: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkStart$$' -benchtime 1x -timeout 10m ./cmd/infera-exec
 

@@ -145,9 +145,9 @@ type options struct {
 // Then it commits by group: patches linked by the files they change (or
 // read after an earlier patch changed them) form one transaction. Every
 // changed file of every group is written to a temporary file and fsynced
-// (all at once), then each group's files are renamed into place, each
-// only while it is still the file read; then each directory is fsynced
-// once. A failed write or rename restores the group's files already
+// (a few at a time), then each group's files are renamed into place, each
+// only while it is still the file read, and read back (no directory is
+// fsynced: a rename lost in a crash is patched again). A failed write or rename restores the group's files already
 // renamed and fails the group's patches (one that had nothing to write
 // is decided again on the files as they are); another writer at work makes
 // the group be planned and committed afresh, once. At every instant each
@@ -231,9 +231,77 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
 			}
 		}
-		seen.add(p.pkg, *r, p.fs)
+		fs, rr := p.fs, *r
+		if !opt.DryRun && p.lockErr == nil {
+			var inForce bool
+			fs, rr, inForce = v.asWritten(set.Defs[i], p, r)
+			seen.incomplete = seen.incomplete || !inForce
+			if seen.results == nil {
+				seen.results = slices.Clone(results)
+			}
+			seen.results[i] = rr
+		}
+		seen.add(p.pkg, rr, fs)
 	}
 	return results, seen
+}
+
+// asWritten is what the record may keep of a patch's files. A file that
+// a later patch of the run changed again is on disk with the later
+// content, which this patch's result was not decided on (finish leaves
+// its identity out): the patch is decided again, in memory, on the
+// contents as written and read back, and when that gives the same result
+// the identities of those contents are what the record keeps, as the
+// restart's full check would have found them. Otherwise the files stay
+// unverified, and the run is not recorded.
+//
+// A patch this run wrote is decided again the same way, so that what the
+// record keeps of it (its edits' states, its file's hash before) is what
+// a restart's full check would find, not the first start's "pending".
+//
+// inForce is false when a patch this run wrote is not in force as written:
+// then nothing of the run is recorded.
+func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files, rr Result, inForce bool) {
+	wrote := p.kind == writes && r.Action == "applied"
+	again := wrote
+	for _, t := range p.fs.m {
+		if t.verified || t.disk == nil || !t.disk.changed {
+			continue
+		}
+		if !t.disk.finalOK {
+			return p.fs, *r, true // unverified: not recorded
+		}
+		again = true
+	}
+	if !again {
+		return p.fs, *r, true
+	}
+	if v.written == nil {
+		w := newView(false, v.minor)
+		w.real = v.real
+		for path, dk := range v.disk {
+			if dk.changed && !dk.finalOK {
+				continue // read from disk, if this patch reads it
+			}
+			w.disk[path] = &diskFile{path: path, data: dk.cur, id: dk.final, cur: dk.cur, text: dk.text}
+			if !dk.changed {
+				w.disk[path].id = dk.id
+			}
+		}
+		v.written = w
+	}
+	r2 := Result{ID: r.ID, Package: r.Package, Action: "none"}
+	p2 := planOne(d, p.pkg, v.written, true, &r2)
+	if p2.kind != decided || r2.State != r.State || r2.Variant != r.Variant || len(r2.Edits) != len(r.Edits) {
+		return p.fs, *r, !wrote
+	}
+	rr = *r
+	rr.Edits = slices.Clone(r.Edits)
+	for j := range rr.Edits {
+		rr.Edits[j].Evaluation = r2.Edits[j].Evaluation
+		rr.Edits[j].SHA256Before = rr.Edits[j].SHA256After
+	}
+	return p2.fs, rr, true
 }
 
 type target struct {
@@ -298,6 +366,7 @@ type view struct {
 	changed []*diskFile          // planned to change, in order of first change
 	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
 	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
+	written *view                // the files as written and read back (see asWritten), once asked
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
@@ -338,6 +407,22 @@ type diskFile struct {
 	renamedID identity // right after this run renamed it into place
 	final     identity // on disk after the commit
 	finalOK   bool     // final is known to be the identity of cur
+
+	sumOf, sumCur string // fileid.SumBytes of cur, once computed (sumOf: the cur it is of)
+}
+
+// sum is the content digest of cur, as the record keeps it (the same
+// SHA-256 as the edits' hashes for any source under fileid.SmallFile).
+func (d *diskFile) sum() string {
+	if d.sumCur == "" || d.sumOf != d.cur {
+		if len(d.cur) <= fileid.SmallFile {
+			d.sumCur = digest.String(d.cur)
+		} else {
+			d.sumCur = fileid.SumBytes([]byte(d.cur))
+		}
+		d.sumOf = d.cur
+	}
+	return d.sumCur
 }
 
 // target is this file as the next patch of the run sees it.

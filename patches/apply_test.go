@@ -600,12 +600,29 @@ func TestGroupedRunObserved(t *testing.T) {
 	assert.Equal(t, filepath.Join(site, "demo/conn.py"), seen.files[0].Path)
 	assert.Equal(t, now, seen.files[0].ID, "the identity of the file written and read back")
 
-	// p1's content was replaced by p2's in the same run: p1's result is
-	// about a content no longer on disk, so the run is not recorded.
+	// p1's content was replaced by p2's in the same run: p1's result was
+	// decided on a content no longer on disk. Decided again on the content
+	// written and read back it is the same, so the run is recorded, with
+	// the identity of that content.
 	files, defs = threeOnOneFile(t)
-	_, loc = pkgTree(t, files)
+	site, loc = pkgTree(t, files)
 	_, seen = apply(&patchdef.Set{Defs: defs}, loc, options{})
-	assert.True(t, seen.incomplete)
+	assert.False(t, seen.incomplete)
+	now, _ = fileid.Lstat(filepath.Join(site, "demo/conn.py"))
+	require.NotEmpty(t, seen.files)
+	assert.Equal(t, now, seen.files[0].ID)
+
+	// A later patch that undoes an earlier one's edit: the earlier one,
+	// decided again on what is on disk, is not what its result says, so
+	// the run is not recorded.
+	_, loc = pkgTree(t, map[string]string{"conn.py": "def send(x):\n    a, _ = x\n    return a\n"})
+	defs = []*patchdef.Definition{
+		def(t, "p1", patchdef.Edit{File: "conn.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "p2", patchdef.Edit{File: "conn.py", Anchor: "    a = x[0]\n", Replacement: "    a, _ = x\n"}),
+	}
+	res, seen = apply(&patchdef.Set{Defs: defs}, loc, options{})
+	require.Equal(t, "applied", res[0].Action, res[0].Why)
+	assert.True(t, seen.incomplete, "p1 is not in force in what is on disk")
 }
 
 // The read-back compares the file with what was planned through a small

@@ -3,9 +3,8 @@ package patches
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -129,10 +128,12 @@ func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
 	}
 }
 
-// commit stages every changed file of every group at once (the kernel
-// can batch their journal commits), renames each group's files into
-// place, fsyncs each directory once, and reads back what it wrote: an
-// identity is known only for the bytes this run planned. It records each
+// commit stages every changed file of every group (a few at a time: the
+// kernel can batch their journal commits), renames each group's files
+// into place, and reads back what it wrote, through one buffer: an
+// identity is known only for the bytes this run planned. Directories are
+// not fsynced: a rename lost in a crash only means that the next start
+// patches the file again. It records each
 // group's outcome in its writers' plans.
 func commit(groups []*group, plans []*plan) {
 	// Temporary files left by a start killed mid-write go first (we hold
@@ -166,29 +167,9 @@ func commit(groups []*group, plans []*plan) {
 		g.rename()
 	}
 
-	var dirs []string
-	users := map[string][]*group{}
-	for _, g := range groups {
-		for _, d := range g.renamed {
-			dir := filepath.Dir(d.path)
-			if g.err != nil || slices.Contains(users[dir], g) {
-				continue
-			}
-			if users[dir] == nil {
-				dirs = append(dirs, dir)
-			}
-			users[dir] = append(users[dir], g)
-		}
-	}
-	errs := make([]error, len(dirs))
-	inParallel(len(dirs), func(k int) { errs[k] = atomicfile.SyncDir(dirs[k]) })
-	for k, dir := range dirs {
-		for _, g := range users[dir] {
-			if errs[k] != nil && g.err == nil {
-				g.err, g.restoreErr = errs[k], restore(g.renamed)
-			}
-		}
-	}
+	// No directory fsync: a rename lost in a crash leaves the file read,
+	// and the next start patches it again (each file is its old or its
+	// new complete content either way).
 
 	buf := make([]byte, 64<<10)
 	for _, g := range groups {
@@ -258,15 +239,25 @@ func restore(renamed []*diskFile) error {
 	return errors.Join(errs...)
 }
 
-// inParallel runs f(0..n-1) at once: fsyncs wait on the disk, not the CPU.
+// stagers bounds how many files are staged (written and fsynced) at
+// once: fsyncs wait on the disk, not the CPU, but each goroutine beyond
+// a few is a thread and its stack for the runtime to start.
+const stagers = 4
+
+// inParallel runs f(0..n-1) on at most stagers goroutines.
 func inParallel(n int, f func(int)) {
 	if n == 1 {
 		f(0)
 		return
 	}
 	var wg sync.WaitGroup
-	for k := range n {
-		wg.Go(func() { f(k) })
+	var next atomic.Int64
+	for range min(n, stagers) {
+		wg.Go(func() {
+			for k := int(next.Add(1) - 1); k < n; k = int(next.Add(1) - 1) {
+				f(k)
+			}
+		})
 	}
 	wg.Wait()
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/internal/fileid"
@@ -112,7 +113,7 @@ sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "4"
+const probeVersion = "5"
 
 // engineLocator runs the probe.
 type engineLocator struct {
@@ -145,14 +146,18 @@ type cachedIdentity struct {
 	Path string   `json:"path"`
 	Link bool     `json:"link,omitempty"` // the identity of the path itself, not what it names
 	ID   identity `json:"id"`
+	// Sum is what the path held (fileid.Sum): a small file's content, a
+	// directory's names, a link's target. On a new mount of the same
+	// image only the portable part of ID and this sum are compared.
+	Sum string `json:"sum,omitempty"`
 }
 
-// current is the identity the path has now.
-func (c cachedIdentity) current() (identity, bool) {
-	if c.Link {
-		return fileid.Lstat(c.Path)
-	}
-	return fileid.Stat(c.Path)
+// holds reports whether the path still holds what was recorded
+// (fileid.Check: the same identity, or, on a new mount of the same image,
+// the same portable identity and sum).
+func (c cachedIdentity) holds(buf *fileid.Buffer) bool {
+	_, ok := fileid.Check(c.Path, !c.Link, c.ID, c.Sum, buf)
+	return ok
 }
 
 // locate resolves names. It reuses the last answer when nothing that
@@ -245,6 +250,7 @@ func (l *engineLocator) cacheFile(names []string) string {
 // probe runs the interpreter and caches its answer.
 func (l *engineLocator) probe(ctx context.Context, names []string, start time.Time) (*Location, error) {
 	cacheFile := l.cacheFile(names)
+	tick := fileid.Now() // before the interpreter reads any input
 	loc, err := l.run(ctx, names)
 	if err != nil {
 		return nil, err
@@ -259,7 +265,7 @@ func (l *engineLocator) probe(ctx context.Context, names []string, start time.Ti
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	// Against start, not now: an input changed while the interpreter ran
 	// would otherwise key facts decided from what it held before.
-	if cacheFile != "" && ok && !racy(inputs, start) {
+	if cacheFile != "" && ok && !racy(inputs, tick) {
 		if b, err := json.Marshal(&cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
 			statedir.WriteCache(l.CacheDir, filepath.Base(cacheFile), b) // best effort: next start runs the probe again
 		}
@@ -394,21 +400,30 @@ func (l *engineLocator) settings(names []string) string {
 // false when some input cannot be stat'ed (then nothing is cached).
 func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool) {
 	var out []cachedIdentity
-	seen := map[cachedIdentity]bool{}
+	type seenKey struct {
+		path string
+		link bool
+	}
+	seen := map[seenKey]bool{}
 	ok := true
+	buf := &fileid.Buffer{}
 	addAs := func(p string, link bool) {
 		c := cachedIdentity{Path: p, Link: link}
-		if seen[c] {
+		if seen[seenKey{p, link}] {
 			return
 		}
-		seen[c] = true
+		seen[seenKey{p, link}] = true
 		var good bool
-		c.ID, good = c.current()
+		c.Sum, c.ID, good = fileid.Sum(p, !link, buf)
 		ok = ok && good
 		out = append(out, c)
 	}
 	add := func(p string) { addAs(p, false) }
-	addAs(l.Python, true)
+	// The interpreter as a link, when it is one (a regular file is the
+	// entry below, which follows links: its sum names where they lead).
+	if id, _ := fileid.Lstat(l.Python); id.Mode&syscall.S_IFMT == syscall.S_IFLNK {
+		addAs(l.Python, true)
+	}
 	add(l.Python) // what the link names
 	pyDir := filepath.Dir(l.Python)
 	add(filepath.Join(pyDir, "pyvenv.cfg"))
@@ -489,19 +504,28 @@ func pthDirs(dir, file string) []string {
 
 // fingerprint digests settings and input identities: the probe's part of
 // the key of anything recorded about the packages it located.
+//
+// It digests what a new mount of the same image keeps (the portable
+// identities and the sums), so that the record keyed on it survives one.
 func fingerprint(settings string, inputs []cachedIdentity) string {
-	b := make([]byte, 0, len(settings)+len(inputs)*96)
+	b := make([]byte, 0, len(settings)+len(inputs)*160)
 	b = append(b, settings...)
 	for _, in := range inputs {
 		b = append(append(append(b, 0), in.Path...), ':')
-		b = in.ID.AppendKey(b)
+		if in.Link {
+			b = append(b, "link "...)
+		}
+		b = in.ID.Portable().AppendKey(b)
+		b = append(append(b, ' '), in.Sum...)
 	}
 	return digest.Bytes(b)
 }
 
-func racy(inputs []cachedIdentity, now time.Time) bool {
+// racy: some input was changed too recently before the probe began for
+// its identity to vouch for what the interpreter read (fileid.SettledAt).
+func racy(inputs []cachedIdentity, start fileid.Tick) bool {
 	for _, in := range inputs {
-		if in.ID.Racy(now) {
+		if !in.ID.SettledAt(start) {
 			return true
 		}
 	}
@@ -525,8 +549,9 @@ func (l *engineLocator) cached(file, settings string) (*Location, bool) {
 	if json.Unmarshal(data, &c) != nil || c.Version != probeVersion || c.Location.Packages == nil || c.Settings != settings {
 		return nil, false
 	}
+	buf := &fileid.Buffer{}
 	for _, in := range c.Inputs {
-		if id, ok := in.current(); !ok || id != in.ID {
+		if !in.holds(buf) {
 			return nil, false
 		}
 	}

@@ -478,3 +478,61 @@ func TestPthDirs(t *testing.T) {
 	write(t, pth, "# comment\n\n   \nimport os; os.environ\nimport\tsys\nrel/src  \n/abs/path\n  lead\n")
 	assert.Equal(t, []string{filepath.Join(dir, "rel/src"), "/abs/path", filepath.Join(dir, "  lead")}, pthDirs(dir, pth))
 }
+
+// newMount gives every file and directory under dir new inodes and change
+// times and keeps their sizes, modes and modification times, as a new
+// overlay mount of the same image shows them: cp -a, then the copy put in
+// the original's place.
+func newMount(t *testing.T, dir string) {
+	t.Helper()
+	run(t, "/", "cp", "-a", dir, dir+".copy")
+	require.NoError(t, os.Rename(dir, dir+".old"))
+	require.NoError(t, os.Rename(dir+".copy", dir))
+	require.NoError(t, os.RemoveAll(dir+".old"))
+}
+
+// The cached answer survives a new mount of the same files (an emptyDir
+// state directory across container restarts), but not one where a .pth
+// file has other content under the same path, size and mtime.
+func TestLocateCacheSurvivesNewMount(t *testing.T) {
+	py, site := venv(t, false)
+	root := filepath.Dir(filepath.Dir(py))
+	a, b := filepath.Join(t.TempDir(), "aaaa"), filepath.Join(t.TempDir(), "bbbb")
+	write(t, filepath.Join(a, "demo/__init__.py"), "")
+	write(t, filepath.Join(b, "demo/__init__.py"), "")
+	pth := filepath.Join(site, "engine.pth")
+	write(t, pth, a+"\n")
+	time.Sleep(fileid.RacyWindow) // files written within the clock's granularity are not trusted
+	l := &engineLocator{Python: py, Env: envWith(), Dir: "/", CacheDir: t.TempDir()}
+	first, err := l.locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	require.False(t, first.Cached)
+	require.NotEmpty(t, first.Fingerprint)
+
+	sum, before, _ := fileid.Sum(site, false, nil)
+	newMount(t, root)
+	sum2, after, _ := fileid.Sum(site, false, nil)
+	require.NotEqual(t, before, after, "the copy kept its identity: nothing is tested")
+	require.Equal(t, before.Portable(), after.Portable())
+	require.Equal(t, sum, sum2)
+	loc, err := l.locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.True(t, loc.Cached, "a new mount of the same files keeps the answer")
+	assert.Equal(t, first.Fingerprint, loc.Fingerprint, "and the record's key")
+
+	fi, err := os.Stat(pth)
+	require.NoError(t, err)
+	f, err := os.OpenFile(pth, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte(b+"\n"), 0) // same length: same size
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, os.Chtimes(pth, fi.ModTime(), fi.ModTime()))
+	newMount(t, root)
+	now, _ := fileid.Lstat(pth)
+	require.Equal(t, fileid.Identity{Size: fi.Size(), Mode: now.Mode, Mtime: fi.ModTime().UnixNano()}, now.Portable())
+	loc, err = l.locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.False(t, loc.Cached, "the .pth file's content differs")
+	assert.Equal(t, filepath.Join(b, "demo"), loc.Packages["demo"].Dir)
+}

@@ -31,7 +31,7 @@ import (
 // is not ours alone) runs the full check, never a shortcut to "applied".
 
 // recordVersion changes with the record's format or meaning.
-const recordVersion = "2"
+const recordVersion = "3"
 
 // record is kept as JSON: it is read on every restart.
 type record struct {
@@ -44,6 +44,11 @@ type record struct {
 type recordedFile struct {
 	Path string   `json:"path"`
 	ID   identity `json:"id"`
+	// Sum is what the path held when ID was taken (fileid.Sum: an engine
+	// file's SHA-256, a directory's names): on a new mount of the same
+	// image, where ID's device, inode and change time are new, an
+	// unchanged portable identity and this sum stand for it.
+	Sum string `json:"sum,omitempty"`
 	// PyCache: a __pycache__ directory; when it alone changed, only the
 	// bytecode of the edited modules in it is checked again.
 	PyCache bool `json:"pycache,omitempty"`
@@ -51,6 +56,12 @@ type recordedFile struct {
 	// regular file, a directory, absent), counts: a name the import
 	// system tries before an edited module's file.
 	Type bool `json:"type,omitempty"`
+
+	// confirm reads the path again, once the clock has passed ID's change
+	// time, and says whether it still holds what this run verified, with
+	// the identity seen around that reading (see writeRecord); nil when
+	// it cannot be confirmed.
+	confirm func(buf []byte) (identity, bool)
 }
 
 // typeOnly is the part of an identity a Type entry compares.
@@ -69,6 +80,38 @@ type observed struct {
 	files      []recordedFile
 	seen       map[string]bool
 	incomplete bool
+	// The __pycache__ entries: their index in files, and the edited
+	// modules whose bytecode is in each.
+	pycIndex   map[string]int
+	pycModules map[string][]string
+	// results are what the record keeps when they differ from the run's
+	// (a patch the run wrote, as a restart would find it); nil: the run's.
+	results []Result
+}
+
+// confirmSum confirms a path by its Sum.
+func confirmSum(path, sum string) func([]byte) (identity, bool) {
+	return func([]byte) (identity, bool) {
+		got, id, ok := fileid.Sum(path, false, nil)
+		return id, ok && got == sum
+	}
+}
+
+// confirmPyCache confirms a __pycache__ directory: between two equal
+// identities of it, no bytecode of the modules that could run instead of
+// their edited source (what a start removes) is in it.
+func confirmPyCache(dir string, modules []string) (identity, bool) {
+	before, ok := fileid.Lstat(dir)
+	if !ok {
+		return before, false
+	}
+	for _, m := range modules {
+		if _, stuck := removePycs(m, false, true, nil); len(stuck) > 0 {
+			return before, false
+		}
+	}
+	after, ok := fileid.Lstat(dir)
+	return after, ok && after == before
 }
 
 func (o *observed) add(pkg Package, r Result, fs *files) {
@@ -86,7 +129,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		return
 	}
 	if o.seen == nil {
-		o.seen = map[string]bool{}
+		o.seen, o.pycIndex, o.pycModules = map[string]bool{}, map[string]int{}, map[string][]string{}
 	}
 	paths := make([]string, 0, len(fs.m))
 	for p := range fs.m {
@@ -101,7 +144,15 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		}
 		if !o.seen[p] {
 			o.seen[p] = true
-			o.files = append(o.files, recordedFile{Path: p, ID: t.id})
+			f := recordedFile{Path: p, ID: t.id}
+			if d := t.disk; d != nil {
+				// A verified identity is the one of the content the run
+				// planned last: what it read, or wrote and read back.
+				content := d.cur
+				f.Sum = d.sum()
+				f.confirm = func(buf []byte) (identity, bool) { return readsAs(p, content, buf) }
+			}
+			o.files = append(o.files, f)
 		}
 	}
 	// What decided that each edited module loads from the edited file:
@@ -125,11 +176,11 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			continue
 		}
 		o.seen[d] = true
-		id, ok := fileid.Lstat(d)
+		sum, id, ok := fileid.Sum(d, false, nil)
 		if !ok {
 			o.incomplete = true
 		}
-		o.files = append(o.files, recordedFile{Path: d, ID: id})
+		o.files = append(o.files, recordedFile{Path: d, ID: id, Sum: sum, confirm: confirmSum(d, sum)})
 	}
 	for _, e := range r.Edits {
 		if e.State == patchdef.NotApplicable || !strings.HasSuffix(e.Path, ".py") {
@@ -142,8 +193,14 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			if !ok {
 				o.incomplete = true
 			}
+			o.pycIndex[pc] = len(o.files)
 			o.files = append(o.files, recordedFile{Path: pc, ID: id, PyCache: true})
 		}
+		// The bytecode of every edited module in it is checked again.
+		f := &o.files[o.pycIndex[pc]]
+		modules := append(o.pycModules[pc], e.Path)
+		o.pycModules[pc] = modules
+		f.confirm = func([]byte) (identity, bool) { return confirmPyCache(pc, modules) }
 	}
 }
 
@@ -181,28 +238,59 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		return res
 	}
 	file := filepath.Join(opt.StateDir, "patches-"+key[:16]+".json")
-	start := time.Now()
-	if res, ok := fromRecord(file, key, set, loc, opt, start); ok {
+	if res, ok := fromRecord(file, key, set, loc, opt); ok {
 		return res
 	}
-	start = time.Now()
+	start := fileid.Now()
 	res, seen := apply(set, loc, opt)
 	if !seen.incomplete {
-		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: res}, start)
+		kept := res
+		if seen.results != nil {
+			kept = seen.results
+		}
+		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start)
 	}
 	return res
 }
 
-// writeRecord keeps rec unless one of its identities is racy against
-// start, the moment the reads it vouches for began: a file changed from
-// just before then on (by this very run's writes, too) may hold bytes its
-// identity does not show, and is confirmed by the next start's reading,
-// then recorded. Best effort: without a record the next start runs the
-// full check.
-func writeRecord(file string, rec record, start time.Time) {
-	for _, f := range rec.Files {
-		if f.ID.Racy(start) {
+// settleWait bounds how long a start waits for the clock to pass the
+// change times of the files it has just written, so that it can record
+// them: a few ticks of the coarse clock, whatever the kernel's HZ.
+const settleWait = 25 * time.Millisecond
+
+// writeRecord keeps rec. An identity taken by a read that began at start
+// or later vouches for the bytes read only when the clock had passed the
+// file's change time then (fileid.SettledAt): otherwise a second write
+// within the same tick could leave every field equal. Such a file (this
+// very run's writes, a __pycache__ it cleaned) is read again once the
+// clock has passed it (a bounded wait), and recorded with the identity
+// seen around that confirming read; one that cannot be confirmed leaves
+// the run unrecorded, and the next start runs the full check. Best
+// effort: without a record the next start runs the full check.
+func writeRecord(file string, rec record, start fileid.Tick) {
+	var racy []int
+	var ids []identity
+	for i, f := range rec.Files {
+		if !f.ID.SettledAt(start) {
+			if f.confirm == nil {
+				return
+			}
+			racy = append(racy, i)
+			ids = append(ids, f.ID)
+		}
+	}
+	if len(racy) > 0 {
+		if _, ok := fileid.WaitSettled(ids, settleWait); !ok {
 			return
+		}
+		buf := make([]byte, 64<<10)
+		for _, i := range racy {
+			f := &rec.Files[i]
+			at := fileid.Now()
+			id, ok := f.confirm(buf)
+			if !ok || id != f.ID || !id.SettledAt(at) {
+				return
+			}
 		}
 	}
 	rec.Results = append([]Result(nil), rec.Results...)
@@ -221,11 +309,17 @@ func writeRecord(file string, rec record, start time.Time) {
 }
 
 // fromRecord returns the recorded results when the record is trusted, has
-// this key, and every file it names has its recorded identity. A changed
-// __pycache__ directory alone is not a change of the source: the edited
-// modules' bytecode is checked again (and stale bytecode removed), and
-// the record renewed; bytecode that cannot be removed runs the full check.
-func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options, start time.Time) ([]Result, bool) {
+// this key, and every file it names still holds what was verified
+// (fileid.Check): its identity is unchanged, or, on a new mount of the
+// same image, its portable identity is and its content (read now) has the
+// recorded digest. A changed __pycache__ directory alone is not a change
+// of the source: the edited modules' bytecode is checked again (and stale
+// bytecode removed), and the record renewed; bytecode that cannot be
+// removed runs the full check. A record confirmed by content is renewed
+// with the identities seen, so that the next start in the same container
+// reads nothing.
+func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) ([]Result, bool) {
+	start := fileid.Now()
 	data, ok := statedir.ReadCache(opt.StateDir, filepath.Base(file), maxStateBytes)
 	if !ok {
 		return nil, false
@@ -235,12 +329,17 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options,
 		return nil, false
 	}
 	var pycDirs map[string]bool
+	buf := &fileid.Buffer{}
+	renew := false
 	for i, f := range rec.Files {
-		id, ok := fileid.Lstat(f.Path)
 		if f.Type {
-			id, ok = fileid.Stat(f.Path)
-			id = typeOnly(id)
+			id, ok := fileid.Stat(f.Path)
+			if !ok || typeOnly(id) != f.ID {
+				return nil, false
+			}
+			continue
 		}
+		id, ok := fileid.Lstat(f.Path)
 		switch {
 		case !ok:
 			return nil, false
@@ -252,7 +351,13 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options,
 			pycDirs[f.Path] = true
 			rec.Files[i].ID = id
 		default:
-			return nil, false
+			id, ok := fileid.Check(f.Path, false, f.ID, f.Sum, buf)
+			if !ok {
+				return nil, false
+			}
+			// Confirmed by content: renewed only when settled, as any
+			// identity written to a record (no confirming read here).
+			rec.Files[i].ID, renew = id, true
 		}
 	}
 	res := rec.Results
@@ -278,7 +383,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options,
 			e.PycsRemoved = removed
 		}
 	}
-	if pycDirs != nil {
+	if pycDirs != nil || renew {
 		for i, f := range rec.Files {
 			if pycDirs[f.Path] {
 				rec.Files[i].ID, _ = fileid.Lstat(f.Path)

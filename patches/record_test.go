@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,9 +24,8 @@ import (
 )
 
 // recorded sets up package demo with one pending patch and a state
-// directory, applies it, and returns what a restart needs: after a
-// confirming start (the first start's own writes are too recent to
-// record), the record holds.
+// directory, applies it, and returns what a restart needs: the record the
+// first start wrote holds.
 func recorded(t *testing.T) (site string, set *patchdef.Set, loc *Location, opt options) {
 	t.Helper()
 	site, loc = pkgTree(t, map[string]string{"a.py": "def f(x):\n    a, _ = x\n    return a\n"})
@@ -37,13 +37,11 @@ func recorded(t *testing.T) (site string, set *patchdef.Set, loc *Location, opt 
 	opt = options{StateDir: t.TempDir(), PyMinor: 12}
 	r := applySet(set, loc, opt)[0]
 	require.Equal(t, "applied", r.Action)
-	time.Sleep(fileid.RacyWindow)
+	// The first start records what it wrote (read back once the clock
+	// has passed the writes): the first restart reads no engine file.
 	r = applySet(set, loc, opt)[0]
 	require.Equal(t, patchdef.Applied, r.State)
-	require.False(t, r.Recorded, "the first restart reads the files it confirms")
-	r = applySet(set, loc, opt)[0]
-	require.Equal(t, patchdef.Applied, r.State)
-	require.True(t, r.Recorded, "the next one reads none")
+	require.True(t, r.Recorded, "the first restart after a first start reads none")
 	return site, set, loc, opt
 }
 
@@ -84,6 +82,18 @@ func TestRecordInvalidation(t *testing.T) {
 			require.NoError(t, os.WriteFile(p+".new", data, 0o644))
 			require.NoError(t, os.Rename(p+".new", p))
 		}, patchdef.Applied},
+		{"same path, size and mtime, other content, on a new mount (another inode and ctime)", func(t *testing.T, site string, _ *patchdef.Set, _ *Location, _ *options) {
+			p := filepath.Join(site, "demo/a.py")
+			fi, _ := os.Stat(p)
+			data, _ := os.ReadFile(p)
+			data = append([]byte(nil), data...)
+			copy(data[len("def f(x):\n"):], "    b")
+			require.NoError(t, os.WriteFile(p+".new", data, 0o644))
+			require.NoError(t, os.Chtimes(p+".new", fi.ModTime(), fi.ModTime()))
+			require.NoError(t, os.Rename(p+".new", p))
+			now, _ := os.Stat(p)
+			require.Equal(t, fi.Size(), now.Size())
+		}, patchdef.Drift},
 		{"mode", func(t *testing.T, site string, _ *patchdef.Set, _ *Location, _ *options) {
 			require.NoError(t, os.Chmod(filepath.Join(site, "demo/a.py"), 0o600))
 		}, patchdef.Applied},
@@ -125,6 +135,45 @@ func TestRecordInvalidation(t *testing.T) {
 			assert.Equal(t, c.want, r.State, r.Why)
 		})
 	}
+}
+
+// A new overlay mount of the same image shows the recorded files with new
+// inodes and change times but their sizes, modes and modification times:
+// the record holds once their content is read and has the recorded digest,
+// and is renewed, so that the next start reads nothing again.
+func TestRecordSurvivesNewMount(t *testing.T) {
+	site, set, loc, opt := recorded(t)
+	p := filepath.Join(site, "demo/a.py")
+	fi, _ := os.Stat(p)
+	data, _ := os.ReadFile(p)
+	before, _ := fileid.Lstat(p)
+	require.NoError(t, os.WriteFile(p+".new", data, 0o644))
+	require.NoError(t, os.Chtimes(p+".new", fi.ModTime(), fi.ModTime()))
+	require.NoError(t, os.Rename(p+".new", p))
+	after, _ := fileid.Lstat(p)
+	require.NotEqual(t, before, after)
+	require.Equal(t, before.Portable(), after.Portable())
+	// A new mount's files were changed long before a start; the renewed
+	// record keeps only settled identities.
+	_, ok := fileid.WaitSettled([]fileid.Identity{after}, time.Second)
+	require.True(t, ok)
+
+	r := applySet(set, loc, opt)[0]
+	assert.True(t, r.Recorded, r.Why)
+	assert.Equal(t, patchdef.Applied, r.State)
+	files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
+	require.Len(t, files, 1)
+	b, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	var rec record
+	require.NoError(t, json.Unmarshal(b, &rec))
+	var renewed bool
+	for _, f := range rec.Files {
+		if f.Path == p {
+			renewed = f.ID == after
+		}
+	}
+	assert.True(t, renewed, "the record keeps the identity seen on this mount")
 }
 
 // New bytecode beside a recorded module is checked without reading the

@@ -1,0 +1,274 @@
+package fileid
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"hash"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A fast path keyed on Identity alone does not survive a new overlay
+// mount of the same image: the device number is the new mount's, and a
+// copy-up or a new container layer gives new inode numbers and change
+// times, though the bytes are the image's. What such a mount keeps is the
+// path, the size, the mode and the modification time to the nanosecond
+// (Portable); but user space can set a modification time, so equal
+// portable identities say nothing of the content by themselves. Check
+// therefore trusts an unchanged full Identity (ctime cannot be set from
+// user space) and, when only the portable part is unchanged, reads what
+// the path holds and compares its Sum with the one recorded.
+
+// Portable is the part of id that a new mount of the same image keeps:
+// size, mode, modification time, absence.
+func (id Identity) Portable() Identity {
+	return Identity{Size: id.Size, Mode: id.Mode, Mtime: id.Mtime, Absent: id.Absent}
+}
+
+// SmallFile is the size up to which a regular file's Sum is its SHA-256;
+// a larger one (an interpreter binary) is summed with CRC-32C, read at
+// memory speed: it tells a rebuilt or upgraded file from the recorded
+// one, not a collision crafted on purpose (whoever can write the
+// interpreter runs code as the worker anyway).
+const SmallFile = 1 << 20
+
+// SumBytes is the Sum of a regular file holding b.
+func SumBytes(b []byte) string {
+	if len(b) > SmallFile {
+		return "crc32c:" + strconv.FormatUint(uint64(crc32.Checksum(b, castagnoli)), 16) + ":" + strconv.Itoa(len(b))
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Sum digests what path holds, following links when follow is set: a
+// regular file's bytes (as SumBytes), a directory's entry names and types,
+// a symbolic link's target; following links, the real path is part of it
+// (where a chain of links leads decides, e.g., an interpreter's prefix).
+// It returns the identity the path had while it was read (the same before
+// and after; ok false when it changed, or cannot be read). Files are read
+// through buf (nil: a buffer of the call's own).
+func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok bool) {
+	stat := unix.Lstat
+	if follow {
+		stat = unix.Stat
+	}
+	var st unix.Stat_t
+	if err := stat(path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+			return "", Identity{Absent: true}, true
+		}
+		return "", Identity{}, false
+	}
+	id = Of(&st)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", Identity{}, false
+		}
+		sum = "link:" + target
+	case unix.S_IFDIR:
+		sum, ok = dirSum(path)
+		if !ok {
+			return "", Identity{}, false
+		}
+	case unix.S_IFREG:
+		sum, ok = fileSum(path, follow, &st, buf)
+		if !ok {
+			return "", Identity{}, false
+		}
+	default:
+		sum = "type:" + strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8)
+	}
+	if follow {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return "", Identity{}, false
+		}
+		if real != path {
+			sum = "at:" + real + "\x00" + sum
+		}
+	}
+	if after, ok := identity(path, stat); !ok || after != id {
+		return "", Identity{}, false
+	}
+	return sum, id, true
+}
+
+// Buffer is a read buffer allocated on first use and then reused: a
+// caller that may read many files, or none, passes one.
+type Buffer struct{ b []byte }
+
+func (b *Buffer) get() []byte {
+	if b == nil {
+		return make([]byte, 32<<10)
+	}
+	if b.b == nil {
+		b.b = make([]byte, 64<<10)
+	}
+	return b.b
+}
+
+func fileSum(path string, follow bool, st *unix.Stat_t, rb *Buffer) (string, bool) {
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
+	if !follow {
+		flags |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(path, flags, 0)
+	if err != nil {
+		return "", false
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var fst unix.Stat_t
+	if unix.Fstat(fd, &fst) != nil || Of(&fst) != Of(st) {
+		return "", false
+	}
+	buf := rb.get()
+	var h hash.Hash = sha256.New()
+	large := st.Size > SmallFile
+	var crc uint32
+	var n int64
+	for {
+		k, err := f.Read(buf)
+		if large {
+			crc = crc32.Update(crc, castagnoli, buf[:k])
+		} else {
+			h.Write(buf[:k])
+		}
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil || n > st.Size {
+			return "", false
+		}
+	}
+	if n != st.Size {
+		return "", false
+	}
+	if large {
+		return "crc32c:" + strconv.FormatUint(uint64(crc), 16) + ":" + strconv.FormatInt(n, 10), true
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// dirSum digests a directory's entries: names and types, sorted.
+func dirSum(path string) (string, bool) {
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", false
+	}
+	h := sha256.New()
+	for _, e := range entries {
+		h.Write([]byte(e.Name()))
+		h.Write([]byte{0, byte(e.Type() >> 24), '\n'})
+	}
+	return "dir:" + hex.EncodeToString(h.Sum(nil)), true
+}
+
+// Check reports whether path still holds what was recorded as want (its
+// identity) and sum (its Sum, "" when none was kept): either its identity
+// is unchanged, or its portable identity is and its Sum, read now, equals
+// sum. It returns the identity seen, for renewing the record.
+func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Identity, bool) {
+	stat := unix.Lstat
+	if follow {
+		stat = unix.Stat
+	}
+	cur, ok := identity(path, stat)
+	if !ok {
+		return cur, false
+	}
+	if cur == want {
+		return cur, true
+	}
+	if sum == "" || cur.Portable() != want.Portable() {
+		return cur, false
+	}
+	got, id, ok := Sum(path, follow, buf)
+	return id, ok && got == sum && id.Portable() == want.Portable()
+}
+
+// Tick is a reading of the clock file times are taken from
+// (CLOCK_REALTIME_COARSE), in nanoseconds since the epoch. A change made
+// after the reading is stamped no earlier than it (a finer stamp, where
+// the kernel gives one, is later still).
+type Tick int64
+
+// Now reads the clock file times come from.
+func Now() Tick {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &ts) != nil {
+		return 0 // nothing is settled against it
+	}
+	return Tick(ts.Nano())
+}
+
+// granularity is the coarsest timestamp granularity a filesystem could
+// have stamped t with: the largest power of ten dividing its nanoseconds,
+// or two seconds (FAT's) when they are zero.
+func granularity(t int64) int64 {
+	ns := t % 1e9
+	if ns < 0 {
+		ns += 1e9
+	}
+	if ns == 0 {
+		return 2e9
+	}
+	g := int64(1)
+	for ns%(g*10) == 0 {
+		g *= 10
+	}
+	return g
+}
+
+// SettledAt reports whether any change to the file made after the clock
+// read at gives it another change time than id's: at is past id's change
+// time by its granularity. An identity observed by a read that began at
+// such a tick vouches for the bytes read (an unsettled one may not: a
+// second write within the same clock tick keeps every field equal).
+func (id Identity) SettledAt(at Tick) bool {
+	return id.Absent || int64(at) >= id.Ctime+granularity(id.Ctime)
+}
+
+// WaitSettled waits until the clock has passed the change time of every
+// id by its granularity, or for no more than max; the tick it reached,
+// and whether all are settled at it.
+func WaitSettled(ids []Identity, max time.Duration) (Tick, bool) {
+	var need int64
+	for _, id := range ids {
+		if !id.Absent {
+			need = maxInt(need, id.Ctime+granularity(id.Ctime))
+		}
+	}
+	deadline := time.Now().Add(max)
+	for {
+		now := Now()
+		if int64(now) >= need {
+			return now, true
+		}
+		left := time.Duration(need - int64(now))
+		if left > max || time.Now().After(deadline) {
+			return now, false
+		}
+		time.Sleep(min(left, time.Millisecond))
+	}
+}
+
+func maxInt(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,128 @@
+package fileid
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// remount gives path a new inode and change time and its old modification
+// time, as a new overlay mount of the same image shows the same file.
+func remount(t *testing.T, path string, content []byte) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, content, fi.Mode()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(tmp, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckOnANewMount(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.py")
+	if err := os.WriteFile(p, []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, id, ok := Sum(p, false, nil)
+	if !ok || sum != SumBytes([]byte("one\n")) {
+		t.Fatalf("sum %q ok %v", sum, ok)
+	}
+	if _, ok := Check(p, false, id, sum, nil); !ok {
+		t.Fatal("unchanged file not held")
+	}
+	remount(t, p, []byte("one\n"))
+	if now, _ := Lstat(p); now == id {
+		t.Fatal("the copy kept its identity: nothing is tested")
+	}
+	if _, ok := Check(p, false, id, sum, nil); !ok {
+		t.Error("same content, size and mtime under a new inode: must hold")
+	}
+	if _, ok := Check(p, false, id, "", nil); ok {
+		t.Error("without a recorded sum a new inode must not hold")
+	}
+	remount(t, p, []byte("two\n"))
+	if now, _ := Lstat(p); now.Portable() != id.Portable() {
+		t.Fatal("portable identity moved: nothing is tested")
+	}
+	if _, ok := Check(p, false, id, sum, &Buffer{}); ok {
+		t.Error("same path, size and mtime, other content: must not hold")
+	}
+	// A directory is summed by its names.
+	dsum, did, ok := Sum(dir, false, nil)
+	if !ok {
+		t.Fatal("directory not summed")
+	}
+	fi, _ := os.Stat(dir)
+	if err := os.WriteFile(filepath.Join(dir, "b.pth"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(dir, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Check(dir, false, did, dsum, nil); ok {
+		t.Error("a directory with a new entry and its old mtime must not hold")
+	}
+	// A link, followed: where it leads is part of the sum.
+	other := filepath.Join(dir, "c.py")
+	if err := os.WriteFile(other, []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln := filepath.Join(dir, "ln")
+	if err := os.Symlink("a.py", ln); err != nil {
+		t.Fatal(err)
+	}
+	s1, _, _ := Sum(ln, true, nil)
+	if err := os.Remove(ln); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("c.py", ln); err != nil {
+		t.Fatal(err)
+	}
+	if s2, _, _ := Sum(ln, true, nil); s1 == s2 {
+		t.Error("a link that leads elsewhere to the same bytes has the same sum")
+	}
+}
+
+func TestGranularity(t *testing.T) {
+	for in, want := range map[int64]int64{1_700_000_000_123_456_789: 1, 1_700_000_000_123_456_780: 10,
+		1_700_000_000_100_000_000: 100_000_000, 1_700_000_000_000_000_000: 2e9} {
+		if got := granularity(in); got != want {
+			t.Errorf("granularity(%d) = %d, want %d", in, got, want)
+		}
+	}
+	id := Identity{Ctime: 1_700_000_000_000_000_000}
+	if id.SettledAt(Tick(id.Ctime + 1e9)) {
+		t.Error("a stamp in whole seconds is settled only two seconds later")
+	}
+	if !id.SettledAt(Tick(id.Ctime + 2e9)) {
+		t.Error("not settled two seconds later")
+	}
+}
+
+// A file just written is settled once the clock passes its change time;
+// WaitSettled waits for that, and no longer than it is allowed to.
+func TestWaitSettled(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := Lstat(p)
+	at, ok := WaitSettled([]Identity{id}, time.Second)
+	if !ok || !id.SettledAt(at) {
+		t.Fatalf("not settled at %d (ctime %d)", at, id.Ctime)
+	}
+	far := Identity{Ctime: int64(Now()) + int64(time.Hour) + 1}
+	if _, ok := WaitSettled([]Identity{far}, time.Millisecond); ok {
+		t.Error("an hour ahead is settled within a millisecond")
+	}
+}
