@@ -85,7 +85,7 @@ func BuildIndexMetered(root string, m *progress.Meter) (*Index, error) {
 		case fi.Mode().IsRegular():
 			e.Type = "file"
 			e.Size = fi.Size()
-			if e.SHA256, err = digest.File(p); err != nil {
+			if e.SHA256, err = digest.FileThrough(p, m.Partial(e.Size)); err != nil {
 				return err
 			}
 		case fi.Mode()&fs.ModeSymlink != 0:

@@ -207,9 +207,9 @@ func (in *installer) run(st unix.Stat_t) error {
 			continue
 		}
 		dir, name := splitRel(e.Path)
-		in.meter.Add(1, e.Size)
 		if dfd, err := dw.at(dir); err == nil && in.identical(dfd, name, e) {
 			in.r.Unchanged++
+			in.meter.Add(1, e.Size)
 			continue
 		}
 		sfd, err := sw.at(dir)
@@ -233,6 +233,7 @@ func (in *installer) run(st unix.Stat_t) error {
 			sw.close()
 			return err
 		}
+		in.meter.Add(1, e.Size)
 		todo = append(todo, e)
 	}
 	dw.close()
@@ -440,7 +441,7 @@ func (in *installer) identical(dirfd int, name string, e Entry) bool {
 			return false
 		}
 		h := sha256.New()
-		n, err := io.Copy(h, f)
+		n, err := io.Copy(io.MultiWriter(h, in.meter.Partial(e.Size)), f)
 		return err == nil && n == e.Size && hex.EncodeToString(h.Sum(nil)) == e.SHA256
 	}
 	return false
@@ -468,7 +469,7 @@ func (in *installer) copyChecked(sfd int, name string, e Entry) error {
 		return in.failed("stage", e.Path, err)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h), f)
+	n, err := io.Copy(io.MultiWriter(out, h, in.meter.Partial(e.Size)), f)
 	if err == nil {
 		err = out.Chmod(fs.FileMode(installPerm(e)))
 	}

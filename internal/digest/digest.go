@@ -31,7 +31,11 @@ func String(s string) string {
 }
 
 // File is the SHA-256 of the file at path, read as a stream.
-func File(path string) (string, error) {
+func File(path string) (string, error) { return FileThrough(path, io.Discard) }
+
+// FileThrough is File, writing the bytes it reads through w as well (a
+// progress count).
+func FileThrough(path string, w io.Writer) (string, error) {
 	// Without blocking, and only a regular file: a FIFO has no content to
 	// fingerprint and would hold the caller forever.
 	f, err := boundedread.Open(path, 0)
@@ -40,7 +44,7 @@ func File(path string) (string, error) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(io.MultiWriter(h, w), f); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -7,6 +7,7 @@ package progress
 
 import (
 	"fmt"
+	"io"
 	"sync"
 	"time"
 )
@@ -25,6 +26,7 @@ type Meter struct {
 	mu                   sync.Mutex
 	start, last          time.Time
 	doneFiles, doneBytes int64
+	partial              int64 // bytes of the file in hand, through Partial
 }
 
 // New is a Meter for what, with the totals known up front.
@@ -52,6 +54,15 @@ func (m *Meter) Add(files, bytes int64) {
 	defer m.mu.Unlock()
 	m.doneFiles += files
 	m.doneBytes += bytes
+	if files > 0 {
+		m.partial = 0 // the file in hand is done: counted whole
+	}
+	m.tick()
+}
+
+// tick says how far along it is when Interval has passed since the last
+// line; m.mu is held.
+func (m *Meter) tick() {
 	if now := m.now(); now.Sub(m.last) >= Interval {
 		m.last = now
 		m.Say(m.line(now))
@@ -63,7 +74,7 @@ func (m *Meter) line(now time.Time) string {
 	if m.Files > 0 {
 		s += fmt.Sprintf(" of %d", m.Files)
 	}
-	s += fmt.Sprintf(" files, %s", mb(m.doneBytes))
+	s += fmt.Sprintf(" files, %s", mb(m.doneBytes+m.partial))
 	if m.Bytes > 0 {
 		s += " of " + mb(m.Bytes)
 	}
@@ -71,6 +82,33 @@ func (m *Meter) line(now time.Time) string {
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// Partial is a writer that counts the bytes of the file in hand (size
+// bytes) as a copy or a hash writes them through it, so that one large
+// file still gets its lines; the file is counted whole, and its partial
+// count dropped, by the Add that counts it done. A nil Meter's counts
+// nothing.
+func (m *Meter) Partial(size int64) io.Writer {
+	if m == nil {
+		return io.Discard
+	}
+	return &partial{m: m, size: size}
+}
+
+type partial struct {
+	m          *Meter
+	size, seen int64
+}
+
+// Write never fails: counting must not stop the work it counts.
+func (p *partial) Write(b []byte) (int, error) {
+	p.seen = min(p.seen+int64(len(b)), p.size)
+	p.m.mu.Lock()
+	p.m.partial = max(p.m.partial, p.seen) // a second pass over the file (check, then copy) is not counted twice
+	p.m.tick()
+	p.m.mu.Unlock()
+	return len(b), nil
+}
 
 // Done says what was done and how long it took: the final line, said
 // whatever the interval.

@@ -1,6 +1,7 @@
 package progress
 
 import (
+	"io"
 	"testing"
 	"time"
 
@@ -49,4 +50,40 @@ func TestReporterStartsMetersAndDoneSummarizes(t *testing.T) {
 	assert.Nil(t, qm)
 	qm.Add(1, 1)
 	qm.Done()
+}
+
+// One file larger than Interval allows still gets lines while it is
+// copied, counting its bytes; a second pass over it (a check, then the
+// copy) is not counted twice, and the file counted done is counted whole.
+func TestPartialCountsTheFileInHand(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	var lines []string
+	m := &Meter{What: "install", Files: 2, Bytes: 1100e6, Say: func(l string) { lines = append(lines, l) }, Now: func() time.Time { return clock }}
+	m.start, m.last = clock, clock
+	chunk := make([]byte, 100e6/1000)
+	write := func(w io.Writer, n int) {
+		for range n {
+			for range 1000 {
+				w.Write(chunk)
+			}
+			clock = clock.Add(time.Second) // 100 MB a second
+		}
+	}
+	write(m.Partial(1000e6), 4) // a check that reads 400 MB and finds a difference
+	write(m.Partial(1000e6), 10) // the copy: the first 400 MB again, then the rest
+	m.Add(1, 1000e6)
+	write(m.Partial(100e6), 2)
+	assert.Equal(t, []string{
+		"install: 0 of 2 files, 200.1 MB of 1100.0 MB (2s)",
+		"install: 0 of 2 files, 400.0 MB of 1100.0 MB (4s)",
+		"install: 0 of 2 files, 400.0 MB of 1100.0 MB (6s)", // the bytes read twice count once
+		"install: 0 of 2 files, 400.1 MB of 1100.0 MB (8s)",
+		"install: 0 of 2 files, 600.1 MB of 1100.0 MB (10s)",
+		"install: 0 of 2 files, 800.1 MB of 1100.0 MB (12s)",
+		"install: 1 of 2 files, 1000.0 MB of 1100.0 MB (14s)", // the file done counts whole
+	}, lines)
+	var nilMeter *Meter
+	n, err := nilMeter.Partial(10).Write(chunk)
+	assert.NoError(t, err)
+	assert.Equal(t, len(chunk), n)
 }

@@ -434,7 +434,7 @@ func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time, m 
 			}
 			continue
 		}
-		if err := copyChecked(tw, filepath.Join(root, filepath.FromSlash(e.Path)), e); err != nil {
+		if err := copyChecked(io.MultiWriter(tw, m.Partial(e.Size)), filepath.Join(root, filepath.FromSlash(e.Path)), e); err != nil {
 			return 0, err
 		}
 		m.Add(1, e.Size)

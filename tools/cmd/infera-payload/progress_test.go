@@ -80,12 +80,16 @@ func TestIndexAndImageSayHowFarTheyAre(t *testing.T) {
 	args := []string{"image", "-payload", payload, "-oci", filepath.Join(dir, "oci"), "-archive", "", "-arch", runtime.GOARCH}
 	r = runTool(args)
 	require.Equal(t, 0, r.code, r.stderr)
+	// A line per file, and more while the binary, larger than one write,
+	// is read (the stepped clock moves on every look at it).
 	checked, layered := progressLines(r.stderr, "image check"), progressLines(r.stderr, "image layer")
-	require.Len(t, checked, 5, r.stderr)
-	assert.Contains(t, checked[0], "image check: 1 of 4 files")
-	assert.Contains(t, checked[4], "image check done: 4 files, "+total+" MB")
-	require.Len(t, layered, 5, r.stderr)
-	assert.Contains(t, layered[3], "image layer: 4 of 4 files, "+total+" MB of "+total+" MB")
+	require.Greater(t, len(checked), 5, r.stderr)
+	assert.Contains(t, checked[0], "image check: 0 of 4 files", "a line before the first file is done")
+	assert.Contains(t, checked[len(checked)-2], "image check: 4 of 4 files")
+	assert.Contains(t, checked[len(checked)-1], "image check done: 4 files, "+total+" MB")
+	require.Greater(t, len(layered), 5, r.stderr)
+	assert.Contains(t, layered[len(layered)-2], "image layer: 4 of 4 files, "+total+" MB of "+total+" MB")
+	assert.Contains(t, layered[len(layered)-1], "image layer done: 4 files")
 
 	r = runTool(append(args, "-q", "-force"))
 	require.Equal(t, 0, r.code, r.stderr)
@@ -94,7 +98,7 @@ func TestIndexAndImageSayHowFarTheyAre(t *testing.T) {
 	r = runTool(append(args, "-force"), "INFERA_EXEC_LOG=json")
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-	require.Len(t, lines, 10, r.stderr)
+	require.Greater(t, len(lines), 10, r.stderr)
 	for _, l := range lines {
 		assert.Regexp(t, `^\{"time":.*"level":"INFO","msg":"image (check|layer)( done)?: .*","logger":"infera-payload"\}$`, l)
 	}
