@@ -69,7 +69,7 @@ func TestPartialCountsTheFileInHand(t *testing.T) {
 			clock = clock.Add(time.Second) // 100 MB a second
 		}
 	}
-	write(m.Partial(1000e6), 4) // a check that reads 400 MB and finds a difference
+	write(m.Partial(1000e6), 4)  // a check that reads 400 MB and finds a difference
 	write(m.Partial(1000e6), 10) // the copy: the first 400 MB again, then the rest
 	m.Add(1, 1000e6)
 	write(m.Partial(100e6), 2)
