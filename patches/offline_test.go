@@ -8,8 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/infera/infera-exec/internal/sitepath"
 )
 
 // An unpacked image root: vLLM installed in Debian's dist-packages of
@@ -85,16 +83,25 @@ func finderModule(mapping string) string {
 		"def install():\n    if not any(finder == _EditableFinder for finder in sys.meta_path):\n        sys.meta_path.append(_EditableFinder)\n"
 }
 
-// A FIFO planted as a .pth file in an image root is skipped, not waited on.
-func TestPathLinesIgnoresAFIFO(t *testing.T) {
-	pth := filepath.Join(t.TempDir(), "x.pth")
-	require.NoError(t, syscall.Mkfifo(pth, 0o644))
-	done := make(chan []string)
-	go func() { done <- sitepath.PthLines(pth) }()
+// A FIFO planted as a .pth file in an image root is skipped, not waited
+// on, and named in a note.
+func TestLocateOfflineIgnoresAFIFO(t *testing.T) {
+	site := t.TempDir()
+	write(t, filepath.Join(site, "vllm/__init__.py"), "")
+	require.NoError(t, syscall.Mkfifo(filepath.Join(site, "x.pth"), 0o644))
+	done := make(chan *Location)
+	go func() {
+		loc, err := LocateOffline(site, []string{"vllm"})
+		assert.NoError(t, err)
+		done <- loc
+	}()
 	select {
-	case lines := <-done:
-		assert.Empty(t, lines)
+	case loc := <-done:
+		require.NotNil(t, loc)
+		assert.Equal(t, filepath.Join(site, "vllm"), loc.Packages["vllm"].Dir)
+		require.Len(t, loc.Notes, 1)
+		assert.Contains(t, loc.Notes[0], filepath.Join(site, "x.pth"))
 	case <-time.After(10 * time.Second):
-		t.Fatal("PthLines blocked on a FIFO .pth file")
+		t.Fatal("LocateOffline blocked on a FIFO .pth file")
 	}
 }
