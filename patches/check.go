@@ -61,6 +61,9 @@ func check(root, payloadRoot string) (*CheckReport, error) {
 // WriteText prints the report as a table per package.
 func (rep *CheckReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "infera-exec --check %s (nothing is written)\n", rep.Root)
+	for _, n := range rep.Location.Notes {
+		fmt.Fprintf(w, "note: not certain: %s; the lookup passed over it\n", n)
+	}
 	var names []string
 	for n := range rep.Location.Packages {
 		names = append(names, n)

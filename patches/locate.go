@@ -60,6 +60,10 @@ type Location struct {
 	// Fingerprint digests every input of the probe's answer (see
 	// probeInputs); "" for an offline location.
 	Fingerprint string `json:"-"`
+
+	// Notes (offline lookups) name what the interpreter would run at
+	// start-up that the lookup passed over: the answer is not certain.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // probeScript asks the import system where each name on argv would come

@@ -4,32 +4,31 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
-	"github.com/infera/infera-exec/internal/boundedread"
-	"github.com/infera/infera-exec/internal/distinfo"
-	"github.com/infera/infera-exec/internal/sitepath"
+	"github.com/infera/infera-exec/internal/pyimport"
 )
 
-var (
-	mappingRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)MAPPING\s*(?::[^=]*)?=\s*\{(.*?)\}`) })
-	pairRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`['"]([^'"]+)['"]\s*:\s*['"]([^'"]+)['"]`) })
-)
-
-// LocateOffline finds packages in an unpacked image root filesystem, or
-// in a site-packages directory, without running Python, as the image's
-// interpreters would import them: their sys.path in the order CPython's
-// and Debian's site.py build it (package sitepath), with the directories
-// .pth files add, each name resolved by the import system's rules (the
-// first regular package or module wins; directories without __init__ are
-// a namespace package only when no entry has one), then PEP 660
-// editable finders (MAPPING in __editable___*_finder.py, consulted after
-// sys.path) and legacy .egg-link files. Paths recorded inside the image
-// are taken relative to root. Other copies of a name on the path are
-// named in Why.
+// LocateOffline finds packages without running Python, with the start's
+// model of the interpreter (package pyimport: getpath's layout, sys.path
+// in CPython's and Debian's site.py order, .pth files, setuptools'
+// editable finders), in one of three kinds of root:
+//   - a site directory (it holds one of the packages, or what installers
+//     leave there): the directory, what its .pth files add and the
+//     editable finders they install, paths as they are;
+//   - a venv of this machine (a pyvenv.cfg at the top): its interpreter,
+//     paths as they are;
+//   - an unpacked image root ("/" for this machine): every interpreter
+//     installation under it (pyimport.ResolveImage), the paths recorded
+//     inside the image taken inside root.
+//
+// Each name is taken from the first installation that imports it; its
+// other copies (further down the same sys.path, or imported by another
+// installation) are named in Others and Why. What the interpreter would
+// run at start-up and cannot be followed (a .pth line other than the
+// editable finder's, a sitecustomize) is passed over and named in Notes:
+// the answer is then the best one that can be read, not a certain one.
 func LocateOffline(root string, names []string) (*Location, error) {
 	fi, err := os.Stat(root)
 	if err != nil {
@@ -38,107 +37,96 @@ func LocateOffline(root string, names []string) (*Location, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("check root %s is not a directory", root)
 	}
-	// A site-packages directory is read as it is, its recorded paths as
-	// they are; an image root has its interpreters' paths searched, and
-	// the paths recorded inside it are taken relative to it.
-	var sites, entries []string
-	prefix := ""
-	if isSiteDir(root, names) {
-		sites, entries = []string{root}, []string{root}
-		for _, e := range sitepath.PthEntries("/", root) {
-			if !slices.Contains(entries, e) {
-				entries = append(entries, e)
-			}
-		}
-	} else {
-		sites, entries, prefix = distinfo.SiteDirs(root), sitepath.SearchPath(root), root
+	var r *pyimport.Root
+	switch {
+	case isSiteDir(root, names):
+		r = pyimport.ResolveSiteDir(root, names)
+	case isFile(filepath.Join(root, "pyvenv.cfg")):
+		r = pyimport.ResolveVenv(root, names)
+	default:
+		r = pyimport.ResolveImage(root, names)
 	}
-	loc := &Location{Interpreter: "(none: offline check of " + root + ")", SysPath: entries, Packages: map[string]Package{}}
+	loc := &Location{Interpreter: "(none: offline check of " + root + ")", Packages: map[string]Package{}, Notes: r.Notes}
+	var read []string
+	for _, a := range r.Installations {
+		read = append(read, a.Interpreter)
+		for _, e := range a.SysPath {
+			if hp := r.Host(e); e != "" && isDir(hp) && !slices.Contains(loc.SysPath, hp) {
+				loc.SysPath = append(loc.SysPath, hp)
+			}
+		}
+		for _, d := range a.SiteDirs {
+			if hp := r.Host(d); !slices.Contains(loc.SiteDirs, hp) {
+				loc.SiteDirs = append(loc.SiteDirs, hp)
+			}
+		}
+		for _, n := range a.Notes {
+			note := n
+			if a.Interpreter != "" {
+				note = a.Interpreter + ": " + n
+			}
+			if !slices.Contains(loc.Notes, note) {
+				loc.Notes = append(loc.Notes, note)
+			}
+		}
+	}
+	loc.Located = "offline, without starting Python: " + strings.Join(read, ", ")
 	for _, n := range names {
-		p := Package{Name: n}
-		f := sitepath.Resolve(entries, n, "")
-		if f.Kind == sitepath.NotFound {
-			// Consulted after sys.path: editable finders, then the
-			// directories of legacy develop installs.
-			for _, site := range sites {
-				for _, dir := range fallbacks(prefix, site, n) {
-					if isDir(dir) {
-						if f.Kind == sitepath.NotFound {
-							f = sitepath.Found{Kind: sitepath.Regular, Path: dir}
-						} else if dir != f.Path && !slices.Contains(f.Others, dir) {
-							f.Others = append(f.Others, dir)
-						}
-					}
-				}
-			}
-		}
-		switch f.Kind {
-		case sitepath.NotFound:
-			p.Why = fmt.Sprintf("%s not found in %s", n, strings.Join(entries, ", "))
-			if len(sites) == 0 {
-				p.Why = fmt.Sprintf("no site-packages or dist-packages directory under %s", root)
-			}
-		case sitepath.Module:
-			p.Why = fmt.Sprintf("%s is the module %s, not a package", n, f.Path)
-		case sitepath.Namespace:
-			p.Found, p.Dir, p.Dirs, p.Namespace = true, f.Path, f.Portions, true
-		default:
-			p.Found, p.Dir, p.Dirs = true, f.Path, []string{f.Path}
-		}
-		p.Others = f.Others
-		if len(f.Others) > 0 {
-			also := "also present, not imported: " + strings.Join(f.Others, ", ")
-			if p.Why != "" {
-				also = p.Why + "; " + also
-			}
-			p.Why = also
-		}
-		loc.Packages[n] = p
+		loc.Packages[n] = offlinePackage(r, n, loc)
 	}
 	return loc, nil
 }
 
-// fallbacks are the directories that may hold package name after
-// sys.path, for one site directory: PEP 660 editable finders' MAPPING,
-// and the path of legacy .egg-link files. Absolute paths recorded in the
-// site directory are taken relative to prefix.
-func fallbacks(prefix, site, name string) []string {
-	var out []string
-	entries, err := os.ReadDir(site)
-	if err != nil {
-		return out
-	}
-	inImage := func(p string) string {
-		if filepath.IsAbs(p) {
-			return filepath.Join(prefix, p)
+// offlinePackage is name's answer: the first installation's that finds it.
+func offlinePackage(r *pyimport.Root, name string, loc *Location) Package {
+	p := Package{Name: name}
+	var others []string
+	other := func(hp string) {
+		if !slices.Contains(p.Dirs, hp) && !slices.Contains(others, hp) {
+			others = append(others, hp)
 		}
-		return filepath.Join(site, p)
 	}
-	for _, e := range entries {
-		fn := e.Name()
-		full := filepath.Join(site, fn)
+	for _, a := range r.Installations {
+		s := a.Specs[name]
 		switch {
-		case strings.HasPrefix(fn, "__editable__") && strings.HasSuffix(fn, "_finder.py"):
-			data, err := boundedread.File(full, boundedread.SmallText)
-			if err != nil {
-				continue
+		case !s.Found:
+		case p.Found || p.Why != "":
+			for _, l := range s.Locations {
+				other(r.Host(l))
 			}
-			if m := mappingRE().FindSubmatch(data); m != nil {
-				for _, pair := range pairRE().FindAllSubmatch(m[1], -1) {
-					if string(pair[1]) == name {
-						out = append(out, inImage(string(pair[2])))
-					}
-				}
+			if len(s.Locations) == 0 {
+				other(r.Host(s.Origin))
 			}
-		case strings.HasSuffix(fn, ".egg-link"):
-			// An .egg-link's first line is the path; the second is
-			// relative to it.
-			if lines := sitepath.PthLines(full); len(lines) > 0 {
-				out = append(out, filepath.Join(inImage(strings.TrimSpace(lines[0])), name))
+		case len(s.Locations) == 0:
+			p.Why = fmt.Sprintf("%s is the module %s, not a package", name, r.Host(s.Origin))
+		default:
+			p.Found, p.Namespace = true, s.Namespace
+			for _, l := range s.Locations {
+				p.Dirs = append(p.Dirs, r.Host(l))
 			}
+			p.Dir = p.Dirs[0]
+		}
+		for _, o := range s.Others {
+			other(r.Host(o))
 		}
 	}
-	return out
+	if !p.Found && p.Why == "" {
+		switch {
+		case len(r.Installations) == 0:
+			p.Why = fmt.Sprintf("no Python installation (bin/python3.X, lib/python3.X) under %s", r.Root)
+		default:
+			p.Why = fmt.Sprintf("%s not found in %s", name, strings.Join(loc.SysPath, ", "))
+		}
+	}
+	p.Others = others
+	if len(others) > 0 {
+		also := "also present, not imported: " + strings.Join(others, ", ")
+		if p.Why != "" {
+			also = p.Why + "; " + also
+		}
+		p.Why = also
+	}
+	return p
 }
 
 // isSiteDir tells a site-packages directory (it holds one of the packages,

@@ -8,13 +8,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/infera/infera-exec/internal/sitepath"
 )
 
 // An unpacked image root: vLLM installed in Debian's dist-packages of
 // /usr/local, SGLang as an editable checkout recorded in a .pth file, a
-// legacy .egg-link develop install, and a PEP 660 finder.
+// legacy develop install (its easy-install.pth line; the .egg-link beside
+// it is read by no interpreter), and a PEP 660 finder installed by its
+// .pth file.
 func TestLocateOfflineImageRoot(t *testing.T) {
 	root := t.TempDir()
 	dp := filepath.Join(root, "usr/local/lib/python3.12/dist-packages")
@@ -24,8 +24,10 @@ func TestLocateOfflineImageRoot(t *testing.T) {
 	write(t, filepath.Join(sp, "__editable__.sglang-0.5.5.pth"), "/sgl-workspace/sglang/python\n")
 	write(t, filepath.Join(root, "sgl-workspace/sglang/python/sglang/__init__.py"), "")
 	write(t, filepath.Join(sp, "mooncake.egg-link"), "/src/mooncake\n.\n")
+	write(t, filepath.Join(sp, "easy-install.pth"), "/src/mooncake\n")
 	write(t, filepath.Join(root, "src/mooncake/mooncake/__init__.py"), "")
-	write(t, filepath.Join(sp, "__editable___kvd_1_0_finder.py"), "MAPPING: dict[str, str] = {'kvd': '/src/kvd/python/kvd'}\nNAMESPACES = {}\n")
+	write(t, filepath.Join(sp, "__editable__.kvd-1.0.pth"), "import __editable___kvd_1_0_finder; __editable___kvd_1_0_finder.install()\n")
+	write(t, filepath.Join(sp, "__editable___kvd_1_0_finder.py"), finderModule("{'kvd': '/src/kvd/python/kvd'}"))
 	write(t, filepath.Join(root, "src/kvd/python/kvd/__init__.py"), "")
 
 	loc, err := LocateOffline(root, []string{"vllm", "sglang", "mooncake", "kvd", "absent"})
@@ -70,19 +72,36 @@ func TestLocateOfflineErrors(t *testing.T) {
 	require.Error(t, err)
 	loc, err := LocateOffline(t.TempDir(), []string{"vllm"})
 	require.NoError(t, err)
-	assert.Contains(t, loc.Packages["vllm"].Why, "no site-packages or dist-packages directory under")
+	assert.Contains(t, loc.Packages["vllm"].Why, "no Python installation (bin/python3.X, lib/python3.X) under")
 }
 
-// A FIFO planted as a .pth file in an image root is skipped, not waited on.
-func TestPathLinesIgnoresAFIFO(t *testing.T) {
-	pth := filepath.Join(t.TempDir(), "x.pth")
-	require.NoError(t, syscall.Mkfifo(pth, 0o644))
-	done := make(chan []string)
-	go func() { done <- sitepath.PthLines(pth) }()
+// finderModule is a setuptools editable finder module (the parts the
+// resolver reads) with mapping as its MAPPING literal.
+func finderModule(mapping string) string {
+	return "import sys\nMAPPING: dict[str, str] = " + mapping + "\nNAMESPACES: dict[str, list[str]] = {}\n" +
+		"class _EditableFinder:\n    pass\n" +
+		"def install():\n    if not any(finder == _EditableFinder for finder in sys.meta_path):\n        sys.meta_path.append(_EditableFinder)\n"
+}
+
+// A FIFO planted as a .pth file in an image root is skipped, not waited
+// on, and named in a note.
+func TestLocateOfflineIgnoresAFIFO(t *testing.T) {
+	site := t.TempDir()
+	write(t, filepath.Join(site, "vllm/__init__.py"), "")
+	require.NoError(t, syscall.Mkfifo(filepath.Join(site, "x.pth"), 0o644))
+	done := make(chan *Location)
+	go func() {
+		loc, err := LocateOffline(site, []string{"vllm"})
+		assert.NoError(t, err)
+		done <- loc
+	}()
 	select {
-	case lines := <-done:
-		assert.Empty(t, lines)
+	case loc := <-done:
+		require.NotNil(t, loc)
+		assert.Equal(t, filepath.Join(site, "vllm"), loc.Packages["vllm"].Dir)
+		require.Len(t, loc.Notes, 1)
+		assert.Contains(t, loc.Notes[0], filepath.Join(site, "x.pth"))
 	case <-time.After(10 * time.Second):
-		t.Fatal("PthLines blocked on a FIFO .pth file")
+		t.Fatal("LocateOffline blocked on a FIFO .pth file")
 	}
 }

@@ -16,13 +16,25 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/internal/boundedread"
-	"github.com/infera/infera-exec/internal/sitepath"
+	"github.com/infera/infera-exec/internal/pyimport"
 )
 
-// SiteDirs are the site directories present under an image root, in the
-// order its interpreters search them (package sitepath: CPython's and
-// Debian's site.py, venvs), without repeats.
-func SiteDirs(root string) []string { return sitepath.SiteDirs(root) }
+// SiteDirs are the site directories present under an image root, as
+// paths on this machine, in the order its interpreters search them
+// (package pyimport: each installation's site.py order, the installations
+// in the order they are preferred), without repeats.
+func SiteDirs(root string) []string {
+	r := pyimport.ResolveImage(root, nil)
+	var out []string
+	for _, a := range r.Installations {
+		for _, d := range a.SiteDirs {
+			if fi, err := os.Stat(r.Host(d)); err == nil && fi.IsDir() && !slices.Contains(out, r.Host(d)) {
+				out = append(out, r.Host(d))
+			}
+		}
+	}
+	return out
+}
 
 // Dist is one installed distribution.
 type Dist struct {

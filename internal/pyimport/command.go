@@ -15,7 +15,6 @@ package pyimport
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -173,12 +172,6 @@ func readHead(path string) ([]byte, error) {
 	buf := make([]byte, 256)
 	n, _ := f.Read(buf)
 	return buf[:n], nil
-}
-
-// fileExists says whether p names anything (os.path.exists).
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // HomeOf is the home directory /etc/passwd gives uid, as Python's

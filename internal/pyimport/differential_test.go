@@ -1,7 +1,6 @@
 package pyimport
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -10,12 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/testsupport"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
 
 // The names every generated layout asks for: a regular package copied
@@ -43,105 +42,16 @@ func needFixture(t *testing.T, format string, args ...any) {
 	t.Skip(msg)
 }
 
-var (
-	editableOnce sync.Once
-	editableDir  string
-	editableErr  string
-)
-
-// editables installs three local projects in editable mode with the real
-// pip and setuptools, offline (--no-index --no-build-isolation, no
-// dependencies), into a builder venv that sees the system's setuptools
-// and wheel, once for all layouts. The files pip leaves (the .pth files
-// and the finder module) are then copied into each layout's site
+// editables are the files pip leaves for three local projects installed
+// in editable mode (fixture.Editables), copied into each layout's site
 // directories: they name the projects by absolute path.
 func editables(t *testing.T) string {
 	t.Helper()
-	editableOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pyimport-editable-")
-		if err != nil {
-			editableErr = err.Error()
-			return
-		}
-		editableDir = dir
-		var builder string
-		for _, py := range []string{"/usr/bin/python3", "python3"} {
-			if exec.Command(py, "-c", "import setuptools, wheel, pip, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)").Run() == nil {
-				builder = py
-				break
-			}
-		}
-		if builder == "" {
-			editableErr = "no python3 with pip, wheel and setuptools >= 64 (apt-get install python3-pip python3-wheel python3-setuptools)"
-			return
-		}
-		pyproject := "[build-system]\nrequires = [\"setuptools>=64\", \"wheel\"]\nbuild-backend = \"setuptools.build_meta\"\n"
-		projects := map[string]string{
-			"edf": "setup(name='edf', version='1.0', packages=['edf'])",
-			"eds": "setup(name='eds', version='1.0', packages=['eds'], package_dir={'': 'src'})",
-			"edc": "setup(name='edc', version='1.0', packages=['edc'])",
-		}
-		for name, setup := range projects {
-			pkg := filepath.Join(dir, "src-"+name, name)
-			if name == "eds" {
-				pkg = filepath.Join(dir, "src-"+name, "src", name)
-			}
-			mustWrite(filepath.Join(pkg, "__init__.py"), "")
-			mustWrite(filepath.Join(dir, "src-"+name, "setup.py"), "from setuptools import setup\n"+setup+"\n")
-			mustWrite(filepath.Join(dir, "src-"+name, "pyproject.toml"), pyproject)
-		}
-		venv := filepath.Join(dir, "builder")
-		pip := func(args ...string) error {
-			cmd := exec.Command(filepath.Join(venv, "bin/python3"), append([]string{"-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", "--no-deps"}, args...)...)
-			cmd.Env = append(os.Environ(), "PIP_NO_INPUT=1", "PIP_DISABLE_PIP_VERSION_CHECK=1")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("pip install %s: %v: %s", strings.Join(args, " "), err, out)
-			}
-			return nil
-		}
-		if out, err := exec.Command(builder, "-m", "venv", "--without-pip", "--system-site-packages", venv).CombinedOutput(); err != nil {
-			editableErr = fmt.Sprintf("%s -m venv: %v: %s", builder, err, out)
-			return
-		}
-		// The two installs run side by side: pip's start is most of it.
-		var errs [2]error
-		var wg sync.WaitGroup
-		wg.Go(func() { errs[0] = pip("-e", filepath.Join(dir, "src-edf"), "-e", filepath.Join(dir, "src-eds")) })
-		wg.Go(func() {
-			errs[1] = pip("--config-settings", "editable_mode=compat", "-e", filepath.Join(dir, "src-edc"))
-		})
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				editableErr = err.Error()
-				return
-			}
-		}
-		sites, _ := filepath.Glob(filepath.Join(venv, "lib/python3.*/site-packages"))
-		if len(sites) != 1 {
-			editableErr = "the builder venv has no site-packages"
-			return
-		}
-		files, _ := filepath.Glob(filepath.Join(sites[0], "__editable__*"))
-		var finders, paths int
-		for _, f := range files {
-			data, _ := os.ReadFile(f)
-			switch {
-			case strings.HasSuffix(f, "_finder.py"):
-				finders++
-			case strings.HasSuffix(f, ".pth") && !bytes.HasPrefix(data, []byte("import ")):
-				paths++
-			}
-			mustWrite(filepath.Join(dir, "files", filepath.Base(f)), string(data))
-		}
-		if finders != 1 || paths != 2 {
-			editableErr = fmt.Sprintf("pip left %d finder and %d path .pth files, not 1 and 2: %v", finders, paths, files)
-		}
-	})
-	if editableErr != "" {
-		needFixture(t, "%s", editableErr)
+	e, err := fixture.Editables()
+	if err != nil {
+		needFixture(t, "%v", err)
 	}
-	return filepath.Join(editableDir, "files")
+	return e.Files
 }
 
 func mustWrite(p, content string) {

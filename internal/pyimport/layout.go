@@ -2,13 +2,11 @@ package pyimport
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/sitepath"
 )
 
@@ -22,18 +20,18 @@ var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile
 // directory upwards holding lib/python3.X/os.py. It fails for any layout
 // it cannot place with certainty (._pth files, a build directory, a
 // lib64 platlibdir, PYTHONHOME with a venv, no standard library found).
-func layout(c Command, env Env, want string) (sitepath.Interpreter, error) {
+func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, error) {
 	var in sitepath.Interpreter
 	exe := filepath.Clean(c.Executable)
-	real, err := filepath.EvalSymlinks(exe)
+	real, err := fs.evalSymlinks(exe)
 	if err != nil {
 		return in, fmt.Errorf("resolving the links of the interpreter %s: %w", exe, err)
 	}
 	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
-		if m, _ := filepath.Glob(filepath.Join(d, "*._pth")); len(m) > 0 {
+		if m := fs.glob(filepath.Join(d, "*._pth")); len(m) > 0 {
 			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", m[0])
 		}
-		if isFile(filepath.Join(d, "pybuilddir.txt")) {
+		if fs.isFile(filepath.Join(d, "pybuilddir.txt")) {
 			return in, fmt.Errorf("%s runs from a build directory (%s)", exe, filepath.Join(d, "pybuilddir.txt"))
 		}
 	}
@@ -47,8 +45,8 @@ func layout(c Command, env Env, want string) (sitepath.Interpreter, error) {
 	var cfg map[string]string
 	cfgFile := ""
 	for _, d := range []string{filepath.Dir(exe), filepath.Dir(filepath.Dir(exe))} {
-		if f := filepath.Join(d, "pyvenv.cfg"); isFile(f) {
-			if cfg, err = readCfg(f); err != nil {
+		if f := filepath.Join(d, "pyvenv.cfg"); fs.isFile(f) {
+			if cfg, err = readCfg(fs, f); err != nil {
 				return in, err
 			}
 			cfgFile = f
@@ -82,10 +80,10 @@ func layout(c Command, env Env, want string) (sitepath.Interpreter, error) {
 		}
 		base = filepath.Clean(home)
 		if version == "" {
-			version = onlyVersion(base)
+			version = onlyVersion(fs, base)
 		}
 	} else {
-		base, version = searchUp(start, version)
+		base, version = searchUp(fs, start, version)
 	}
 	if base == "" || version == "" {
 		return in, fmt.Errorf("no standard library (lib/python3.X/os.py) found upwards of %s for %s", start, exe)
@@ -94,37 +92,37 @@ func layout(c Command, env Env, want string) (sitepath.Interpreter, error) {
 		return in, fmt.Errorf("%s runs CPython %s by its layout, the ABI step found %s", exe, version, want)
 	}
 	lib := filepath.Join(base, "lib", "python"+version)
-	if !isFile(filepath.Join(lib, "os.py")) && !isFile(filepath.Join(lib, "os.pyc")) {
+	if !fs.isFile(filepath.Join(lib, "os.py")) && !fs.isFile(filepath.Join(lib, "os.pyc")) {
 		return in, fmt.Errorf("PYTHONHOME=%s holds no standard library for CPython %s", home, version)
 	}
-	if !isDir(filepath.Join(lib, "lib-dynload")) {
+	if !fs.isDir(filepath.Join(lib, "lib-dynload")) {
 		return in, fmt.Errorf("%s has no lib-dynload: the exec prefix is elsewhere", lib)
 	}
-	if l64 := filepath.Join(base, "lib64", "python"+version); isDir(l64) && !sameFile(l64, lib) {
+	if l64 := filepath.Join(base, "lib64", "python"+version); fs.isDir(l64) && !fs.sameFile(l64, lib) {
 		return in, fmt.Errorf("%s exists: the interpreter may read lib64 (platlibdir)", l64)
 	}
-	if !isFile(filepath.Join(lib, "site.py")) {
+	if !fs.isFile(filepath.Join(lib, "site.py")) {
 		return in, fmt.Errorf("%s has no site.py to read", lib)
 	}
 	in.Base, in.Version, in.PlatLibDir = base, version, "lib"
 	if !in.Venv {
 		in.Prefix = base
 	}
-	in.Debian = sitepath.DebianSite("/", base, version, "lib")
+	in.Debian = sitepath.DebianSite(fs.root, base, version, "lib")
 	return in, nil
 }
 
 // searchUp is getpath's search for the standard library's landmark from
 // dir upwards: the prefix and the version (given, or the one version
 // whose lib/python3.X/os.py the first matching directory holds).
-func searchUp(dir, version string) (string, string) {
+func searchUp(fs fsys, dir, version string) (string, string) {
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		if version != "" {
 			lib := filepath.Join(d, "lib", "python"+version)
-			if isFile(filepath.Join(lib, "os.py")) || isFile(filepath.Join(lib, "os.pyc")) {
+			if fs.isFile(filepath.Join(lib, "os.py")) || fs.isFile(filepath.Join(lib, "os.pyc")) {
 				return d, version
 			}
-		} else if v := onlyVersion(d); v != "" {
+		} else if v := onlyVersion(fs, d); v != "" {
 			return d, v
 		}
 		if d == "/" {
@@ -135,19 +133,24 @@ func searchUp(dir, version string) (string, string) {
 
 // onlyVersion is the version of the one lib/python3.X/os.py under prefix,
 // "" when there are none or several.
-func onlyVersion(prefix string) string {
-	m, _ := filepath.Glob(filepath.Join(prefix, "lib", "python3.*", "os.py"))
-	if len(m) != 1 {
+func onlyVersion(fs fsys, prefix string) string {
+	var found []string
+	for _, d := range fs.glob(filepath.Join(prefix, "lib", "python3.*")) {
+		if fs.isFile(filepath.Join(d, "os.py")) {
+			found = append(found, d)
+		}
+	}
+	if len(found) != 1 {
 		return ""
 	}
-	return strings.TrimPrefix(filepath.Base(filepath.Dir(m[0])), "python")
+	return strings.TrimPrefix(filepath.Base(found[0]), "python")
 }
 
 // readCfg reads pyvenv.cfg as site.py does: "key = value" lines, keys
 // stripped and lower case, values stripped; include-system-site-packages
 // lower case.
-func readCfg(file string) (map[string]string, error) {
-	data, err := boundedread.File(file, boundedread.SmallText)
+func readCfg(fs fsys, file string) (map[string]string, error) {
+	data, err := fs.readFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("reading the venv's configuration: %w", err)
 	}
@@ -168,20 +171,4 @@ func getenv(env Env, f Flags, key string) (string, bool) {
 		return "", false
 	}
 	return env(key)
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
-}
-
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
-}
-
-func sameFile(a, b string) bool {
-	x, err1 := os.Stat(a)
-	y, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(x, y)
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/sitepath"
 )
 
@@ -54,6 +53,10 @@ type Answer struct {
 	// not: each one appearing would change the answer.
 	SiteDirs []string
 	Specs    map[string]Spec
+	// Notes (offline lookups only) are what was passed over because it
+	// cannot be followed without running it; the answer is then the best
+	// one that can be read, not a certain one.
+	Notes []string
 }
 
 // Resolve answers where the worker started by q imports each name from.
@@ -77,12 +80,12 @@ func resolve(q Query, names []string, a *Answer) error {
 	if err != nil {
 		return err
 	}
-	in, err := layout(c, env, q.Version)
+	in, err := layout(hostFS, c, env, q.Version)
 	if err != nil {
 		return err
 	}
 	a.Interpreter, a.Version = c.Executable, in.Version
-	s := &state{in: in, cwd: q.Cwd}
+	s := &state{fs: hostFS, in: in, cwd: q.Cwd}
 	if err := s.build(c, env, q); err != nil {
 		return err
 	}
@@ -104,6 +107,7 @@ func resolve(q Query, names []string, a *Answer) error {
 
 // state is sys.path and sys.meta_path as they are built.
 type state struct {
+	fs       fsys
 	in       sitepath.Interpreter
 	cwd      string
 	path     []string
@@ -111,6 +115,23 @@ type state struct {
 	finders  []finder // setuptools editable finders, in sys.meta_path order
 	shim     bool     // the distutils-precedence shim is first on sys.meta_path
 	siteDirs []string
+	// lenient: what cannot be followed (a .pth line running code, a
+	// sitecustomize) is noted and passed over rather than ending the
+	// answer (the offline lookups' best answer).
+	lenient bool
+	notes   []string
+}
+
+// doubt ends the answer with err, or, when lenient, notes it and lets the
+// answer go on as if what err names were not there.
+func (s *state) doubt(err error) error {
+	if !s.lenient || err == nil {
+		return err
+	}
+	if !slices.Contains(s.notes, err.Error()) {
+		s.notes = append(s.notes, err.Error())
+	}
+	return nil
 }
 
 // finder is one setuptools editable finder: MAPPING of top-level names
@@ -168,17 +189,17 @@ func (s *state) build(c Command, env Env, q Query) error {
 func (s *state) first(c Command) (string, error) {
 	switch c.Main {
 	case MainModule:
-		d, err := filepath.EvalSymlinks(s.cwd)
+		d, err := s.fs.evalSymlinks(s.cwd)
 		if err != nil {
 			return "", fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
 		}
 		return d, nil
 	case MainScript:
-		real, err := filepath.EvalSymlinks(c.Script)
+		real, err := s.fs.evalSymlinks(c.Script)
 		if err != nil {
 			return "", fmt.Errorf("resolving the script %s: %w", c.Script, err)
 		}
-		if !isFile(real) {
+		if !s.fs.isFile(real) {
 			return "", fmt.Errorf("the script %s is not a file (a directory or archive runs its __main__)", c.Script)
 		}
 		return filepath.Dir(real), nil
@@ -223,11 +244,11 @@ func (s *state) site(c Command, env Env, q Query) error {
 	if err := s.addSites(sites); err != nil {
 		return err
 	}
-	if err := s.customize("sitecustomize"); err != nil {
+	if err := s.doubt(s.customize("sitecustomize")); err != nil {
 		return err
 	}
 	if user {
-		return s.customize("usercustomize")
+		return s.doubt(s.customize("usercustomize"))
 	}
 	return nil
 }
@@ -256,13 +277,16 @@ func (s *state) addSites(dirs []string) error {
 		if !slices.Contains(s.siteDirs, d) {
 			s.siteDirs = append(s.siteDirs, d)
 		}
-		if !isDir(d) {
+		if !s.fs.isDir(d) {
 			continue
 		}
 		s.add(d)
-		names, err := os.ReadDir(d)
+		names, err := s.fs.readDir(d)
 		if err != nil {
-			return fmt.Errorf("listing the site directory %s: %w", d, err)
+			if err := s.doubt(fmt.Errorf("listing the site directory %s: %w", d, err)); err != nil {
+				return err
+			}
+			continue
 		}
 		for _, e := range names { // sorted by name, as site sorts them
 			n := e.Name()
@@ -295,15 +319,15 @@ const distutilsShim = "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os
 // (run), or a path (added when it exists and is not on sys.path yet).
 func (s *state) pth(dir, name string) error {
 	file := filepath.Join(dir, name)
-	data, err := boundedread.File(file, boundedread.SmallText)
+	data, err := s.fs.readFile(file)
 	if err != nil {
-		return fmt.Errorf("reading a .pth file: %w", err)
+		return s.doubt(fmt.Errorf("reading a .pth file: %w", err))
 	}
 	for i, line := range strings.SplitAfter(string(data), "\n") {
 		switch {
 		case strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "":
 		case strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "import\t"):
-			if err := s.importLine(file, i+1, strings.TrimRight(line, "\r\n")); err != nil {
+			if err := s.doubt(s.importLine(file, i+1, strings.TrimRight(line, "\r\n"))); err != nil {
 				return err
 			}
 		default:
@@ -312,7 +336,7 @@ func (s *state) pth(dir, name string) error {
 				p = filepath.Join(dir, p)
 			}
 			p = filepath.Clean(p)
-			if !s.known[p] && fileExists(p) {
+			if !s.known[p] && s.fs.exists(p) {
 				s.add(p)
 			}
 		}
@@ -339,7 +363,7 @@ func (s *state) importLine(file string, n int, line string) error {
 	if !spec.Found || spec.Namespace || !strings.HasSuffix(spec.Origin, ".py") {
 		return fmt.Errorf("line %d of %s imports %s, which is not a source module on sys.path", n, file, m[1])
 	}
-	data, err := boundedread.File(spec.Origin, boundedread.SmallText)
+	data, err := s.fs.readFile(spec.Origin)
 	if err != nil {
 		return fmt.Errorf("reading an editable finder: %w", err)
 	}
@@ -350,8 +374,16 @@ func (s *state) importLine(file string, n int, line string) error {
 		}
 	}
 	mm := mappingRE().FindStringSubmatch(text)
-	if mm == nil || !namespaceRE().MatchString(text) {
-		return fmt.Errorf("%s: its MAPPING is not a plain literal, or NAMESPACES is not empty (a namespace path hook)", spec.Origin)
+	if mm == nil {
+		return fmt.Errorf("%s: its MAPPING is not a plain literal", spec.Origin)
+	}
+	if !namespaceRE().MatchString(text) {
+		// Its install() also puts a path hook and a placeholder entry on
+		// sys.path for the project's namespace packages. Offline, the
+		// MAPPING still answers for the names it lists.
+		if err := s.doubt(fmt.Errorf("%s: NAMESPACES is not empty (a namespace path hook and a sys.path entry this does not follow)", spec.Origin)); err != nil {
+			return err
+		}
 	}
 	f := finder{file: spec.Origin, mapping: map[string]string{}}
 	for _, p := range pairRE().FindAllStringSubmatch(mm[1], -1) {
@@ -370,7 +402,7 @@ func (s *state) customize(name string) error {
 		return err
 	}
 	if name == "sitecustomize" && !spec.Namespace {
-		if data, err := boundedread.File(spec.Origin, boundedread.SmallText); err == nil && strings.TrimSpace(string(data)) == debianSitecustomize {
+		if data, err := s.fs.readFile(spec.Origin); err == nil && strings.TrimSpace(string(data)) == debianSitecustomize {
 			hook, err := s.findMeta("apport_python_hook")
 			if err != nil {
 				return err
@@ -397,7 +429,9 @@ else:
 // find is importlib.util.find_spec(name) for a top-level name.
 func (s *state) find(name string) (Spec, error) {
 	if s.shim && (name == "distutils" || name == "pip") {
-		return Spec{}, fmt.Errorf("the distutils-precedence shim answers for %s", name)
+		if err := s.doubt(fmt.Errorf("the distutils-precedence shim answers for %s", name)); err != nil {
+			return Spec{}, err
+		}
 	}
 	return s.findMeta(name)
 }
@@ -415,8 +449,11 @@ func (s *state) findMeta(name string) (Spec, error) {
 		if !ok {
 			continue
 		}
-		if !isFile(filepath.Join(dir, "__init__.py")) {
-			return Spec{}, fmt.Errorf("the editable finder %s maps %s to %s, which has no __init__.py", f.file, name, dir)
+		if !s.fs.isFile(filepath.Join(dir, "__init__.py")) {
+			if err := s.doubt(fmt.Errorf("the editable finder %s maps %s to %s, which has no __init__.py", f.file, name, dir)); err != nil {
+				return Spec{}, err
+			}
+			continue
 		}
 		return Spec{Found: true, Origin: filepath.Join(dir, "__init__.py"), Locations: []string{dir}, Others: spec.Others}, nil
 	}
@@ -426,34 +463,40 @@ func (s *state) findMeta(name string) (Spec, error) {
 // pathFind is importlib's PathFinder over sys.path as it is now.
 func (s *state) pathFind(name string) (Spec, error) {
 	var entries []string
-	raw := map[string]string{} // a cleaned entry -> as sys.path holds it (-S keeps "dir/../x")
+	raw := map[string]string{} // an entry's cleaned path on this machine -> as sys.path holds it (-S keeps "dir/../x")
 	for _, e := range s.path {
 		if e == "" {
-			d, err := filepath.EvalSymlinks(s.cwd)
+			d, err := s.fs.evalSymlinks(s.cwd)
 			if err != nil {
 				return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
 			}
 			e = d
 		}
-		fi, err := os.Stat(e)
+		hp, err := s.fs.host(filepath.Clean(e))
 		if err != nil {
 			continue // absent: its finder finds nothing
 		}
+		fi, err := os.Stat(hp)
+		if err != nil {
+			continue
+		}
 		if !fi.IsDir() {
-			return Spec{}, fmt.Errorf("the sys.path entry %s is a file (a zip archive's importer)", e)
+			if err := s.doubt(fmt.Errorf("the sys.path entry %s is a file (a zip archive's importer)", e)); err != nil {
+				return Spec{}, err
+			}
+			continue
 		}
-		if _, ok := raw[filepath.Clean(e)]; !ok {
-			raw[filepath.Clean(e)] = e
+		if _, ok := raw[hp]; !ok {
+			raw[hp] = e
 		}
-		entries = append(entries, filepath.Clean(e))
+		entries = append(entries, hp)
 	}
-	f := sitepath.Resolve(entries, name, s.in.Version)
+	f := sitepath.ResolveIn(s.fs.root, entries, name, s.in.Version)
 	// The finder of an entry joins names to the entry as it is.
 	unclean := func(p string) string {
 		dir, base := filepath.Split(p)
 		return strings.TrimSuffix(raw[filepath.Clean(dir)], "/") + "/" + base
 	}
-	f.Path = unclean(f.Path)
 	for i := range f.Portions {
 		f.Portions[i] = unclean(f.Portions[i])
 	}
@@ -462,22 +505,24 @@ func (s *state) pathFind(name string) (Spec, error) {
 	}
 	switch f.Kind {
 	case sitepath.Regular:
-		origin, err := initFile(f.Path, s.in.Version)
+		origin, err := initFile(s.fs.root, f.Path, s.in.Version)
 		if err != nil {
 			return Spec{}, err
 		}
-		return Spec{Found: true, Origin: f.Path + "/" + filepath.Base(origin), Locations: []string{f.Path}, Others: f.Others}, nil
+		dir := unclean(f.Path)
+		return Spec{Found: true, Origin: dir + "/" + filepath.Base(origin), Locations: []string{dir}, Others: f.Others}, nil
 	case sitepath.Module:
-		return Spec{Found: true, Origin: f.Path, Others: f.Others}, nil
+		return Spec{Found: true, Origin: unclean(f.Path), Others: f.Others}, nil
 	case sitepath.Namespace:
 		return Spec{Found: true, Namespace: true, Locations: f.Portions}, nil
 	}
 	return Spec{Others: f.Others}, nil
 }
 
-// initFile is the __init__ a package directory's loader runs.
-func initFile(dir, version string) (string, error) {
-	f := sitepath.Resolve([]string{dir}, "__init__", version)
+// initFile is the __init__ a package directory's loader runs (dir on this
+// machine, under root).
+func initFile(root, dir, version string) (string, error) {
+	f := sitepath.ResolveIn(root, []string{dir}, "__init__", version)
 	if f.Kind != sitepath.Module {
 		return "", fmt.Errorf("the package %s has no __init__ module", dir)
 	}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/infera/infera-exec/internal/elfload"
 )
 
 // Kind is what a top-level name resolves to.
@@ -32,12 +34,21 @@ type Found struct {
 // entry holds a package or module. version ("3.11"; "" = any) decides
 // which extension modules count.
 func Resolve(entries []string, name, version string) Found {
+	return ResolveIn("/", entries, name, version)
+}
+
+// ResolveIn is Resolve for an unpacked image root seen from outside it:
+// entries are directories on this machine under root, and the links met
+// in them are resolved inside root ("/" = this machine).
+func ResolveIn(root string, entries []string, name, version string) Found {
+	l := lookup{root: root}
+	isDir, moduleFile := l.isDir, l.moduleFile
 	var f Found
 	var portions []string
 	for _, e := range entries {
 		dir := filepath.Join(e, name)
 		isPkgDir := isDir(dir)
-		if isPkgDir && hasInit(dir, version) {
+		if isPkgDir && moduleFile(dir, "__init__", version) != "" {
 			if f.Kind == NotFound {
 				f.Kind, f.Path = Regular, dir
 			} else {
@@ -67,15 +78,36 @@ func Resolve(entries []string, name, version string) Found {
 	return f
 }
 
-// hasInit says whether dir holds an __init__ the interpreter imports.
-func hasInit(dir, version string) bool {
-	return moduleFile(dir, "__init__", version) != ""
+// lookup stats paths of root as the kernel resolves them with root as "/".
+type lookup struct{ root string }
+
+func (l lookup) stat(p string) (os.FileInfo, error) {
+	if l.root != "/" && l.root != "" {
+		hp, err := elfload.ResolveIn(l.root, p)
+		if err != nil {
+			return nil, err
+		}
+		p = hp
+	}
+	return os.Stat(p)
+}
+
+func (l lookup) isDir(p string) bool {
+	fi, err := l.stat(p)
+	return err == nil && fi.IsDir()
 }
 
 // moduleFile is the file of module name in dir, in FileFinder's order
 // (extension modules, source, bytecode), "" when there is none.
-func moduleFile(dir, name, version string) string {
-	entries, err := os.ReadDir(dir)
+func (l lookup) moduleFile(dir, name, version string) string {
+	hd := dir
+	if l.root != "/" && l.root != "" {
+		var err error
+		if hd, err = elfload.ResolveIn(l.root, dir); err != nil {
+			return ""
+		}
+	}
+	entries, err := os.ReadDir(hd)
 	if err != nil {
 		return ""
 	}
@@ -96,7 +128,10 @@ func moduleFile(dir, name, version string) string {
 		}
 	}
 	for _, n := range []string{ext, src, pyc} {
-		if n != "" && isFile(filepath.Join(dir, n)) {
+		if n == "" {
+			continue
+		}
+		if fi, err := l.stat(filepath.Join(dir, n)); err == nil && fi.Mode().IsRegular() {
 			return filepath.Join(dir, n)
 		}
 	}

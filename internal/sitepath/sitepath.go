@@ -1,11 +1,10 @@
-// Package sitepath answers where the CPython installations of a root
-// filesystem import from, without running them: sys.path as CPython's
-// getpath and site.py build it (the standard library, the user site, the
-// site directories of CPython's getsitepackages, or of Debian's patched
-// one, and of venvs), and which entry of such a path a top-level name is
-// imported from, by the import system's rules. The shim's offline patch
-// check (--check ROOT), its shadowing check and the payload build tools
-// (harvest, prune) all take their search order from here.
+// Package sitepath answers which CPython installations a root filesystem
+// holds by their directories (Find), which site directories
+// site.getsitepackages gives for a prefix (CPython's, or Debian's patched
+// one), the standard library's entries, and which entry of a sys.path a
+// top-level name is imported from, by the import system's rules
+// (Resolve). Package pyimport builds sys.path from these, for the start
+// and for the offline lookups alike.
 package sitepath
 
 import (
@@ -35,44 +34,9 @@ type Interpreter struct {
 	SystemSite bool   // a venv's include-system-site-packages
 }
 
-// UserHome is the home directory whose user site is counted: workers run
-// as root in the images infera-exec serves.
+// UserHome is the home directory whose user site the offline lookups
+// count: workers run as root in the images infera-exec serves.
 const UserHome = "/root"
-
-// SitePackages are the site directories of the interpreter in the order
-// site.py adds them (before it checks that they exist): a venv's own,
-// the user site of home ("" = none), then the installation's. Debian's
-// site.py gives, for /usr and Python 3.X: /usr/local/lib/python3.X/
-// dist-packages, /usr/lib/python3/dist-packages, /usr/lib/python3.X/
-// dist-packages; CPython's gives PREFIX/lib/python3.X/site-packages.
-func (in Interpreter) SitePackages(home string) []string {
-	var out []string
-	add := func(ps ...string) {
-		for _, p := range ps {
-			if !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
-	}
-	user := ""
-	if home != "" {
-		user = path.Join(home, ".local/lib/python"+in.Version, "site-packages")
-	}
-	if in.Venv {
-		add(in.getsitepackages(in.Prefix)...)
-		if !in.SystemSite {
-			return out
-		}
-	}
-	if user != "" {
-		add(user)
-	}
-	if in.Venv {
-		add(in.getsitepackages(in.Prefix)...)
-	}
-	add(in.getsitepackages(in.Base)...)
-	return out
-}
 
 // PrefixSites are the site directories site.getsitepackages gives for
 // one prefix of the interpreter, present or not, in its order.
@@ -119,74 +83,6 @@ func (in Interpreter) StdLib() []string {
 		path.Join(lib, "python"+in.Version),
 		path.Join(lib, "python"+in.Version, "lib-dynload"),
 	}
-}
-
-// SysPath is the interpreter's sys.path inside root after site ran, as
-// `python3 -c 'import sys; print(sys.path)'` prints it without the
-// script's directory and PYTHONPATH: the standard library, then every
-// site directory that exists in root, each followed by the existing
-// directories its .pth files name (in file name order). root is the
-// host path of the image root; entries are paths inside it.
-func (in Interpreter) SysPath(root, home string) []string {
-	out := in.StdLib()
-	for _, s := range in.SitePackages(home) {
-		if !isDir(filepath.Join(root, s)) {
-			continue
-		}
-		for _, e := range append([]string{s}, PthEntries(root, s)...) {
-			if !slices.Contains(out, e) {
-				out = append(out, e)
-			}
-		}
-	}
-	return out
-}
-
-// PthEntries are the directories the .pth files of site directory site
-// (a path inside root) add, as site.addpackage does: in .pth file name
-// order, lines that are neither comments nor import statements, relative
-// ones taken from site, and only those that exist.
-func PthEntries(root, site string) []string {
-	hostSite := filepath.Join(root, site)
-	entries, err := os.ReadDir(hostSite)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range entries { // ReadDir sorts by name, as site.addsitedir does
-		if !strings.HasSuffix(e.Name(), ".pth") || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		for _, line := range PthLines(filepath.Join(hostSite, e.Name())) {
-			p := line
-			if !path.IsAbs(p) {
-				p = path.Join(site, p)
-			}
-			p = path.Clean(p)
-			if isDir(filepath.Join(root, p)) && !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// PthLines are the path lines of a .pth file: neither blank, nor
-// comments, nor "import" statements (which site executes).
-func PthLines(file string) []string {
-	data, err := boundedread.File(file, boundedread.SmallText)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		l = strings.TrimRight(l, " \t\r")
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "import ") || strings.HasPrefix(l, "import\t") {
-			continue
-		}
-		out = append(out, l)
-	}
-	return out
 }
 
 // Compiled on first use: every start imports this package, few use it.
@@ -358,48 +254,16 @@ func readVenvCfg(file string) map[string]string {
 	return out
 }
 
-// SiteDirs are the site directories of every installation of root that
-// exist, as host paths: each installation's in its site.py order, the
-// installations in Find's order, each directory once.
-func SiteDirs(root string) []string {
-	var out []string
-	for _, in := range Find(root) {
-		for _, s := range in.SitePackages(UserHome) {
-			hp := filepath.Join(root, s)
-			if isDir(hp) && !slices.Contains(out, hp) {
-				out = append(out, hp)
-			}
-		}
-	}
-	return out
-}
-
-// SiteDirsAt are the site directories, as host paths, of the
-// installations at prefix (a path inside root: a venv such as
-// /app/.venv, a conda environment, an installation's prefix), in
-// SiteDirs' order; none when prefix holds no CPython installation.
+// SiteDirsAt are the site directories, as host paths, that
+// site.getsitepackages gives the installations at prefix (a path inside
+// root: a venv such as /app/.venv, an installation's prefix), read from
+// their lib/python3.X directories whether or not an interpreter there can
+// be run; none when prefix holds no CPython installation.
 func SiteDirsAt(root, prefix string) []string {
 	var out []string
 	for _, in := range atPrefix(root, path.Clean("/"+prefix)) {
-		for _, s := range in.SitePackages(UserHome) {
-			hp := filepath.Join(root, s)
-			if isDir(hp) && !slices.Contains(out, hp) {
-				out = append(out, hp)
-			}
-		}
-	}
-	return out
-}
-
-// SearchPath is the sys.path of every installation of root, joined in
-// Find's order, each entry once, as host paths of existing directories
-// (what a lookup of a name in the image walks).
-func SearchPath(root string) []string {
-	var out []string
-	for _, in := range Find(root) {
-		for _, e := range in.SysPath(root, UserHome) {
-			hp := filepath.Join(root, e)
-			if isDir(hp) && !slices.Contains(out, hp) {
+		for _, s := range in.PrefixSites(in.Prefix) {
+			if hp := filepath.Join(root, s); isDir(hp) && !slices.Contains(out, hp) {
 				out = append(out, hp)
 			}
 		}

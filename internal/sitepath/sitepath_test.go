@@ -40,15 +40,7 @@ func TestDebianOrder(t *testing.T) {
 	ins := Find(root)
 	require.Len(t, ins, 1)
 	assert.Equal(t, Interpreter{Prefix: "/usr", Base: "/usr", Version: "3.11", Debian: true, PlatLibDir: "lib"}, ins[0])
-	assert.Equal(t, []string{
-		"/usr/lib/python311.zip", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload",
-		"/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python3.11/dist-packages",
-	}, ins[0].SysPath(root, UserHome))
-	assert.Equal(t, []string{
-		filepath.Join(root, "usr/local/lib/python3.11/dist-packages"),
-		filepath.Join(root, "usr/lib/python3/dist-packages"),
-		filepath.Join(root, "usr/lib/python3.11/dist-packages"),
-	}, SiteDirs(root))
+	assert.Equal(t, []string{"/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python3.11/dist-packages"}, ins[0].PrefixSites("/usr"))
 }
 
 // A Python built into /usr/local (the python:3.12 images) reads
@@ -69,22 +61,11 @@ func TestNonDebianAndVenv(t *testing.T) {
 	assert.Equal(t, "/opt/sys", ins[0].Prefix)
 	assert.Equal(t, "/opt/venv", ins[1].Prefix)
 	assert.Equal(t, "/usr/local", ins[2].Prefix)
-	assert.Equal(t, []string{"/usr/local/lib/python312.zip", "/usr/local/lib/python3.12", "/usr/local/lib/python3.12/lib-dynload", "/opt/venv/lib/python3.12/site-packages"}, ins[1].SysPath(root, UserHome))
-	assert.Equal(t, []string{"/usr/local/lib/python312.zip", "/usr/local/lib/python3.12", "/usr/local/lib/python3.12/lib-dynload",
-		"/opt/sys/lib/python3.12/site-packages", "/root/.local/lib/python3.12/site-packages", "/usr/local/lib/python3.12/site-packages"}, ins[0].SysPath(root, UserHome))
-	assert.Equal(t, []string{"/usr/local/lib/python312.zip", "/usr/local/lib/python3.12", "/usr/local/lib/python3.12/lib-dynload",
-		"/root/.local/lib/python3.12/site-packages", "/usr/local/lib/python3.12/site-packages"}, ins[2].SysPath(root, UserHome))
-}
-
-func TestPthEntries(t *testing.T) {
-	root := t.TempDir()
-	write(t, root, "usr/lib/python3.11/site.py", debianSitePy)
-	write(t, root, "usr/lib/python3/dist-packages/b.pth", "# comment\nimport os\n/src/b\nmissing\n")
-	write(t, root, "usr/lib/python3/dist-packages/a.pth", "rel\n")
-	mkdirs(t, root, "src/b", "usr/lib/python3/dist-packages/rel")
-	assert.Equal(t, []string{"/usr/lib/python3/dist-packages/rel", "/src/b"}, PthEntries(root, "/usr/lib/python3/dist-packages"))
-	assert.Equal(t, []string{"/usr/lib/python311.zip", "/usr/lib/python3.11", "/usr/lib/python3.11/lib-dynload",
-		"/usr/lib/python3/dist-packages", "/usr/lib/python3/dist-packages/rel", "/src/b"}, Find(root)[0].SysPath(root, ""))
+	assert.Equal(t, "/usr/local", ins[1].Base)
+	assert.False(t, ins[1].SystemSite)
+	assert.True(t, ins[0].SystemSite)
+	assert.Equal(t, []string{"/usr/local/lib/python312.zip", "/usr/local/lib/python3.12", "/usr/local/lib/python3.12/lib-dynload"}, ins[2].StdLib())
+	assert.Equal(t, []string{"/opt/venv/lib/python3.12/site-packages"}, ins[1].PrefixSites("/opt/venv"))
 }
 
 // Debian's python3-numpy leaves numpy/core/_multiarray_umath...so in

@@ -138,6 +138,9 @@ func Run(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(loc.Notes) > 0 {
+		locateNote += "; the offline lookup passed over what it cannot follow: " + strings.Join(loc.Notes, "; ")
+	}
 	if err := outdir.Replace(out, inputs, o.Force); err != nil {
 		return nil, err
 	}
@@ -158,7 +161,8 @@ func Run(o Options) (*Result, error) {
 			return nil, fmt.Errorf("package %s: %s", name, pkg.Why)
 		}
 		// The copy the builder's interpreter imports (patches.LocateOffline:
-		// its sys.path in site.py's order, the import system's rules):
+		// the start's resolver, package pyimport, over the root's
+		// interpreters):
 		// the package directory, or every portion of a namespace package.
 		for _, dir := range pkg.Dirs {
 			site := filepath.Dir(dir)

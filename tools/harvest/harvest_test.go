@@ -17,7 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/internal/elfload"
-	"github.com/infera/infera-exec/internal/sitepath"
+	"github.com/infera/infera-exec/internal/pyimport"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/tools/harvest"
 	"github.com/infera/infera-exec/tools/outdir"
 	"github.com/infera/infera-exec/tools/prune"
@@ -229,22 +231,96 @@ func TestImportCheckRefusesAnEmptyNamespacePackage(t *testing.T) {
 	require.Empty(t, r.Failed)
 }
 
-// The offline search order (package sitepath, which harvest and
-// infera-exec --check use) is the real interpreter's: python3.11 run with
-// the builder root as "/" prints the same sys.path.
-func TestOfflineSysPathIsTheInterpreters(t *testing.T) {
+// The offline lookup (package pyimport, which harvest, infera-exec
+// --check and the start use) reads a Debian-like image root as its own
+// interpreters do, each run in the sandbox with the root as "/": Debian's
+// python3.11 with the editable installs the real pip makes (finder and
+// path forms, their sources at the same paths inside the root) in
+// /usr/local/lib/python3.11/dist-packages, a .pth naming a directory
+// that holds a shadowed copy, Debian's stray numpy directory, and a venv
+// made by hand at /opt/venv whose interpreter links to /usr/bin/python3.11
+// (resolved inside the root) with its own copies. Each installation's
+// sys.path and find_spec answers are the offline ones, and LocateOffline
+// names what the preferred installation (the venv) imports, or, for what
+// it cannot import, the next.
+func TestOfflineLookupIsTheInterpreters(t *testing.T) {
 	builder, _ := roots(t)
-	for _, d := range []string{"usr/local/lib/python3.11/dist-packages", "usr/lib/python3.11/site-packages"} {
-		require.NoError(t, os.MkdirAll(filepath.Join(builder, d), 0o755))
+	ed, err := fixture.Editables()
+	if err != nil {
+		if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
+			t.Fatal(err)
+		}
+		t.Skipf("%v (INFERA_REQUIRE_FIXTURES=1 makes this fail)", err)
 	}
-	real, err := harvest.SysPath(builder, "")
+	var made []string
+	t.Cleanup(func() {
+		for _, p := range made {
+			os.RemoveAll(p)
+		}
+	})
+	put := func(rel, content string) {
+		p := filepath.Join(builder, rel)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+		made = append(made, p)
+	}
+	dist := "usr/local/lib/python3.11/dist-packages"
+	src := filepath.Join(builder, ed.Dir)
+	require.NoError(t, os.MkdirAll(src, 0o755))
+	made = append(made, src)
+	for _, n := range fixture.EditableNames {
+		require.NoError(t, fixture.CopyTree(filepath.Join(ed.Dir, "src-"+n), filepath.Join(src, "src-"+n)))
+	}
+	files, _ := os.ReadDir(ed.Files)
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(ed.Files, f.Name()))
+		require.NoError(t, err)
+		put(filepath.Join(dist, f.Name()), string(data))
+	}
+	put(filepath.Join(dist, "eng/__init__.py"), "")
+	put("usr/lib/python3/dist-packages/zz-extra.pth", "/opt/extra\n")
+	put("opt/extra/eng/__init__.py", "")
+	put("opt/extra/edf/__init__.py", "") // on sys.path: before the finder
+	put("opt/venv/pyvenv.cfg", "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.2\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(builder, "opt/venv/bin"), 0o755))
+	require.NoError(t, os.Symlink("/usr/bin/python3.11", filepath.Join(builder, "opt/venv/bin/python3.11")))
+	put("opt/venv/lib/python3.11/site-packages/eng/__init__.py", "")
+	put("opt/venv/lib/python3.11/site-packages/lxml/__init__.py", "")
+	made = append(made, filepath.Join(builder, "opt/venv"))
+
+	names := append([]string{"eng", "lxml", "numpy", "six"}, fixture.EditableNames...)
+	r := pyimport.ResolveImage(builder, names)
+	var pys []string
+	for _, a := range r.Installations {
+		pys = append(pys, a.Interpreter)
+	}
+	require.Equal(t, []string{"/opt/venv/bin/python3.11", "/usr/bin/python3.11"}, pys)
+	for _, a := range r.Installations {
+		real, err := harvest.SysPath(builder, a.Interpreter)
+		require.NoError(t, err)
+		require.Equal(t, real, a.SysPath, a.Interpreter)
+		_, specs, err := harvest.Specs(builder, a.Interpreter, names)
+		require.NoError(t, err)
+		for _, n := range names {
+			got, want := a.Specs[n], specs[n]
+			require.Empty(t, want.Err, "%s: %s", a.Interpreter, n)
+			require.Equal(t, want.Found, got.Found, "%s: %s: real %+v, offline %+v", a.Interpreter, n, want, got)
+			require.Equal(t, want.Origin, got.Origin, "%s: %s", a.Interpreter, n)
+			require.Equal(t, want.Locations, got.Locations, "%s: %s", a.Interpreter, n)
+		}
+	}
+	require.Equal(t, []string{"/opt/extra/edf"}, r.Installations[1].Specs["edf"].Locations, "a copy on sys.path comes before the editable finder")
+	require.Equal(t, []string{"/usr/lib/python3/dist-packages/numpy"}, r.Installations[1].Specs["numpy"].Locations)
+
+	loc, err := patches.LocateOffline(builder, names)
 	require.NoError(t, err)
-	ins := sitepath.Find(builder)
-	require.NotEmpty(t, ins)
-	require.Equal(t, "3.11", ins[0].Version)
-	require.True(t, ins[0].Debian)
-	require.Equal(t, real, ins[0].SysPath(builder, ""))
-	require.Equal(t, []string{"/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python3.11/dist-packages"}, real[len(real)-3:])
+	require.Equal(t, filepath.Join(builder, "opt/venv/lib/python3.11/site-packages/eng"), loc.Packages["eng"].Dir)
+	require.Equal(t, []string{filepath.Join(builder, dist, "eng"), filepath.Join(builder, "opt/extra/eng")}, loc.Packages["eng"].Others)
+	require.Equal(t, filepath.Join(builder, "opt/venv/lib/python3.11/site-packages/lxml"), loc.Packages["lxml"].Dir)
+	require.Equal(t, filepath.Join(builder, "usr/lib/python3/dist-packages/numpy"), loc.Packages["numpy"].Dir)
+	require.Equal(t, filepath.Join(builder, "opt/extra/edf"), loc.Packages["edf"].Dir)
+	require.Equal(t, filepath.Join(builder, ed.Dir, "src-eds/src/eds"), loc.Packages["eds"].Dir)
+	require.Equal(t, filepath.Join(builder, ed.Dir, "src-edc/edc"), loc.Packages["edc"].Dir)
 }
 
 func TestHarvestRefusesACapabilityWhoseLibraryNeedsANewerBase(t *testing.T) {

@@ -31,7 +31,7 @@ type Options struct {
 	DryRun bool     // say what would be removed, remove nothing
 	// Sites are where the base's packages live, paths inside Base: a
 	// venv or installation prefix (/app/.venv), or a site directory
-	// itself; empty: every installation found (sitepath.SiteDirs).
+	// itself; empty: every installation found (distinfo.SiteDirs).
 	Sites []string
 
 	Progress *progress.Reporter // how far the removal is; nil: quiet
