@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -62,6 +63,21 @@ type consulted struct {
 	Sum string          `json:"sum"`
 }
 
+// consult takes what path holds now. A regular file over
+// fileid.SmallFile (a ROCm library can be hundreds of megabytes, of which
+// the check reads only the headers and dynamic sections) keeps its
+// identity alone: summing it would read all of it on the start that
+// writes the verdict, and again on every start from a new mount, which
+// costs more than the check it saves. On a new mount such a file
+// therefore means a full check, as it did before content sums.
+func consult(path string, buf *fileid.Buffer) (consulted, bool) {
+	if id, ok := fileid.Stat(path); ok && id.Mode&syscall.S_IFMT == syscall.S_IFREG && id.Size > fileid.SmallFile {
+		return consulted{ID: id}, true
+	}
+	sum, id, ok := fileid.Sum(path, true, buf)
+	return consulted{ID: id, Sum: sum}, ok
+}
+
 // holds reports whether path still holds what c recorded (fileid.Check).
 func (c consulted) holds(path string, buf *fileid.Buffer) bool {
 	_, ok := fileid.Check(path, true, c.ID, c.Sum, buf)
@@ -73,8 +89,8 @@ func (c consulted) holds(path string, buf *fileid.Buffer) bool {
 // verdict is reused while the payload index and every file and directory
 // the check consulted hold what they held: the same identity (a restart
 // costs stat calls only) or, on a new mount of the same image, the same
-// size, mode, modification time and content. Any difference is a full
-// check.
+// size, mode, modification time and content (files up to
+// fileid.SmallFile; see consult). Any difference is a full check.
 func CheckLoads(in LoadInput) *LoadVerdict {
 	key := strings.Join(append([]string{in.Dir, in.ImageRoot}, in.LibraryPath...), "\x00")
 	cacheFile := ""
@@ -111,9 +127,9 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 	// does not key a verdict.
 	trusted := true
 	take := func(p string) consulted {
-		sum, id, ok := fileid.Sum(p, true, buf)
-		trusted = trusted && ok && !id.Racy(started)
-		return consulted{ID: id, Sum: sum}
+		c, ok := consult(p, buf)
+		trusted = trusted && ok && !c.ID.Racy(started)
+		return c
 	}
 	c := loadCache{Version: loadCacheVersion, Key: key, Consulted: map[string]consulted{}, Verdict: *v}
 	if in.IndexFile != "" {
