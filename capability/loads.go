@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -42,40 +43,62 @@ type LoadVerdict struct {
 func (v *LoadVerdict) OK() bool { return v != nil && v.Error == "" && len(v.Failed) == 0 }
 
 // loadCacheVersion changes when the cache format or the check changes.
-const loadCacheVersion = 2
+const loadCacheVersion = 3
 
 // loadCache is kept as JSON: it is read on every restart.
 type loadCache struct {
-	Version   int                        `json:"version"`
-	Key       string                     `json:"key"`       // tree, root, library path
-	Index     fileid.Identity            `json:"index"`     // the index file's identity
-	IndexHash string                     `json:"index_sha"` // and digest
-	Consulted map[string]fileid.Identity `json:"consulted"` // path -> identity
-	Verdict   LoadVerdict                `json:"verdict"`
+	Version   int                  `json:"version"`
+	Key       string               `json:"key"`       // tree, root, library path
+	Index     *consulted           `json:"index"`     // the index file; nil = none
+	Consulted map[string]consulted `json:"consulted"` // path -> what it held
+	Verdict   LoadVerdict          `json:"verdict"`
+}
+
+// consulted is what a path held when the verdict was taken: its identity
+// and its content (fileid.Sum, links followed), so that a new overlay
+// mount of the same image, which keeps only the portable part of the
+// identity, still finds the verdict while the bytes are the same.
+type consulted struct {
+	ID  fileid.Identity `json:"id"`
+	Sum string          `json:"sum"`
+}
+
+// consult takes what path holds now. A regular file over
+// fileid.SmallFile (a ROCm library can be hundreds of megabytes, of which
+// the check reads only the headers and dynamic sections) keeps its
+// identity alone: summing it would read all of it on the start that
+// writes the verdict, and again on every start from a new mount, which
+// costs more than the check it saves. On a new mount such a file
+// therefore means a full check, as it did before content sums.
+func consult(path string, buf *fileid.Buffer) (consulted, bool) {
+	if id, ok := fileid.Stat(path); ok && id.Mode&syscall.S_IFMT == syscall.S_IFREG && id.Size > fileid.SmallFile {
+		return consulted{ID: id}, true
+	}
+	sum, id, ok := fileid.Sum(path, true, buf)
+	return consulted{ID: id, Sum: sum}, ok
+}
+
+// holds reports whether path still holds what c recorded (fileid.Check).
+func (c consulted) holds(path string, buf *fileid.Buffer) bool {
+	_, ok := fileid.Check(path, true, c.ID, c.Sum, buf)
+	return ok
 }
 
 // CheckLoads checks every ELF of the tree against the image (elfload's
 // closure check, the one infera-payload harvest proves trees with). The
 // verdict is reused while the payload index and every file and directory
-// the check consulted are unchanged (device, inode, size, mtime, ctime):
-// a restart costs stat calls only. Any difference is a full check.
+// the check consulted hold what they held: the same identity (a restart
+// costs stat calls only) or, on a new mount of the same image, the same
+// size, mode, modification time and content (files up to
+// fileid.SmallFile; see consult). Any difference is a full check.
 func CheckLoads(in LoadInput) *LoadVerdict {
 	key := strings.Join(append([]string{in.Dir, in.ImageRoot}, in.LibraryPath...), "\x00")
 	cacheFile := ""
-	var indexID fileid.Identity
-	indexHash := ""
+	buf := &fileid.Buffer{}
 	if in.CacheDir != "" {
 		cacheFile = filepath.Join(in.CacheDir, "native-load-"+digest.Bytes([]byte(key))[:16]+".json")
-		if in.IndexFile != "" {
-			var ok bool
-			if indexID, ok = fileid.Stat(in.IndexFile); !ok {
-				cacheFile = "" // an index that cannot be stat'ed keys nothing
-			}
-		}
-		if cacheFile != "" {
-			if v, ok := cachedVerdict(cacheFile, key, in.IndexFile, indexID, &indexHash); ok {
-				return v
-			}
+		if v, ok := cachedVerdict(cacheFile, key, in.IndexFile, buf); ok {
+			return v
 		}
 	}
 	started := time.Now()
@@ -96,33 +119,37 @@ func CheckLoads(in LoadInput) *LoadVerdict {
 			v.Failed[filepath.ToSlash(rel)] = c.Problems
 		}
 	}
-	if cacheFile != "" {
-		if in.IndexFile != "" && indexHash == "" {
-			indexHash, _ = digest.File(in.IndexFile)
-		}
-		c := loadCache{Version: loadCacheVersion, Key: key, Index: indexID, IndexHash: indexHash, Consulted: map[string]fileid.Identity{}, Verdict: *v}
-		trusted := in.IndexFile == "" || !indexID.Racy(started)
-		for _, p := range l.Consulted() {
-			// An identity that cannot be taken, or that shows a change
-			// from just before the check began on (the check may have read
-			// the old bytes), does not key a verdict.
-			id, ok := fileid.Stat(p)
-			trusted = trusted && ok && !id.Racy(started)
-			c.Consulted[p] = id
-		}
-		// Only into a directory that is infera-exec's own; not fsynced: a
-		// verdict lost to a power cut is checked again.
-		if b, err := json.Marshal(&c); trusted && err == nil {
-			statedir.WriteCache(in.CacheDir, filepath.Base(cacheFile), b)
-		}
+	if cacheFile == "" {
+		return v
+	}
+	// An identity that cannot be taken, or that shows a change from just
+	// before the check began on (the check may have read the old bytes),
+	// does not key a verdict.
+	trusted := true
+	take := func(p string) consulted {
+		c, ok := consult(p, buf)
+		trusted = trusted && ok && !c.ID.Racy(started)
+		return c
+	}
+	c := loadCache{Version: loadCacheVersion, Key: key, Consulted: map[string]consulted{}, Verdict: *v}
+	if in.IndexFile != "" {
+		idx := take(in.IndexFile)
+		c.Index = &idx
+	}
+	for _, p := range l.Consulted() {
+		c.Consulted[p] = take(p)
+	}
+	// Only into a directory that is infera-exec's own; not fsynced: a
+	// verdict lost to a power cut is checked again.
+	if b, err := json.Marshal(&c); trusted && err == nil {
+		statedir.WriteCache(in.CacheDir, filepath.Base(cacheFile), b)
 	}
 	return v
 }
 
 // cachedVerdict returns the cached verdict when its key matches: the same
-// payload index (same identity, or the same digest when it was replaced
-// by an identical copy) and every consulted path as it was.
-func cachedVerdict(file, key, indexFile string, indexID fileid.Identity, indexHash *string) (*LoadVerdict, bool) {
+// payload index and every consulted path holding what it held.
+func cachedVerdict(file, key, indexFile string, buf *fileid.Buffer) (*LoadVerdict, bool) {
 	data, ok := statedir.ReadCache(filepath.Dir(file), filepath.Base(file), boundedread.Manifest)
 	if !ok {
 		return nil, false
@@ -131,17 +158,11 @@ func cachedVerdict(file, key, indexFile string, indexID fileid.Identity, indexHa
 	if json.Unmarshal(data, &c) != nil || c.Version != loadCacheVersion || c.Key != key || len(c.Consulted) == 0 {
 		return nil, false
 	}
-	if c.Index != indexID {
-		if indexFile == "" {
-			return nil, false
-		}
-		*indexHash, _ = digest.File(indexFile)
-		if *indexHash == "" || *indexHash != c.IndexHash {
-			return nil, false
-		}
+	if (c.Index == nil) != (indexFile == "") || c.Index != nil && !c.Index.holds(indexFile, buf) {
+		return nil, false
 	}
 	for p, want := range c.Consulted {
-		if id, ok := fileid.Stat(p); !ok || id != want {
+		if !want.holds(p, buf) {
 			return nil, false
 		}
 	}

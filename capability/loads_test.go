@@ -72,3 +72,68 @@ func TestCheckLoadsDoesNotCacheARacyVerdict(t *testing.T) {
 	require.False(t, capability.CheckLoads(in).Cached)
 	require.False(t, capability.CheckLoads(in).Cached, "a verdict keyed on a just-written library was reused")
 }
+
+// remount gives path a new inode and change time with its old size,
+// mode and modification time, and keeps its directory's modification
+// time, as a new overlay mount of the same image shows the same file; it
+// returns the identity before and after.
+func remount(t *testing.T, path string, content []byte) (before, after fileid.Identity) {
+	t.Helper()
+	before, ok := fileid.Stat(path)
+	require.True(t, ok)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	dir, err := os.Stat(filepath.Dir(path))
+	require.NoError(t, err)
+	require.Len(t, content, int(fi.Size()))
+	tmp := path + ".new"
+	require.NoError(t, os.WriteFile(tmp, content, fi.Mode()))
+	require.NoError(t, os.Chtimes(tmp, fi.ModTime(), fi.ModTime()))
+	require.NoError(t, os.Rename(tmp, path))
+	require.NoError(t, os.Chtimes(filepath.Dir(path), dir.ModTime(), dir.ModTime()))
+	after, ok = fileid.Stat(path)
+	require.True(t, ok)
+	require.NotEqual(t, before, after, "the copy kept its identity: nothing is tested")
+	require.Equal(t, before.Portable(), after.Portable())
+	return before, after
+}
+
+// A new overlay mount of the same image (Kubernetes restarts a container
+// from its image; the state directory is an emptyDir that survives) gives
+// every file a new device, inode and change time: the verdict stays while
+// the bytes are the same, and goes when a file's size and modification
+// time are kept but its content is not.
+func TestCheckLoadsOnANewMount(t *testing.T) {
+	tree, cache := t.TempDir(), t.TempDir()
+	lib := filepath.Join(tree, "lib")
+	so := filepath.Join(lib, "libdemo.so.1")
+	require.NoError(t, fixture.SharedObject(so, "libdemo.so.1"))
+	index := filepath.Join(t.TempDir(), "INDEX")
+	require.NoError(t, os.WriteFile(index, []byte("index one\n"), 0o644))
+	in := capability.LoadInput{Dir: tree, ImageRoot: "/", LibraryPath: []string{lib}, IndexFile: index, CacheDir: cache}
+	time.Sleep(fileid.RacyWindow) // a file written within the clock's granularity keys no verdict
+	require.False(t, capability.CheckLoads(in).Cached)
+	require.True(t, capability.CheckLoads(in).Cached)
+
+	// Same content on a new inode: the verdict is kept.
+	orig, err := os.ReadFile(so)
+	require.NoError(t, err)
+	remount(t, so, orig)
+	v := capability.CheckLoads(in)
+	require.True(t, v.Cached, "the same library on a new inode dropped the verdict")
+	require.True(t, v.OK())
+
+	// Same size and modification time, other content: checked again.
+	other := append([]byte(nil), orig...)
+	other[len(other)-1] ^= 0xff
+	remount(t, so, other)
+	require.False(t, capability.CheckLoads(in).Cached, "a library with other bytes kept the verdict")
+	remount(t, so, orig) // the recorded bytes again: the recorded verdict holds
+	require.True(t, capability.CheckLoads(in).Cached)
+
+	// The payload index likewise.
+	remount(t, index, []byte("index one\n"))
+	require.True(t, capability.CheckLoads(in).Cached, "the same index on a new inode dropped the verdict")
+	remount(t, index, []byte("index two\n"))
+	require.False(t, capability.CheckLoads(in).Cached, "an index with other bytes kept the verdict")
+}

@@ -201,7 +201,7 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		unlocked, release = lockDirs(dirs, opt.LockTimeout)
 		defer release()
 	}
-	v := newView(!opt.DryRun, opt.PyMinor)
+	v := newView(!opt.DryRun, opt.PyMinor, needlesOf(set))
 	for i, d := range set.Defs {
 		if !pkgs[i].Found {
 			continue
@@ -277,7 +277,7 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files,
 		return p.fs, *r, true
 	}
 	if v.written == nil {
-		w := newView(false, v.minor)
+		w := newView(false, v.minor, v.needles)
 		w.real = v.real
 		for path, dk := range v.disk {
 			if dk.changed && !dk.finalOK {
@@ -316,18 +316,22 @@ type target struct {
 	disk     *diskFile
 	planned  bool // original is an earlier patch's plan, not yet on disk
 
-	text, newText       *text  // indexes of original and content
-	sumBefore, sumAfter string // SHA-256 of original and content, once computed
+	text, newText       *text    // searches of original and content
+	needles             *needles // what they look for
+	sumBefore, sumAfter string   // SHA-256 of original and content, once computed
 }
 
 func (t *target) indexed() *text {
 	if t.text == nil {
-		t.text = newText(t.content)
+		t.text = newText(t.content, t.needles)
 	}
 	return t.text
 }
 
 func (t *target) before() string {
+	if t.sumBefore == "" && t.disk != nil && t.disk.dataSum != "" && t.original == t.disk.data {
+		t.sumBefore = t.disk.dataSum
+	}
 	if t.sumBefore == "" {
 		t.sumBefore = digest.String(t.original)
 	}
@@ -367,6 +371,7 @@ type view struct {
 	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
 	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
 	written *view                // the files as written and read back (see asWritten), once asked
+	needles *needles             // what the definitions look for (see text)
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
@@ -375,8 +380,8 @@ type realPath struct {
 	err  error
 }
 
-func newView(compose bool, minor int) *view {
-	return &view{compose: compose, minor: minor, disk: map[string]*diskFile{}, real: map[string]realPath{}}
+func newView(compose bool, minor int, nd *needles) *view {
+	return &view{compose: compose, minor: minor, needles: nd, disk: map[string]*diskFile{}, real: map[string]realPath{}}
 }
 
 // evalSymlinks is filepath.EvalSymlinks, once per path and run: every
@@ -396,8 +401,11 @@ type diskFile struct {
 	path string
 	data string   // as read
 	id   identity // of data
-	cur  string   // after the patches planned so far
-	text *text    // index of cur
+	// dataSum is the SHA-256 of data, taken while it was read; "" when
+	// data did not come from a read (then it is computed when asked).
+	dataSum string
+	cur     string // after the patches planned so far
+	text    *text  // index of cur
 	// changed: some patch of the run planned a new content (cur may
 	// still equal data, when a later patch undid it).
 	changed bool
@@ -415,7 +423,9 @@ type diskFile struct {
 // SHA-256 as the edits' hashes for any source under fileid.SmallFile).
 func (d *diskFile) sum() string {
 	if d.sumCur == "" || d.sumOf != d.cur {
-		if len(d.cur) <= fileid.SmallFile {
+		if d.dataSum != "" && d.cur == d.data && len(d.cur) <= fileid.SmallFile {
+			d.sumCur = d.dataSum
+		} else if len(d.cur) <= fileid.SmallFile {
 			d.sumCur = digest.String(d.cur)
 		} else {
 			d.sumCur = fileid.SumBytes([]byte(d.cur))
@@ -507,7 +517,7 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 			// indexed: its line starts are not found again.
 			tx := t.text
 			if tx == nil || tx.s != t.content {
-				tx = newText(t.content)
+				tx = newText(t.content, t.needles)
 			}
 			t.content = tx.replaceAll(vr.Edits[i].Anchor, vr.Edits[i].Replacement)
 		}
@@ -518,7 +528,7 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 		}
 		t := files[r.Edits[i].Path]
 		if t.newText == nil {
-			t.newText = newText(t.content)
+			t.newText = newText(t.content, t.needles)
 		}
 		if ev := patchdef.Evaluate(&vr.Edits[i], t.newText.count); ev.State != patchdef.Applied {
 			r.State, r.Action = patchdef.Drift, "none"
@@ -839,19 +849,20 @@ func resolve(pkg Package, file string, fs *files) (t *target, err error) {
 		}
 		d, ok := fs.v.disk[real]
 		if !ok {
-			data, id, err := readRegular(real, maxSourceBytes)
+			data, id, sum, err := readSource(real, maxSourceBytes)
 			if err != nil {
 				return nil, err
 			}
 			// The string shares data's bytes: data is this read's own and
 			// never written, and a copy would touch as many fresh pages
 			// again (engine modules are hundreds of kilobytes).
-			d = &diskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id}
+			d = &diskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id, dataSum: sum}
 			d.cur = d.data
-			d.text = newText(d.cur)
+			d.text = newText(d.cur, fs.v.needles)
 			fs.v.disk[real] = d
 		}
 		t := d.target(real == p && realRoot == root)
+		t.needles = fs.v.needles
 		fs.m[real] = t
 		fs.order = append(fs.order, real)
 		return t, nil
@@ -863,7 +874,7 @@ func resolve(pkg Package, file string, fs *files) (t *target, err error) {
 	if t, ok := fs.m[p]; ok {
 		return t, nil
 	}
-	t = &target{path: p, direct: len(dirs) == 1, id: identity{Absent: true}, verified: true}
+	t = &target{path: p, direct: len(dirs) == 1, id: identity{Absent: true}, verified: true, needles: fs.v.needles}
 	fs.m[p] = t
 	return t, nil
 }

@@ -1,6 +1,10 @@
 package patches
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
@@ -63,4 +67,123 @@ func BenchmarkEvaluateApplied(b *testing.B) {
 			}
 		}
 	}
+}
+
+// scalingTree is n definitions, each editing a module of its own (about
+// 34 KB, 600 lines, one anchor) of package demo.
+func scalingTree(b *testing.B, n int) (map[string]string, *patchdef.Set, *Location) {
+	b.Helper()
+	site := b.TempDir()
+	dir := filepath.Join(site, "demo")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	files := map[string]string{}
+	set := &patchdef.Set{}
+	for i := range n {
+		var src strings.Builder
+		for l := range 600 {
+			fmt.Fprintf(&src, "    value_%d = compute(%d, key=\"line %d of module %d\")\n", l, l, l, i)
+			if l == 300 {
+				fmt.Fprintf(&src, "def fixed_%d(x):\n    return x + %d\n", i, i)
+			}
+		}
+		name := fmt.Sprintf("m%03d.py", i)
+		p := filepath.Join(dir, name)
+		files[p] = src.String()
+		if err := os.WriteFile(p, []byte(files[p]), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		d := &patchdef.Definition{ID: fmt.Sprintf("demo-fix-%03d", i), Summary: "scaling", Package: "demo", Distribution: "demo",
+			Edits: []patchdef.Edit{{File: name, Count: 1,
+				Anchor:      fmt.Sprintf("def fixed_%d(x):\n    return x + %d\n", i, i),
+				Replacement: fmt.Sprintf("def fixed_%d(x):\n    # infera-exec(demo-fix-%03d)\n    return x + %d + 1\n", i, i, i)}}}
+		if err := d.Validate(); err != nil {
+			b.Fatal(err)
+		}
+		set.Defs = append(set.Defs, d)
+	}
+	return files, set, &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}, Version: "1.0"}}}
+}
+
+// BenchmarkScaling is the patch work for 1, 10 and 100 definitions, each
+// with a file of its own: pending (planned, written, read back) and
+// applied (planned only, a restart without a record). ns/def should stay
+// flat: the work is linear in the number of definitions and files.
+func BenchmarkScaling(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("pending/defs=%d", n), func(b *testing.B) {
+			files, set, loc := scalingTree(b, n)
+			for b.Loop() {
+				b.StopTimer()
+				for p, s := range files {
+					if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StartTimer()
+				for _, r := range applySet(set, loc, options{}) {
+					if r.State != patchdef.Applied || r.Action != "applied" {
+						b.Fatalf("%s: %s %s: %s", r.ID, r.State, r.Action, r.Why)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/def")
+		})
+		b.Run(fmt.Sprintf("applied/defs=%d", n), func(b *testing.B) {
+			_, set, loc := scalingTree(b, n)
+			applySet(set, loc, options{})
+			for b.Loop() {
+				for _, r := range applySet(set, loc, options{DryRun: true}) {
+					if r.State != patchdef.Applied {
+						b.Fatalf("%s: %s: %s", r.ID, r.State, r.Why)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/def")
+		})
+	}
+}
+
+// BenchmarkFindNeedles compares, on the largest module of the bench
+// install (355 KB), the one pass over its lines for every string the
+// built-in definitions look for with strings.Count per string.
+func BenchmarkFindNeedles(b *testing.B) {
+	site, targets, set, _ := benchEngine(b)
+	var content string
+	for rel := range targets {
+		if strings.HasSuffix(rel, "gpu_model_runner.py") {
+			data, err := os.ReadFile(filepath.Join(site, rel))
+			if err != nil {
+				b.Fatal(err)
+			}
+			content = string(data)
+		}
+	}
+	if len(content) < 100<<10 {
+		b.Fatalf("gpu_model_runner.py not found or small (%d bytes)", len(content))
+	}
+	nd := needlesOf(set)
+	var all []string
+	for _, xs := range nd.byKey {
+		for _, x := range xs {
+			all = append(all, x.s)
+		}
+	}
+	b.Logf("%d needles with a complete line", len(all))
+	b.Run("one-pass", func(b *testing.B) {
+		for b.Loop() {
+			tx := newText(content, nd)
+			for _, s := range all {
+				tx.count(s)
+			}
+		}
+	})
+	b.Run("strings.Count", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range all {
+				strings.Count(content, s)
+			}
+		}
+	})
 }

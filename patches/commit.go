@@ -95,7 +95,7 @@ func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []R
 // replan reads the group's files afresh and plans and commits its patches
 // again, as one group.
 func replan(g *group, set *patchdef.Set, plans []*plan, results []Result) *group {
-	v := newView(true, plans[g.pats[0]].fs.v.minor)
+	v := newView(true, plans[g.pats[0]].fs.v.minor, plans[g.pats[0]].fs.v.needles)
 	for _, i := range g.pats {
 		r := &results[i]
 		r.decideAgain()
@@ -116,7 +116,7 @@ func replan(g *group, set *patchdef.Set, plans []*plan, results []Result) *group
 // on content that is not on disk; they are decided again on what is. One
 // that now needs writing shares the group's failure.
 func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
-	v := newView(false, plans[g.pats[0]].fs.v.minor)
+	v := newView(false, plans[g.pats[0]].fs.v.minor, plans[g.pats[0]].fs.v.needles)
 	for _, i := range g.pats {
 		if plans[i].kind == writes {
 			continue

@@ -1,6 +1,8 @@
 package patches
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,25 +28,53 @@ const (
 	maxStateBytes    = 4 << 20
 )
 
-// readRegular reads a whole file that must be a regular file no larger
-// than limit. It opens without blocking (a FIFO planted in place of a
-// file must not hang the start), checks the open file rather than the
-// path, and returns the identity of what it read; a file that changed
-// while it was read is an error.
-func readRegular(path string, limit int64) ([]byte, identity, error) {
-	var data []byte
-	id, err := stableRead(path, func(f *os.File, _ *unix.Stat_t) (err error) {
-		data, err = boundedread.ReadAll(f, path, limit)
-		return err
+// readSource reads a whole engine source file, which must be a regular
+// file no larger than limit. It opens without blocking (a FIFO planted in
+// place of a file must not hang the start), checks the open file rather
+// than the path, and returns the identity of what it read (a file that
+// changed while it was read is an error) and the SHA-256 of its bytes,
+// taken as they are read, each chunk while it is still in
+// the cache, instead of a second pass over the whole content. The bytes
+// go straight into one buffer of the size fstat gave (no growing copies);
+// a file that is longer or shorter than that changed while it was read.
+func readSource(path string, limit int64) (data []byte, id identity, sum string, err error) {
+	id, err = stableRead(path, func(f *os.File, st *unix.Stat_t) error {
+		if st.Size > limit {
+			return &boundedread.Error{Path: path, Cap: limit, Err: boundedread.ErrTooLarge}
+		}
+		data = make([]byte, st.Size+1) // one byte more: a file that grew reads into it
+		h := sha256.New()
+		n := 0
+		for {
+			k, err := f.Read(data[n:min(n+sourceChunk, len(data))])
+			h.Write(data[n : n+k])
+			n += k
+			if err == io.EOF || k == 0 && err == nil {
+				break
+			}
+			if err != nil {
+				return &fs.PathError{Op: "read", Path: path, Err: err}
+			}
+			if n == len(data) {
+				break
+			}
+		}
+		if int64(n) != st.Size {
+			return fmt.Errorf("%s changed while it was read", path)
+		}
+		data = data[:n:n]
+		sum = hex.EncodeToString(h.Sum(nil))
+		return nil
 	})
 	if err != nil {
-		return nil, identity{}, err
+		return nil, identity{}, "", err
 	}
-	if int64(len(data)) != id.Size {
-		return nil, identity{}, fmt.Errorf("%s changed while it was read", path)
-	}
-	return data, id, nil
+	return data, id, sum, nil
 }
+
+// sourceChunk is how much readSource reads before it hashes: small enough
+// that the bytes hashed are still in the CPU's cache.
+const sourceChunk = 64 << 10
 
 // readsAs reports whether the regular file at path holds exactly want,
 // and its identity when it does: the read-back after a write. It compares
@@ -79,7 +109,7 @@ func readsAs(path, want string, buf []byte) (identity, bool) {
 	return id, err == nil
 }
 
-// stableRead opens path as readRegular does, runs read on it, and
+// stableRead opens path as readSource does, runs read on it, and
 // returns the file's identity, or an error when read fails or the
 // identity changed while it ran.
 func stableRead(path string, read func(f *os.File, before *unix.Stat_t) error) (identity, error) {

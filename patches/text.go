@@ -1,96 +1,170 @@
 package patches
 
-import "strings"
+import (
+	"strings"
 
-// text counts the occurrences of many multi-line strings in one file
-// content without scanning the content once per string with a substring
-// search: the content's lines are found once and grouped by length, and
-// each string is looked up by its first complete line, among the lines of
-// that length alone, then compared in place. Anchors and replacements are
-// blocks of whole lines, so the content is read once for all of them, and
-// no map of the file's lines is built (a 355 KB module has 8,000 lines; a
-// patch asks for a few dozen). A string without a complete line (an
-// upstream marker such as a name) is counted directly.
-type text struct {
-	s      string
-	starts []int32              // offset of each line's start, ascending; nil until needed
-	byLen  []int32              // line numbers grouped by line length (bucket), ascending within a group
-	bucket [maxBucket + 2]int32 // byLen[bucket[k]:bucket[k+1]] are the lines of length k (maxBucket: that or longer)
-	found  map[string][]int32   // complete line -> offsets of its starts, for the lines asked for
+	"github.com/infera/infera-exec/patches/patchdef"
+)
+
+// needles is every string a run's definitions look for in an engine
+// file (anchors, replacements, upstream and legacy markers, guard texts),
+// indexed by each one's first complete line: the text between its first
+// and second '\n'. Anchors and replacements are blocks of whole lines, so
+// wherever such a needle occurs in a file, that line is a complete line
+// of the file. One pass over a file's lines, with one map lookup for each
+// line whose length some key has, then finds every occurrence of every
+// needle (see text.scan); there is no per-needle search of the content
+// and no index of its lines. A needle without a complete line (a marker
+// such as a name) is counted with strings.Count.
+type needles struct {
+	byKey map[string][]needleAt // first complete line -> the needles that have it
+	lens  []bool                // lens[n]: some key is n bytes long
 }
 
-// maxBucket is the longest line length with a group of its own; longer
-// lines (rare in source) share the last group.
-const maxBucket = 255
+// needleAt is one string, with where its first complete line starts in it.
+type needleAt struct {
+	s   string
+	off int
+}
 
-func newText(s string) *text { return &text{s: s} }
-
-// lineStarts finds every line start once, and groups the lines by length
-// (a counting sort: two passes over the line starts). Offsets fit in
-// int32: sources are read with a bound far below 2 GiB (maxSourceBytes).
-func (t *text) lineStarts() []int32 {
-	if t.starts != nil {
-		return t.starts
+// keyOf is needle's first complete line and its offset; ok false when it
+// has none.
+func keyOf(s string) (key string, off int, ok bool) {
+	i := strings.IndexByte(s, '\n')
+	if i < 0 {
+		return "", 0, false
 	}
-	// Counted first (a vectorised scan) so that the slice is allocated
-	// once, at its size: source lines are often shorter than any guess.
-	t.starts = make([]int32, 0, strings.Count(t.s, "\n")+1)
-	for start := 0; start < len(t.s); {
-		t.starts = append(t.starts, int32(start))
-		end := strings.IndexByte(t.s[start:], '\n')
+	j := strings.IndexByte(s[i+1:], '\n')
+	if j < 0 {
+		return "", 0, false
+	}
+	return s[i+1 : i+1+j], i + 1, true
+}
+
+// needlesOf gathers what the definitions of set look for.
+func needlesOf(set *patchdef.Set) *needles {
+	n := &needles{byKey: map[string][]needleAt{}}
+	guards := func(gs []patchdef.Guard) {
+		for i := range gs {
+			n.add(gs[i].Contains)
+			for _, c := range gs[i].ContainsAny {
+				n.add(c)
+			}
+		}
+	}
+	for _, d := range set.Defs {
+		guards(d.Guards)
+		for _, v := range d.EditSets() {
+			guards(v.Guards)
+			for i := range v.Edits {
+				e := &v.Edits[i]
+				n.add(e.Anchor)
+				n.add(e.Replacement)
+				n.add(e.Upstream)
+				n.add(e.LegacyMarker)
+			}
+		}
+	}
+	return n
+}
+
+// add puts s in the set, once; a string without a complete line is left
+// out (it is counted directly).
+func (n *needles) add(s string) {
+	key, off, ok := keyOf(s)
+	if !ok {
+		return
+	}
+	for _, x := range n.byKey[key] {
+		if x.s == s {
+			return
+		}
+	}
+	n.byKey[key] = append(n.byKey[key], needleAt{s, off})
+	if len(key) >= len(n.lens) {
+		n.lens = append(n.lens, make([]bool, len(key)+1-len(n.lens))...)
+	}
+	n.lens[len(key)] = true
+}
+
+// has reports whether s is in the set.
+func (n *needles) has(s string) bool {
+	if n == nil {
+		return false
+	}
+	key, _, ok := keyOf(s)
+	if !ok {
+		return false
+	}
+	for _, x := range n.byKey[key] {
+		if x.s == s {
+			return true
+		}
+	}
+	return false
+}
+
+// text answers count and replaceAll for one file content. The first
+// question about a needle of the run's set scans the content once for
+// all of them; a needle outside the set (a test's, or none when the set
+// is nil) is found by a scan of its own.
+type text struct {
+	s       string
+	set     *needles
+	scanned bool
+	at      map[string][]int32 // needle -> every start of it, overlapping ones too, ascending
+}
+
+func newText(s string, set *needles) *text { return &text{s: s, set: set} }
+
+// scan walks the content's lines once, and notes every place where a
+// needle of set occurs. Offsets fit in int32: sources are read with a
+// bound far below 2 GiB (maxSourceBytes).
+func (t *text) scan(set *needles) {
+	if t.at == nil {
+		t.at = map[string][]int32{}
+	}
+	s := t.s
+	for start := 0; start < len(s); {
+		end := strings.IndexByte(s[start:], '\n')
 		if end < 0 {
-			break
+			break // a last line without '\n' is no needle's complete line
+		}
+		if end < len(set.lens) && set.lens[end] {
+			for _, x := range set.byKey[s[start:start+end]] {
+				p := start - x.off
+				if p >= 0 && p+len(x.s) <= len(s) && s[p:p+len(x.s)] == x.s {
+					t.at[x.s] = append(t.at[x.s], int32(p))
+				}
+			}
 		}
 		start += end + 1
 	}
-	var count [maxBucket + 2]int32
-	for i := range t.starts {
-		count[min(t.lineLen(i), maxBucket)+1]++
-	}
-	for k := 1; k < len(count); k++ {
-		count[k] += count[k-1]
-	}
-	t.bucket = count
-	t.byLen = make([]int32, len(t.starts))
-	for i := range t.starts {
-		k := min(t.lineLen(i), maxBucket)
-		t.byLen[count[k]] = int32(i)
-		count[k]++
-	}
-	return t.starts
 }
 
-// lineLen is the length of line i without its '\n'.
-func (t *text) lineLen(i int) int {
-	end := len(t.s) // the last line, unless a '\n' ends it
-	if i+1 < len(t.starts) {
-		end = int(t.starts[i+1]) - 1
-	} else if t.s[end-1] == '\n' {
-		end--
-	}
-	return end - int(t.starts[i])
-}
-
-// lineAt is where the complete line key starts, each time it occurs, in
-// ascending order.
-func (t *text) lineAt(key string) []int32 {
-	if at, ok := t.found[key]; ok {
-		return at
-	}
-	t.lineStarts()
-	k := min(len(key), maxBucket)
-	var at []int32
-	for _, i := range t.byLen[t.bucket[k]:t.bucket[k+1]] {
-		p := int(t.starts[i])
-		if t.lineLen(int(i)) == len(key) && t.s[p:p+len(key)] == key {
-			at = append(at, int32(p))
+// starts lists where needle occurs, overlapping occurrences too; ok false
+// when it has no complete line.
+func (t *text) starts(needle string) (at []int32, ok bool) {
+	if t.set.has(needle) {
+		if !t.scanned {
+			t.scan(t.set)
+			t.scanned = true
 		}
+		return t.at[needle], true
 	}
-	if t.found == nil {
-		t.found = map[string][]int32{}
+	if at, ok := t.at[needle]; ok {
+		return at, true
 	}
-	t.found[key] = at
-	return at
+	one := &needles{byKey: map[string][]needleAt{}}
+	one.add(needle)
+	if len(one.byKey) == 0 {
+		return nil, false
+	}
+	t.scan(one)
+	if _, ok := t.at[needle]; !ok {
+		t.at[needle] = nil // looked for: not there
+	}
+	return t.at[needle], true
 }
 
 // count is strings.Count(t.s, needle): non-overlapping occurrences, found
@@ -122,30 +196,20 @@ func (t *text) replaceAll(old, new string) string {
 // lists where they start when asked to and needle has a complete line
 // (nil otherwise: the caller falls back to the strings package).
 func (t *text) find(needle string, list bool) (int, []int) {
-	// The first complete line of needle: after its first '\n', up to the
-	// next one.
-	i := strings.IndexByte(needle, '\n')
-	if i < 0 || needle == "" {
+	all, ok := t.starts(needle)
+	if !ok || needle == "" {
 		return strings.Count(t.s, needle), nil
 	}
-	j := strings.IndexByte(needle[i+1:], '\n')
-	if j < 0 {
-		return strings.Count(t.s, needle), nil
-	}
-	key, off := needle[i+1:i+1+j], i+1
 	n, next := 0, 0
 	var at []int
-	for _, p := range t.lineAt(key) {
-		start := int(p) - off
-		if start < next || start < 0 || start+len(needle) > len(t.s) {
+	for _, p := range all {
+		if int(p) < next {
 			continue
 		}
-		if t.s[start:start+len(needle)] == needle {
-			n++
-			next = start + len(needle)
-			if list {
-				at = append(at, start)
-			}
+		n++
+		next = int(p) + len(needle)
+		if list {
+			at = append(at, int(p))
 		}
 	}
 	return n, at

@@ -1,12 +1,18 @@
 package patches
 
 import (
+	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // text.count agrees with strings.Count on contents and needles built from
@@ -34,7 +40,10 @@ func TestTextCountAgreesWithStringsCount(t *testing.T) {
 			a := rng.Intn(len(content) - 1)
 			needle = content[a : a+1+rng.Intn(len(content)-a-1)]
 		}
-		assert.Equal(t, strings.Count(content, needle), newText(content).count(needle), "content %q needle %q", content, needle)
+		assert.Equal(t, strings.Count(content, needle), newText(content, nil).count(needle), "content %q needle %q", content, needle)
+		// Found by the one scan for a set of needles, itself among them.
+		set := setOf(needle, pick(2), pick(3), "\n"+needle)
+		assert.Equal(t, strings.Count(content, needle), newText(content, set).count(needle), "content %q needle %q in a set", content, needle)
 	}
 }
 
@@ -49,10 +58,11 @@ func FuzzTextCount(f *testing.F) {
 		if needle == "" {
 			return
 		}
-		tx := newText(content)
-		for i := 0; i < 2; i++ { // the second time from the cached lines
-			if got, want := tx.count(needle), strings.Count(content, needle); got != want {
-				t.Fatalf("count(%q) in %q = %d, strings.Count says %d", needle, content, got, want)
+		for _, tx := range []*text{newText(content, nil), newText(content, setOf(needle, needle+"\n", "\n"+needle))} {
+			for i := 0; i < 2; i++ { // the second time from what the first found
+				if got, want := tx.count(needle), strings.Count(content, needle); got != want {
+					t.Fatalf("count(%q) in %q = %d, strings.Count says %d", needle, content, got, want)
+				}
 			}
 		}
 	})
@@ -64,8 +74,10 @@ func FuzzTextReplaceAll(f *testing.F) {
 	f.Add("x\n\n\ny", "\n\n", "")
 	f.Add("    x = 1\n    x = 1", "\n    x = 1", "\n    x = 2\n")
 	f.Fuzz(func(t *testing.T, content, old, new string) {
-		if got, want := newText(content).replaceAll(old, new), strings.ReplaceAll(content, old, new); got != want {
-			t.Fatalf("replaceAll(%q, %q) in %q = %q, strings.ReplaceAll says %q", old, new, content, got, want)
+		for _, tx := range []*text{newText(content, nil), newText(content, setOf(old, new))} {
+			if got, want := tx.replaceAll(old, new), strings.ReplaceAll(content, old, new); got != want {
+				t.Fatalf("replaceAll(%q, %q) in %q = %q, strings.ReplaceAll says %q", old, new, content, got, want)
+			}
 		}
 	})
 }
@@ -79,11 +91,41 @@ func TestReplaceAllMakesApplied(t *testing.T) {
 		{Anchor: "A B\n", Replacement: "A", Count: 1},
 		{Anchor: "q\n", Replacement: "r\n", Count: 3},
 	} {
-		content := newText("head\n" + strings.Repeat(e.Anchor+"mid\n", e.Count) + "tail\n")
+		content := newText("head\n"+strings.Repeat(e.Anchor+"mid\n", e.Count)+"tail\n", nil)
 		if !assert.Equal(t, patchdef.Pending, patchdef.Evaluate(e, content.count).State, "%q", e.Anchor) {
 			continue
 		}
-		out := newText(content.replaceAll(e.Anchor, e.Replacement))
+		out := newText(content.replaceAll(e.Anchor, e.Replacement), nil)
 		assert.Equal(t, patchdef.Applied, patchdef.Evaluate(e, out.count).State, "%q -> %q", e.Anchor, e.Replacement)
 	}
+}
+
+// setOf is a needle set of the given strings.
+func setOf(s ...string) *needles {
+	n := &needles{byKey: map[string][]needleAt{}}
+	for _, x := range s {
+		n.add(x)
+	}
+	return n
+}
+
+// readSource's digest, taken chunk by chunk as the bytes are read, is the
+// SHA-256 of the whole content, for sizes around the chunk's.
+func TestReadSourceHashesWhatItRead(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{0, 1, sourceChunk - 1, sourceChunk, sourceChunk + 1, 3*sourceChunk + 17} {
+		p := filepath.Join(dir, fmt.Sprintf("f%d.py", n))
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('a' + i%26)
+		}
+		require.NoError(t, os.WriteFile(p, b, 0o644))
+		data, id, sum, err := readSource(p, maxSourceBytes)
+		require.NoError(t, err)
+		assert.Equal(t, b, data)
+		assert.Equal(t, int64(n), id.Size)
+		assert.Equal(t, digest.Bytes(b), sum, "size %d", n)
+	}
+	_, _, _, err := readSource(filepath.Join(dir, fmt.Sprintf("f%d.py", 3*sourceChunk+17)), sourceChunk)
+	assert.Error(t, err, "a file over the limit was read")
 }
