@@ -10,9 +10,11 @@ package memcg
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,7 +38,12 @@ const maxFile = 4096
 // Find is this process's memory cgroup under root (the cgroup
 // filesystem's mount point, SYSFS_PATH/fs/cgroup), from /proc/self/cgroup.
 func Find(root string) Group {
-	self, _ := os.ReadFile(SelfCgroup)
+	var self []byte
+	if f, err := os.Open(SelfCgroup); err == nil {
+		// A proc file says size 0: bounded by reading, not by stat.
+		self, _ = io.ReadAll(io.LimitReader(f, 64<<10))
+		f.Close()
+	}
 	return FindFrom(root, string(self))
 }
 
@@ -58,6 +65,11 @@ func FindFrom(root, self string) Group {
 		ctrls, path, ok := strings.Cut(rest, ":")
 		if !ok {
 			continue
+		}
+		if slices.Contains(strings.Split(path, "/"), "..") {
+			// Outside this cgroup namespace ("/../.."): not under root;
+			// the root stands for it.
+			path = "/"
 		}
 		switch {
 		case hier == "0" && ctrls == "":
