@@ -124,11 +124,11 @@ func TestMissingFiles(t *testing.T) {
 	assert.Contains(t, from, `holds "lots"`)
 }
 
-// A group outside this cgroup namespace reads as "/../..": never a
+// A group outside this cgroup namespace reads as "/..": never a
 // directory above root, even one that holds memory files.
 func TestOutsideTheNamespaceStaysUnderRoot(t *testing.T) {
 	top := tree(t, map[string]string{"memory.max": "1\n", "memory.events": v2Events, "cg/memory.max": "1073741824\n", "cg/memory.events": v2Events})
 	root := filepath.Join(top, "cg")
-	g := FindFrom(root, "0::/../..\n")
+	g := FindFrom(root, "0::/..\n")
 	assert.Equal(t, Group{Dir: root}, g)
 }
