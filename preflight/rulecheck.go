@@ -42,9 +42,7 @@ func LoadRules(payloadRoot string) ([]*rules.Rule, error) {
 	var extra []*rules.Rule
 	if payloadRoot != "" {
 		var err error
-		extra, err = rules.LoadDir(filepath.Join(payloadRoot, "rules"), func(p string) ([]byte, error) {
-			return boundedread.File(p, rules.MaxFileBytes)
-		})
+		extra, err = rules.LoadDir(filepath.Join(payloadRoot, "rules"))
 		if err != nil {
 			return nil, &ConfigError{err}
 		}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	goversion "github.com/hashicorp/go-version"
+	"github.com/infera/infera-exec/internal/boundedread"
 )
 
 // Rule is one rule, as one TOML file holds it.
@@ -267,12 +268,13 @@ func builtinFromTOML() ([]*Rule, string, error) {
 	return loadFiles(files, "builtin:", func(f string) ([]byte, error) { return fs.ReadFile(sub, f) })
 }
 
-// MaxFileBytes caps a payload rule file.
-const MaxFileBytes = 256 << 10
+// maxFileBytes caps a payload rule file.
+const maxFileBytes = 256 << 10
 
-// LoadDir reads dir/*.toml (a payload's rules/), each file read by read
-// (bounded by the caller). A missing directory holds no rules.
-func LoadDir(dir string, read func(path string) ([]byte, error)) ([]*Rule, error) {
+// LoadDir reads dir/*.toml (a payload's rules/), each a regular file of
+// at most 256 KiB, as a start and a payload build both read them. A
+// missing directory holds no rules.
+func LoadDir(dir string) ([]*Rule, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.toml"))
 	if err != nil || len(files) == 0 {
 		return nil, err
@@ -280,7 +282,7 @@ func LoadDir(dir string, read func(path string) ([]byte, error)) ([]*Rule, error
 	for i, f := range files {
 		files[i] = filepath.Base(f)
 	}
-	rs, _, err := loadFiles(files, dir+"/", func(f string) ([]byte, error) { return read(filepath.Join(dir, f)) })
+	rs, _, err := loadFiles(files, dir+"/", func(f string) ([]byte, error) { return boundedread.File(filepath.Join(dir, f), maxFileBytes) })
 	return rs, err
 }
 

@@ -1,10 +1,14 @@
 package rules
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 const good = "id = \"r\"\nsummary = \"s\"\nseverity = \"warn\"\nmessage = \"m\"\nfix = \"f\"\nrationale = \"r\"\n\n[[when]]\nfact = \"env:X\"\npresent = true\n\n[[when]]\nfact = \"arg:--y\"\nin = [\"1\"]\n"
@@ -32,4 +36,28 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 	assert.Equal(t, Holds, v.Outcome)
 	v = r.Eval("vllm", "", func(f string) Value { return Value{} })
 	assert.Equal(t, DoesNot, v.Outcome)
+}
+
+// A payload's rule file is read as a start reads it, for the start and
+// for the payload build alike: a regular file of at most 256 KiB.
+func TestLoadDirReadsBounded(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ok.toml"), []byte(good), 0o644))
+	rs, err := LoadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+
+	big := filepath.Join(dir, "big.toml")
+	require.NoError(t, os.WriteFile(big, []byte(good+"\n#"+strings.Repeat("x", maxFileBytes)+"\n"), 0o644))
+	_, err = LoadDir(dir)
+	assert.ErrorContains(t, err, "big.toml")
+	require.NoError(t, os.Remove(big))
+
+	require.NoError(t, unix.Mkfifo(filepath.Join(dir, "fifo.toml"), 0o644))
+	_, err = LoadDir(dir) // never blocks on the FIFO
+	assert.ErrorContains(t, err, "fifo.toml")
+
+	rs, err = LoadDir(filepath.Join(dir, "missing"))
+	assert.NoError(t, err)
+	assert.Empty(t, rs)
 }

@@ -391,7 +391,7 @@ func writeManifest(out string, specs []overlay.TreeSpec) error {
 // from the payload's rules/: a file a start would refuse (exit 78 on every
 // start) fails the build, naming the file and the line.
 func checkRules(dir string) error {
-	extra, err := rules.LoadDir(dir, func(p string) ([]byte, error) { return os.ReadFile(p) })
+	extra, err := rules.LoadDir(dir)
 	if err == nil {
 		_, err = rules.Merge(rules.Builtin(), extra)
 	}
