@@ -40,6 +40,10 @@ func (id Identity) Portable() Identity {
 // interpreter runs code as the worker anyway).
 const SmallFile = 1 << 20
 
+// maxSum caps what Sum reads: a larger file has no Sum, so what depends
+// on it is checked again in full rather than read whole at every start.
+const maxSum = 64 << 20
+
 // SumBytes is the Sum of a regular file holding b.
 func SumBytes(b []byte) string {
 	if len(b) > SmallFile {
@@ -124,6 +128,9 @@ func (b *Buffer) get() []byte {
 }
 
 func fileSum(path string, follow bool, st *unix.Stat_t, rb *Buffer) (string, bool) {
+	if st.Size > maxSum {
+		return "", false
+	}
 	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
 	if !follow {
 		flags |= unix.O_NOFOLLOW

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // remount gives path a new inode and change time and its old modification
@@ -125,4 +128,19 @@ func TestWaitSettled(t *testing.T) {
 	if _, ok := WaitSettled([]Identity{far}, time.Millisecond); ok {
 		t.Error("an hour ahead is settled within a millisecond")
 	}
+}
+
+// A file larger than maxSum has no Sum (what depends on it is checked in
+// full instead); one at the cap has one.
+func TestSumCapsTheRead(t *testing.T) {
+	dir := t.TempDir()
+	at, over := filepath.Join(dir, "at"), filepath.Join(dir, "over")
+	require.NoError(t, os.WriteFile(at, nil, 0o644))
+	require.NoError(t, os.Truncate(at, maxSum))
+	require.NoError(t, os.WriteFile(over, nil, 0o644))
+	require.NoError(t, os.Truncate(over, maxSum+1))
+	_, _, ok := Sum(at, false, nil)
+	assert.True(t, ok)
+	_, _, ok = Sum(over, false, nil)
+	assert.False(t, ok)
 }
