@@ -2,6 +2,7 @@ package pyimport
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -53,6 +54,9 @@ var pyExeRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`
 // recorded in the image (a venv's home, .pth lines, finders' MAPPING) are
 // taken inside root. A prefix holding lib/python3.X but no interpreter
 // that can be placed is still read, from its directories, with a note.
+// On this machine's own root ("/", a running container) venvs are looked
+// for under /opt only: its other top-level directories include mounts
+// (a model directory on NFS) that listing could hang on.
 func ResolveImage(root string, names []string) *Root {
 	fs := fsys{root: filepath.Clean(root)}
 	return resolveInstallations(fs, imagePrefixes(fs), true, names)
@@ -84,7 +88,10 @@ func ResolveSiteDir(dir string, names []string) *Root {
 // /usr/local (before /usr on every default PATH) and /usr.
 func imagePrefixes(fs fsys) []string {
 	var venvs []string
-	tops, _ := fs.readDir("/")
+	var tops []os.DirEntry
+	if !fs.local() { // an unpacked image: a directory tree, no mounts
+		tops, _ = fs.readDir("/")
+	}
 	for _, t := range tops {
 		switch t.Name() {
 		case "proc", "sys", "dev":

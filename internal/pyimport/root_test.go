@@ -3,6 +3,7 @@ package pyimport
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -143,4 +144,18 @@ func TestImageWithoutInterpreter(t *testing.T) {
 	assert.Equal(t, []string{"/usr/lib/python3/dist-packages/eng"}, a.Specs["eng"].Locations)
 	assert.False(t, a.Certain)
 	assert.Contains(t, a.Reason, "no interpreter of /usr for CPython 3.11 could be placed")
+}
+
+// On this machine's own root the search lists no top-level directory but
+// /opt and /usr: the others include mounts (a model directory on NFS)
+// that a start must not list outside the deadline helper. A venv two
+// levels under /tmp is therefore not looked for.
+func TestLocalRootListsOnlyOptAndUsr(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "pyimport-venv-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pyvenv.cfg"), []byte("home = /usr/bin\n"), 0o644))
+	for _, p := range imagePrefixes(hostFS) {
+		assert.True(t, p == "/usr" || p == "/usr/local" || strings.HasPrefix(p, "/opt/"), "%s", p)
+	}
 }
