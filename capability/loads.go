@@ -3,8 +3,10 @@ package capability
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -210,11 +212,7 @@ func ApplyLoads(dir string, ev []Evidence, v *LoadVerdict) (Set, []Evidence) {
 // Refusal is the one-line reason a capability was withdrawn by the load
 // check, naming the first file and what it misses.
 func (e Evidence) Refusal() string {
-	files := make([]string, 0, len(e.DoesNotLoad))
-	for f := range e.DoesNotLoad {
-		files = append(files, f)
-	}
-	sort.Strings(files)
+	files := slices.Sorted(maps.Keys(e.DoesNotLoad))
 	if len(files) == 0 {
 		return ""
 	}
@@ -228,11 +226,7 @@ func (e Evidence) Refusal() string {
 
 // FirstFailure is the first file (by name) that does not load, and why.
 func (v *LoadVerdict) FirstFailure() string {
-	files := make([]string, 0, len(v.Failed))
-	for f := range v.Failed {
-		files = append(files, f)
-	}
-	sort.Strings(files)
+	files := slices.Sorted(maps.Keys(v.Failed))
 	if len(files) == 0 {
 		return ""
 	}
