@@ -2,10 +2,9 @@
 // image with an overlay payload mounted beside it. It prepares the
 // container in one pass and replaces itself with the worker.
 //
-// This package only sequences: the step table of the pass (pass.go), the
-// modes that run no worker (modes.go), and the help. What each step
-// decides lives in the stage's own package; every refusal carries its
-// exit code.
+// This package only sequences: the step table of the pass (pass.go), the modes
+// that run no worker (modes.go), and the help. What each step decides lives in
+// the stage's own package; every refusal carries its exit code.
 package main
 
 import (

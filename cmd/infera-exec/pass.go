@@ -103,6 +103,7 @@ func (p *pass) steps() []step {
 func (p *pass) run() int {
 	ctx, stop := interrupt.Start(context.Background()) // TERM, INT, HUP: the step ends, nothing more is done
 	defer stop.Stop()
+	report.Prepare(&abi.Outcome{}, &overlay.Outcome{}, &capability.Outcome{}, &launch.Outcome{}, &libionic.Outcome{}, &preflight.Outcome{}, &patches.Outcome{}) // encoders built beside the steps
 	for _, s := range p.steps() {
 		t := time.Now()
 		sec, err := s.run(ctx)
