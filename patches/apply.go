@@ -278,7 +278,7 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files,
 	}
 	if v.written == nil {
 		w := newView(false, v.minor, v.needles)
-		w.real = v.real
+		w.real, w.types = v.real, v.types
 		for path, dk := range v.disk {
 			if dk.changed && !dk.finalOK {
 				continue // read from disk, if this patch reads it
@@ -372,6 +372,7 @@ type view struct {
 	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
 	written *view                // the files as written and read back (see asWritten), once asked
 	needles *needles             // what the definitions look for (see text)
+	types   *typeCache           // what stat(2) said of each path the importer probed (shared with written)
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
@@ -381,7 +382,7 @@ type realPath struct {
 }
 
 func newView(compose bool, minor int, nd *needles) *view {
-	return &view{compose: compose, minor: minor, needles: nd, disk: map[string]*diskFile{}, real: map[string]realPath{}}
+	return &view{compose: compose, minor: minor, needles: nd, disk: map[string]*diskFile{}, real: map[string]realPath{}, types: newTypeCache()}
 }
 
 // evalSymlinks is filepath.EvalSymlinks, once per path and run: every
@@ -578,7 +579,7 @@ func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *fil
 	if minor == 0 {
 		minor = minorFromPath(pkg.Dir)
 	}
-	im := newImporter(minor)
+	im := newImporter(minor, fs.v.types)
 	defer func() {
 		for _, p := range im.probes {
 			if !slices.Contains(fs.probes, p) {
@@ -617,7 +618,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	switch p.kind {
 	case decided:
 		if r.Before == patchdef.Applied {
-			checkBytecode(r, files, false, dry)
+			checkBytecode(r, files, false, dry, p.fs.v.types)
 		}
 		fillAfter(r, files)
 	case disturbed:
@@ -630,7 +631,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	case writes:
 		if wrote {
 			r.Action, r.State = "applied", patchdef.Applied
-			checkBytecode(r, files, true, false)
+			checkBytecode(r, files, true, false, p.fs.v.types)
 			fillAfter(r, files)
 			break
 		}
@@ -666,8 +667,9 @@ func (p *plan) finish(r *Result, dry bool) {
 // patched source (after a write: every .pyc of the module; otherwise the
 // unchecked-hash ones) and makes the patch shadowed when some cannot be
 // removed. A dry run removes nothing: bytecode that would have to go
-// makes the patch shadowed there, saying that a start removes it.
-func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
+// makes the patch shadowed there, saying that a start removes it. The
+// paths removed are forgotten by types.
+func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *typeCache) {
 	var shadows []string
 	for i := range r.Edits {
 		e := &r.Edits[i]
@@ -676,6 +678,9 @@ func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
 		}
 		t := files[e.Path]
 		removed, stuck := removePycs(e.Path, wrote, dry, t)
+		for _, m := range removed {
+			types.forget(m)
+		}
 		e.PycsRemoved = removed
 		shadows = append(shadows, stuck...)
 	}

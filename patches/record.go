@@ -157,19 +157,20 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 	}
 	// What decided that each edited module loads from the edited file:
 	// the type of every path the import system would try before it (a
-	// package directory, an extension module, present or absent), and,
-	// for an interpreter of unknown minor, the directories searched.
+	// package directory, an extension module, present or absent), as the
+	// run's importer saw it (see typeCache), and, for an interpreter of
+	// unknown minor, the directories searched.
 	for _, p := range fs.probes {
 		if o.seen[p] {
 			continue
 		}
 		o.seen[p] = true
-		id, ok := fileid.Stat(p)
+		id, ok := fs.v.types.stat(p)
 		if !ok {
 			o.incomplete = true
 			continue
 		}
-		o.files = append(o.files, recordedFile{Path: p, ID: typeOnly(id), Type: true})
+		o.files = append(o.files, recordedFile{Path: p, ID: id, Type: true})
 	}
 	for _, d := range fs.dirs {
 		if o.seen[d] {
