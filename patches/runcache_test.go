@@ -105,3 +105,44 @@ func TestTypeCacheForgetsRemovedBytecode(t *testing.T) {
 	assert.False(t, c.isFile(pyc), "removed by the run: stat'ed again")
 	assert.Equal(t, 2, stats[pyc])
 }
+
+// A first start hashes each content once: what it read (as it was read),
+// each patch's planned content, what it wrote; the edits' hashes before
+// and after, the record's sums and asWritten's re-plan share them.
+func TestEachContentHashedOncePerRun(t *testing.T) {
+	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, fixture.Trees("testdata/trees", dir))
+	root := treeRoot(filepath.Join(dir, "vllm-pending"))
+	loc, err := LocateOffline(root, set.Packages())
+	require.NoError(t, err)
+	loc.fillDistVersions(set, root)
+	loc.Fingerprint = "probe-1"
+	read := map[string]bool{}
+	for _, f := range snapshot(t, root) {
+		read[f] = true
+	}
+
+	hashed := map[string]int{}
+	orig := hashContent
+	hashContent = func(s string) string {
+		hashed[s]++
+		return orig(s)
+	}
+	t.Cleanup(func() { hashContent = orig })
+	results := applySet(set, loc, options{StateDir: t.TempDir(), PyMinor: 12})
+	written := 0
+	for _, r := range results {
+		require.NotEqual(t, "failed", r.Action, "%s: %s", r.ID, r.Why)
+		if r.Action == "applied" {
+			written++
+		}
+	}
+	require.Greater(t, written, 1, "the tree has several pending patches")
+	require.NotEmpty(t, hashed)
+	for s, n := range hashed {
+		assert.False(t, read[s], "a content read is hashed as it is read, not again")
+		assert.Equal(t, 1, n, "a content of %d bytes hashed %d times in one run", len(s), n)
+	}
+}
