@@ -214,7 +214,10 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		plans[i].lockErr = lockErr
 	}
 	if !opt.DryRun {
-		commitGroups(groupsOf(plans, v), set, plans, results)
+		// One read buffer for the run's read-backs and, later, the
+		// record's confirmations (writeRecord): its pages are touched once.
+		seen.buf = make([]byte, 64<<10)
+		commitGroups(groupsOf(plans, v), set, plans, results, seen.buf)
 	}
 	for i, p := range plans {
 		if p == nil {
