@@ -104,8 +104,8 @@ func newImporter(minor int, types *typeCache) *importer {
 // which no module name can be, renamed over it; a failed group's
 // restore is the same), and the only files it removes are stale
 // temporary files of that name and the cached bytecode of edited modules
-// (removePycs, which forgets the paths it removes; a probed path is in
-// __pycache__ only for a package of that name). Nor can another writer
+// (checkBytecode forgets every path it removes; a probed path is in a
+// __pycache__ directory only for a package of that name). Nor can another writer
 // make a cached answer a wrong claim: the record keeps these very
 // answers as the types the patches were decided on (observed.add), so a
 // path whose type another writer changed since reads as changed at the
