@@ -214,7 +214,10 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		plans[i].lockErr = lockErr
 	}
 	if !opt.DryRun {
-		commitGroups(groupsOf(plans, v), set, plans, results)
+		// One read buffer for the run's read-backs and, later, the
+		// record's confirmations (writeRecord): its pages are touched once.
+		seen.buf = make([]byte, 64<<10)
+		commitGroups(groupsOf(plans, v), set, plans, results, seen.buf)
 	}
 	for i, p := range plans {
 		if p == nil {
@@ -278,12 +281,12 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files,
 	}
 	if v.written == nil {
 		w := newView(false, v.minor, v.needles)
-		w.real = v.real
+		w.real, w.types, w.sums = v.real, v.types, v.sums
 		for path, dk := range v.disk {
 			if dk.changed && !dk.finalOK {
 				continue // read from disk, if this patch reads it
 			}
-			w.disk[path] = &diskFile{path: path, data: dk.cur, id: dk.final, cur: dk.cur, text: dk.text}
+			w.disk[path] = &diskFile{path: path, data: dk.cur, id: dk.final, cur: dk.cur, text: dk.text, sums: v.sums}
 			if !dk.changed {
 				w.disk[path].id = dk.id
 			}
@@ -329,11 +332,8 @@ func (t *target) indexed() *text {
 }
 
 func (t *target) before() string {
-	if t.sumBefore == "" && t.disk != nil && t.disk.dataSum != "" && t.original == t.disk.data {
-		t.sumBefore = t.disk.dataSum
-	}
 	if t.sumBefore == "" {
-		t.sumBefore = digest.String(t.original)
+		t.sumBefore = t.sum(t.original)
 	}
 	return t.sumBefore
 }
@@ -343,9 +343,18 @@ func (t *target) after() string {
 		return t.before()
 	}
 	if t.sumAfter == "" {
-		t.sumAfter = digest.String(t.content)
+		t.sumAfter = t.sum(t.content)
 	}
 	return t.sumAfter
+}
+
+// sum is the SHA-256 of s, a content of this file: once per run (see
+// contentSums).
+func (t *target) sum(s string) string {
+	if t.disk != nil {
+		return t.disk.sums.of(s)
+	}
+	return hashContent(s)
 }
 
 // files is what one patch read, by real path, in reading order.
@@ -372,6 +381,53 @@ type view struct {
 	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
 	written *view                // the files as written and read back (see asWritten), once asked
 	needles *needles             // what the definitions look for (see text)
+	types   *typeCache           // what stat(2) said of each path the importer probed (shared with written)
+	sums    *contentSums         // the SHA-256 of each content hashed (shared with written)
+}
+
+// contentSums is the SHA-256 of each content a run has hashed, by where
+// the content is in memory: what was read (hashed as it was read), each
+// patch's planned content, the contents written. A content is hashed once
+// per run, however many patches and views (asWritten's) ask for it: a
+// string's bytes never change, so two strings that share their first
+// byte's address and their length are the same bytes, and the key, a
+// pointer, keeps them from being freed and the address reused while the
+// cache lives. Equal contents elsewhere in memory are hashed again.
+type contentSums struct {
+	m map[contentKey]string
+}
+
+type contentKey struct {
+	p *byte
+	n int
+}
+
+func newContentSums() *contentSums { return &contentSums{m: map[contentKey]string{}} }
+
+// hashContent is digest.String; a variable so tests can count the hashes.
+var hashContent = digest.String
+
+func keyOfContent(s string) contentKey { return contentKey{unsafe.StringData(s), len(s)} }
+
+// of is digest.String(s), once per content and run.
+func (c *contentSums) of(s string) string {
+	if c == nil {
+		return hashContent(s)
+	}
+	k := keyOfContent(s)
+	sum, ok := c.m[k]
+	if !ok {
+		sum = hashContent(s)
+		c.m[k] = sum
+	}
+	return sum
+}
+
+// note keeps sum, taken as s was read, as the SHA-256 of s.
+func (c *contentSums) note(s, sum string) {
+	if c != nil && sum != "" {
+		c.m[keyOfContent(s)] = sum
+	}
 }
 
 // realPath is what filepath.EvalSymlinks said of a path.
@@ -381,7 +437,8 @@ type realPath struct {
 }
 
 func newView(compose bool, minor int, nd *needles) *view {
-	return &view{compose: compose, minor: minor, needles: nd, disk: map[string]*diskFile{}, real: map[string]realPath{}}
+	return &view{compose: compose, minor: minor, needles: nd, disk: map[string]*diskFile{}, real: map[string]realPath{},
+		types: newTypeCache(), sums: newContentSums()}
 }
 
 // evalSymlinks is filepath.EvalSymlinks, once per path and run: every
@@ -399,13 +456,11 @@ func (v *view) evalSymlinks(p string) (string, error) {
 // diskFile is one engine file in a run: as read, as planned, as written.
 type diskFile struct {
 	path string
-	data string   // as read
-	id   identity // of data
-	// dataSum is the SHA-256 of data, taken while it was read; "" when
-	// data did not come from a read (then it is computed when asked).
-	dataSum string
-	cur     string // after the patches planned so far
-	text    *text  // index of cur
+	data string       // as read
+	id   identity     // of data
+	cur  string       // after the patches planned so far
+	text *text        // index of cur
+	sums *contentSums // the run's: the SHA-256 of data, cur, and every content planned
 	// changed: some patch of the run planned a new content (cur may
 	// still equal data, when a later patch undid it).
 	changed bool
@@ -416,21 +471,17 @@ type diskFile struct {
 	final     identity // on disk after the commit
 	finalOK   bool     // final is known to be the identity of cur
 
-	sumOf, sumCur string // fileid.SumBytes of cur, once computed (sumOf: the cur it is of)
+	sumOf, sumCur string // fileid.SumBytes of a cur over fileid.SmallFile, once computed (sumOf: the cur it is of)
 }
 
 // sum is the content digest of cur, as the record keeps it (the same
 // SHA-256 as the edits' hashes for any source under fileid.SmallFile).
 func (d *diskFile) sum() string {
+	if len(d.cur) <= fileid.SmallFile {
+		return d.sums.of(d.cur)
+	}
 	if d.sumCur == "" || d.sumOf != d.cur {
-		if d.dataSum != "" && d.cur == d.data && len(d.cur) <= fileid.SmallFile {
-			d.sumCur = d.dataSum
-		} else if len(d.cur) <= fileid.SmallFile {
-			d.sumCur = digest.String(d.cur)
-		} else {
-			d.sumCur = fileid.SumBytes([]byte(d.cur))
-		}
-		d.sumOf = d.cur
+		d.sumCur, d.sumOf = fileid.SumBytes([]byte(d.cur)), d.cur
 	}
 	return d.sumCur
 }
@@ -578,7 +629,7 @@ func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *fil
 	if minor == 0 {
 		minor = minorFromPath(pkg.Dir)
 	}
-	im := newImporter(minor)
+	im := newImporter(minor, fs.v.types)
 	defer func() {
 		for _, p := range im.probes {
 			if !slices.Contains(fs.probes, p) {
@@ -617,7 +668,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	switch p.kind {
 	case decided:
 		if r.Before == patchdef.Applied {
-			checkBytecode(r, files, false, dry)
+			checkBytecode(r, files, false, dry, p.fs.v.types)
 		}
 		fillAfter(r, files)
 	case disturbed:
@@ -630,7 +681,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	case writes:
 		if wrote {
 			r.Action, r.State = "applied", patchdef.Applied
-			checkBytecode(r, files, true, false)
+			checkBytecode(r, files, true, false, p.fs.v.types)
 			fillAfter(r, files)
 			break
 		}
@@ -666,8 +717,9 @@ func (p *plan) finish(r *Result, dry bool) {
 // patched source (after a write: every .pyc of the module; otherwise the
 // unchecked-hash ones) and makes the patch shadowed when some cannot be
 // removed. A dry run removes nothing: bytecode that would have to go
-// makes the patch shadowed there, saying that a start removes it.
-func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
+// makes the patch shadowed there, saying that a start removes it. The
+// paths removed are forgotten by types.
+func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *typeCache) {
 	var shadows []string
 	for i := range r.Edits {
 		e := &r.Edits[i]
@@ -676,6 +728,9 @@ func checkBytecode(r *Result, files map[string]*target, wrote, dry bool) {
 		}
 		t := files[e.Path]
 		removed, stuck := removePycs(e.Path, wrote, dry, t)
+		for _, m := range removed {
+			types.forget(m)
+		}
 		e.PycsRemoved = removed
 		shadows = append(shadows, stuck...)
 	}
@@ -856,8 +911,9 @@ func resolve(pkg Package, file string, fs *files) (t *target, err error) {
 			// The string shares data's bytes: data is this read's own and
 			// never written, and a copy would touch as many fresh pages
 			// again (engine modules are hundreds of kilobytes).
-			d = &diskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id, dataSum: sum}
+			d = &diskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id, sums: fs.v.sums}
 			d.cur = d.data
+			d.sums.note(d.data, sum)
 			d.text = newText(d.cur, fs.v.needles)
 			fs.v.disk[real] = d
 		}

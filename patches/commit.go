@@ -80,11 +80,11 @@ func groupsOf(plans []*plan, v *view) []*group {
 // of is planned and committed afresh once; the patches of a group that
 // still failed that wrote nothing themselves are decided again against
 // the files as they are now on disk.
-func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []Result) {
-	commit(groups, plans)
+func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []Result, buf []byte) {
+	commit(groups, plans, buf)
 	for _, g := range groups {
 		if errors.Is(g.err, errChanged) {
-			g = replan(g, set, plans, results)
+			g = replan(g, set, plans, results, buf)
 		}
 		if g.err != nil {
 			redecide(g, set, plans, results)
@@ -94,7 +94,7 @@ func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []R
 
 // replan reads the group's files afresh and plans and commits its patches
 // again, as one group.
-func replan(g *group, set *patchdef.Set, plans []*plan, results []Result) *group {
+func replan(g *group, set *patchdef.Set, plans []*plan, results []Result, buf []byte) *group {
 	v := newView(true, plans[g.pats[0]].fs.v.minor, plans[g.pats[0]].fs.v.needles)
 	for _, i := range g.pats {
 		r := &results[i]
@@ -102,7 +102,7 @@ func replan(g *group, set *patchdef.Set, plans []*plan, results []Result) *group
 		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
 	}
 	again := &group{pats: g.pats, files: v.changed}
-	commit([]*group{again}, plans)
+	commit([]*group{again}, plans, buf)
 	if errors.Is(again.err, errChanged) {
 		again.twice = true
 		for _, i := range again.pats {
@@ -130,12 +130,12 @@ func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
 
 // commit stages every changed file of every group (a few at a time: the
 // kernel can batch their journal commits), renames each group's files
-// into place, and reads back what it wrote, through one buffer: an
+// into place, and reads back what it wrote, through buf (any size): an
 // identity is known only for the bytes this run planned. Directories are
 // not fsynced: a rename lost in a crash only means that the next start
 // patches the file again. It records each
 // group's outcome in its writers' plans.
-func commit(groups []*group, plans []*plan) {
+func commit(groups []*group, plans []*plan, buf []byte) {
 	// Temporary files left by a start killed mid-write go first (we hold
 	// the lock), before this run stages its own beside them.
 	stale := map[string]bool{}
@@ -171,7 +171,6 @@ func commit(groups []*group, plans []*plan) {
 	// and the next start patches it again (each file is its old or its
 	// new complete content either way).
 
-	buf := make([]byte, 64<<10)
 	for _, g := range groups {
 		if g.err == nil {
 			for _, d := range g.renamed {

@@ -10,6 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/internal/fileid"
 )
 
 // A patched source file is only worth "applied" if it is the file the
@@ -74,14 +78,101 @@ type importer struct {
 	// dirs are directories searched by pattern (an interpreter of unknown
 	// minor), whose whole identity is recorded instead.
 	dirs []string
+	// types is the run's memory of what stat(2) said of each path (see
+	// typeCache); nil: every probe is a stat of its own.
+	types *typeCache
 }
 
-func newImporter(minor int) *importer {
+func newImporter(minor int, types *typeCache) *importer {
 	t := multiarch[runtime.GOARCH]
 	if t == "" {
 		t = runtime.GOARCH + "-linux-gnu"
 	}
-	return &importer{minor: minor, triplet: t}
+	return &importer{minor: minor, triplet: t, types: types}
+}
+
+// typeCache is what stat(2) said of each path the importer probed in one
+// run: a regular file, a directory, something else, absent, or a failed
+// stat. Every patch of the run asks about the same package directories,
+// __init__ files and extension names (each edited module is resolved from
+// the package down), and asWritten's re-plan asks again about all of
+// them; each path is stat'ed once per run instead.
+//
+// A cached answer within one run is as good as a fresh stat, for what
+// the run itself does: its writes replace a regular file by a regular
+// file (a temporary file of the same directory, named ".NAME.tmp-*",
+// which no module name can be, renamed over it; a failed group's
+// restore is the same), and the only files it removes are stale
+// temporary files of that name and the cached bytecode of edited modules
+// (checkBytecode forgets every path it removes; a probed path is in a
+// __pycache__ directory only for a package of that name). Nor can another writer
+// make a cached answer a wrong claim: the record keeps these very
+// answers as the types the patches were decided on (observed.add), so a
+// path whose type another writer changed since reads as changed at the
+// next start, which then runs the full check; a fresh stat at that point
+// would instead record the new type beside a result decided on the old.
+type typeCache struct {
+	m map[string]typeSeen
+}
+
+type typeSeen struct {
+	id identity // typeOnly
+	ok bool
+}
+
+func newTypeCache() *typeCache { return &typeCache{m: map[string]typeSeen{}} }
+
+// statType is what path names, as stat(2) sees it following links: the
+// typeOnly part of its identity, absent for ENOENT and ENOTDIR; ok false
+// when it cannot be told (another error). A variable so tests can count
+// the stats.
+var statType = func(path string) (identity, bool) {
+	for {
+		var st unix.Stat_t
+		err := unix.Stat(path, &st)
+		switch {
+		case err == nil:
+			return typeOnly(fileid.Of(&st)), true
+		case err == unix.EINTR:
+			continue // as os.Stat retries
+		case err == unix.ENOENT || err == unix.ENOTDIR:
+			return identity{Absent: true}, true
+		}
+		return identity{}, false
+	}
+}
+
+// stat is statType(path), once per path and run.
+func (c *typeCache) stat(path string) (identity, bool) {
+	if c == nil {
+		return statType(path)
+	}
+	t, ok := c.m[path]
+	if !ok {
+		t.id, t.ok = statType(path)
+		c.m[path] = t
+	}
+	return t.id, t.ok
+}
+
+// forget drops what was seen of path: the run itself removed it.
+func (c *typeCache) forget(path string) {
+	if c != nil {
+		delete(c.m, path)
+	}
+}
+
+// isFile is FileFinder's _path_isfile: stat, following links, says a
+// regular file.
+func (c *typeCache) isFile(path string) bool {
+	id, ok := c.stat(path)
+	return ok && !id.Absent && id.Mode == unix.S_IFREG
+}
+
+// isDir is _path_isdir.
+func (c *typeCache) isDir(path string) bool {
+	id, ok := c.stat(path)
+	return ok && !id.Absent && id.Mode == unix.S_IFDIR
 }
 
 // Compiled when first used: a start that knows its minor never does.
@@ -150,7 +241,7 @@ func (im *importer) extensions(dir, stem string) []string {
 		re := regexp.MustCompile(`^` + regexp.QuoteMeta(stem) + `\.cpython-3\d+t?-` + regexp.QuoteMeta(im.triplet) + `\.so$`)
 		slices.SortFunc(matches, func(a, b string) int { return len(a) - len(b) })
 		for _, m := range matches {
-			if re.MatchString(filepath.Base(m)) && isFile(m) {
+			if re.MatchString(filepath.Base(m)) && im.types.isFile(m) {
 				out = append(out, m)
 			}
 		}
@@ -181,13 +272,13 @@ func (im *importer) loaded(dir, stem string) string {
 // file), noting the path for the record.
 func (im *importer) isFile(p string) bool {
 	im.probe(p)
-	return isFile(p)
+	return im.types.isFile(p)
 }
 
 // isDir is _path_isdir, noting the path for the record.
 func (im *importer) isDir(p string) bool {
 	im.probe(p)
-	return isDir(p)
+	return im.types.isDir(p)
 }
 
 func (im *importer) probe(p string) {

@@ -137,7 +137,7 @@ print(json.dumps(out))
 			top := fmt.Sprintf("case%d", i)
 			dir := filepath.Join(root, top)
 			pkg := Package{Name: top, Found: true, Dir: dir, Dirs: []string{dir}}
-			im := newImporter(minor)
+			im := newImporter(minor, nil)
 			for _, comps := range [][]string{{"sub"}, {"sub", "mod"}} {
 				name := top + "." + strings.Join(comps, ".")
 				if len(comps) == 2 && strings.HasSuffix(want[top+".sub"], ".so") {

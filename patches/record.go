@@ -87,6 +87,9 @@ type observed struct {
 	// results are what the record keeps when they differ from the run's
 	// (a patch the run wrote, as a restart would find it); nil: the run's.
 	results []Result
+	// buf is the run's read buffer (its read-backs'), for the record's
+	// confirmations; nil for a run that wrote nothing.
+	buf []byte
 }
 
 // confirmSum confirms a path by its Sum.
@@ -157,19 +160,20 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 	}
 	// What decided that each edited module loads from the edited file:
 	// the type of every path the import system would try before it (a
-	// package directory, an extension module, present or absent), and,
-	// for an interpreter of unknown minor, the directories searched.
+	// package directory, an extension module, present or absent), as the
+	// run's importer saw it (see typeCache), and, for an interpreter of
+	// unknown minor, the directories searched.
 	for _, p := range fs.probes {
 		if o.seen[p] {
 			continue
 		}
 		o.seen[p] = true
-		id, ok := fileid.Stat(p)
+		id, ok := fs.v.types.stat(p)
 		if !ok {
 			o.incomplete = true
 			continue
 		}
-		o.files = append(o.files, recordedFile{Path: p, ID: typeOnly(id), Type: true})
+		o.files = append(o.files, recordedFile{Path: p, ID: id, Type: true})
 	}
 	for _, d := range fs.dirs {
 		if o.seen[d] {
@@ -248,7 +252,7 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		if seen.results != nil {
 			kept = seen.results
 		}
-		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start)
+		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start, seen.buf)
 	}
 	return res
 }
@@ -266,8 +270,9 @@ const settleWait = 25 * time.Millisecond
 // clock has passed it (a bounded wait), and recorded with the identity
 // seen around that confirming read; one that cannot be confirmed leaves
 // the run unrecorded, and the next start runs the full check. Best
-// effort: without a record the next start runs the full check.
-func writeRecord(file string, rec record, start fileid.Tick) {
+// effort: without a record the next start runs the full check. buf is a
+// read buffer to confirm through (nil: one is made when needed).
+func writeRecord(file string, rec record, start fileid.Tick, buf []byte) {
 	var racy []int
 	var ids []identity
 	for i, f := range rec.Files {
@@ -283,7 +288,9 @@ func writeRecord(file string, rec record, start fileid.Tick) {
 		if _, ok := fileid.WaitSettled(ids, settleWait); !ok {
 			return
 		}
-		buf := make([]byte, 64<<10)
+		if buf == nil {
+			buf = make([]byte, 64<<10)
+		}
 		for _, i := range racy {
 			f := &rec.Files[i]
 			at := fileid.Now()
@@ -389,7 +396,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 				rec.Files[i].ID, _ = fileid.Lstat(f.Path)
 			}
 		}
-		writeRecord(file, rec, start)
+		writeRecord(file, rec, start, nil)
 	}
 	return res, true
 }

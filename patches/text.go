@@ -15,7 +15,8 @@ import (
 // line whose length some key has, then finds every occurrence of every
 // needle (see text.scan); there is no per-needle search of the content
 // and no index of its lines. A needle without a complete line (a marker
-// such as a name) is counted with strings.Count.
+// such as a name) is counted with strings.Count, once per content (see
+// text.counts).
 type needles struct {
 	byKey map[string][]needleAt // first complete line -> the needles that have it
 	lens  []bool                // lens[n]: some key is n bytes long
@@ -113,6 +114,10 @@ type text struct {
 	set     *needles
 	scanned bool
 	at      map[string][]int32 // needle -> every start of it, overlapping ones too, ascending
+	// counts is strings.Count of each needle without a complete line
+	// asked about: the variants and guards of a definition, and
+	// asWritten's re-plan, ask about the same markers in the same content.
+	counts map[string]int
 }
 
 func newText(s string, set *needles) *text { return &text{s: s, set: set} }
@@ -198,7 +203,15 @@ func (t *text) replaceAll(old, new string) string {
 func (t *text) find(needle string, list bool) (int, []int) {
 	all, ok := t.starts(needle)
 	if !ok || needle == "" {
-		return strings.Count(t.s, needle), nil
+		n, ok := t.counts[needle]
+		if !ok {
+			n = strings.Count(t.s, needle)
+			if t.counts == nil {
+				t.counts = map[string]int{}
+			}
+			t.counts[needle] = n
+		}
+		return n, nil
 	}
 	n, next := 0, 0
 	var at []int

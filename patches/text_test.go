@@ -40,7 +40,9 @@ func TestTextCountAgreesWithStringsCount(t *testing.T) {
 			a := rng.Intn(len(content) - 1)
 			needle = content[a : a+1+rng.Intn(len(content)-a-1)]
 		}
-		assert.Equal(t, strings.Count(content, needle), newText(content, nil).count(needle), "content %q needle %q", content, needle)
+		tx := newText(content, nil)
+		assert.Equal(t, strings.Count(content, needle), tx.count(needle), "content %q needle %q", content, needle)
+		assert.Equal(t, strings.Count(content, needle), tx.count(needle), "content %q needle %q, asked again", content, needle)
 		// Found by the one scan for a set of needles, itself among them.
 		set := setOf(needle, pick(2), pick(3), "\n"+needle)
 		assert.Equal(t, strings.Count(content, needle), newText(content, set).count(needle), "content %q needle %q in a set", content, needle)
