@@ -254,28 +254,41 @@ func (id Identity) SettledAt(at Tick) bool {
 }
 
 // WaitSettled waits until the clock has passed the change time of every
-// id by its granularity, or for no more than max; the tick it reached,
-// and whether all are settled at it.
-func WaitSettled(ids []Identity, max time.Duration) (Tick, bool) {
+// id by its granularity, or for no more than limit; the tick it reached,
+// and whether all are settled at it. The answer is always decided on a
+// reading of the clock taken after the last look at the deadline: a
+// process descheduled past the deadline between the two (a loaded
+// machine) reads the clock again rather than giving up on a stale tick.
+func WaitSettled(ids []Identity, limit time.Duration) (Tick, bool) {
 	var need int64
 	for _, id := range ids {
 		if !id.Absent {
 			need = maxInt(need, id.Ctime+granularity(id.Ctime))
 		}
 	}
-	deadline := time.Now().Add(max)
+	deadline := wallNow().Add(limit)
 	for {
+		expired := wallNow().After(deadline)
 		now := Now()
 		if int64(now) >= need {
 			return now, true
 		}
 		left := time.Duration(need - int64(now))
-		if left > max || time.Now().After(deadline) {
+		if expired || left > limit {
 			return now, false
 		}
-		time.Sleep(min(left, time.Millisecond))
+		// The coarse clock moves a tick at a time (1 to 10 ms): poll it
+		// a few times a tick, not in a spin.
+		time.Sleep(min(max(left, settlePoll), time.Millisecond))
 	}
 }
+
+// wallNow is time.Now; a variable so tests can deschedule WaitSettled.
+var wallNow = time.Now
+
+// settlePoll is the shortest sleep between two readings of the clock in
+// WaitSettled.
+const settlePoll = 200 * time.Microsecond
 
 func maxInt(a, b int64) int64 {
 	if a > b {

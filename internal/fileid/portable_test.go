@@ -130,6 +130,28 @@ func TestWaitSettled(t *testing.T) {
 	}
 }
 
+// A process descheduled past the deadline, between reading the clock and
+// looking at the deadline, decides on a fresh reading of the clock, not
+// on the one from before it was descheduled (a loaded machine, where a
+// first start's record was otherwise skipped now and then).
+func TestWaitSettledRereadsTheClockPastTheDeadline(t *testing.T) {
+	calls := 0
+	wallNow = func() time.Time {
+		calls++
+		if calls == 1 {
+			return time.Now() // the deadline is set
+		}
+		time.Sleep(20 * time.Millisecond) // descheduled: the coarse clock moves on meanwhile
+		return time.Now().Add(time.Hour)
+	}
+	t.Cleanup(func() { wallNow = time.Now })
+	id := Identity{Ctime: int64(Now()) | 1} // changed in this very tick (an odd stamp: a granularity of 1 ns)
+	at, ok := WaitSettled([]Identity{id}, 10*time.Millisecond)
+	if !ok || !id.SettledAt(at) {
+		t.Fatalf("gave up at %d on a change at %d that the clock has passed", at, id.Ctime)
+	}
+}
+
 // A file larger than maxSum has no Sum (what depends on it is checked in
 // full instead); one at the cap has one.
 func TestSumCapsTheRead(t *testing.T) {
