@@ -188,10 +188,9 @@ time.sleep(600)
 
 // fastpath CONTAINER: in the log of a container started by restartWorker
 // (the first start applying the patches and recording them), every start
-// from the third on took every vLLM patch's result from the record, on
-// the mount the previous start had and on a new one (the record's keys
-// survive it); the first took none, and the second takes it whenever the
-// first could record (said in the log when it could not).
+// after the first took every vLLM patch's result from the record, on the
+// mount the previous start had and on a new one (the record's keys
+// survive it); the first took none.
 func fastPath(podman string) func(ts *testscript.TestScript, neg bool, args []string) {
 	locRE := regexp.MustCompile(`(?m)^infera-exec: vllm \S+ at \S+( \(location cached\))?$|^start mount=(\S+) recorded=(\S+)$`)
 	return func(ts *testscript.TestScript, neg bool, args []string) {
@@ -240,12 +239,7 @@ func fastPath(podman string) func(ts *testscript.TestScript, neg bool, args []st
 			switch {
 			case i == 0 && vllm > 0:
 				ts.Fatalf("start 1 took patch results from a record before it had written anything")
-			case i == 1 && vllm != wantVLLM:
-				// The first start's record is best effort: it is written
-				// only when every file it read is confirmed within a few
-				// clock ticks; when it is not, the second start records.
-				ts.Logf("start 2 did not take the first start's record (%d of %d vLLM patch results from it)", vllm, wantVLLM)
-			case i > 1 && vllm != wantVLLM:
+			case i > 0 && vllm != wantVLLM:
 				ts.Fatalf("start %d missed the record: %d of the %d vLLM patch results from it", i+1, vllm, wantVLLM)
 			case i > 0 && same:
 				kept++
