@@ -120,6 +120,17 @@ type state struct {
 	// answer (the offline lookups' best answer).
 	lenient bool
 	notes   []string
+	// files lists each sys.path directory once for every name looked
+	// up (sitecustomize, the editable finders' modules, the names asked
+	// for), as importlib's FileFinder does.
+	files *sitepath.Finder
+}
+
+func (s *state) finder() *sitepath.Finder {
+	if s.files == nil {
+		s.files = sitepath.NewFinder(s.fs.root)
+	}
+	return s.files
 }
 
 // doubt ends the answer with err, or, when lenient, notes it and lets the
@@ -491,7 +502,7 @@ func (s *state) pathFind(name string) (Spec, error) {
 		}
 		entries = append(entries, hp)
 	}
-	f := sitepath.ResolveIn(s.fs.root, entries, name, s.in.Version)
+	f := s.finder().Resolve(entries, name, s.in.Version)
 	// The finder of an entry joins names to the entry as it is.
 	unclean := func(p string) string {
 		dir, base := filepath.Split(p)
@@ -505,7 +516,7 @@ func (s *state) pathFind(name string) (Spec, error) {
 	}
 	switch f.Kind {
 	case sitepath.Regular:
-		origin, err := initFile(s.fs.root, f.Path, s.in.Version)
+		origin, err := s.initFile(f.Path)
 		if err != nil {
 			return Spec{}, err
 		}
@@ -520,9 +531,9 @@ func (s *state) pathFind(name string) (Spec, error) {
 }
 
 // initFile is the __init__ a package directory's loader runs (dir on this
-// machine, under root).
-func initFile(root, dir, version string) (string, error) {
-	f := sitepath.ResolveIn(root, []string{dir}, "__init__", version)
+// machine, under the root).
+func (s *state) initFile(dir string) (string, error) {
+	f := s.finder().Resolve([]string{dir}, "__init__", s.in.Version)
 	if f.Kind != sitepath.Module {
 		return "", fmt.Errorf("the package %s has no __init__ module", dir)
 	}

@@ -41,7 +41,26 @@ func Resolve(entries []string, name, version string) Found {
 // entries are directories on this machine under root, and the links met
 // in them are resolved inside root ("/" = this machine).
 func ResolveIn(root string, entries []string, name, version string) Found {
-	l := lookup{root: root}
+	return NewFinder(root).Resolve(entries, name, version)
+}
+
+// Finder is ResolveIn for several names over the same directories: it
+// lists each directory at most once, as importlib's FileFinder lists an
+// entry once and answers every name looked up in it from that listing.
+// A Finder is for one question (one start's resolution), not to be kept:
+// what it listed is not read again.
+type Finder struct {
+	l lookup
+}
+
+// NewFinder is a Finder of root ("/" = this machine), as ResolveIn.
+func NewFinder(root string) *Finder {
+	return &Finder{l: lookup{root: root, lists: map[string]listing{}}}
+}
+
+// Resolve is ResolveIn of the Finder's root.
+func (fd *Finder) Resolve(entries []string, name, version string) Found {
+	l := fd.l
 	isDir, moduleFile := l.isDir, l.moduleFile
 	var f Found
 	var portions []string
@@ -79,7 +98,26 @@ func ResolveIn(root string, entries []string, name, version string) Found {
 }
 
 // lookup stats paths of root as the kernel resolves them with root as "/".
-type lookup struct{ root string }
+type lookup struct {
+	root  string
+	lists map[string]listing // directories listed, by host path
+}
+
+// listing is what os.ReadDir gave for a directory.
+type listing struct {
+	entries []os.DirEntry
+	err     error
+}
+
+// readDir is os.ReadDir of hd, once per lookup.
+func (l lookup) readDir(hd string) ([]os.DirEntry, error) {
+	if r, ok := l.lists[hd]; ok {
+		return r.entries, r.err
+	}
+	entries, err := os.ReadDir(hd)
+	l.lists[hd] = listing{entries, err}
+	return entries, err
+}
 
 func (l lookup) stat(p string) (os.FileInfo, error) {
 	if l.root != "/" && l.root != "" {
@@ -107,7 +145,7 @@ func (l lookup) moduleFile(dir, name, version string) string {
 			return ""
 		}
 	}
-	entries, err := os.ReadDir(hd)
+	entries, err := l.readDir(hd)
 	if err != nil {
 		return ""
 	}
