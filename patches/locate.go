@@ -411,6 +411,9 @@ func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity,
 	seen := map[seenKey]bool{}
 	ok := true
 	buf := &fileid.Buffer{}
+	// The entries each directory's sum digested: the scan below looks
+	// through the same listing rather than reading the directory again.
+	listed := map[string][]os.DirEntry{}
 	addAs := func(p string, link bool) {
 		c := cachedIdentity{Path: p, Link: link}
 		if seen[seenKey{p, link}] {
@@ -418,7 +421,11 @@ func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity,
 		}
 		seen[seenKey{p, link}] = true
 		var good bool
-		c.Sum, c.ID, good = fileid.Sum(p, !link, buf)
+		var entries []os.DirEntry
+		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, buf)
+		if entries != nil {
+			listed[p] = entries
+		}
 		ok = ok && good
 		out = append(out, c)
 	}
@@ -433,17 +440,22 @@ func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity,
 	add(filepath.Join(pyDir, "pyvenv.cfg"))
 	add(filepath.Join(filepath.Dir(pyDir), "pyvenv.cfg"))
 	add(l.Dir)
+	scanned := map[string]bool{}
 	for _, p := range append(slices.Clone(loc.SysPath), loc.SiteDirs...) {
 		if p == "" {
 			p = l.Dir
 		}
 		add(p)
-		if !scan {
-			continue
+		if !scan || scanned[p] {
+			continue // a directory both on sys.path and a site directory is looked through once
 		}
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			continue // absent (its identity says so), or a zip file
+		scanned[p] = true
+		entries, have := listed[p]
+		if !have {
+			var err error
+			if entries, err = os.ReadDir(p); err != nil {
+				continue // absent (its identity says so), or a zip file
+			}
 		}
 		for _, e := range entries {
 			n := e.Name()

@@ -66,6 +66,14 @@ var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc
 // and after; ok false when it changed, or cannot be read). Files are read
 // through buf (nil: a buffer of the call's own).
 func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok bool) {
+	sum, id, _, ok = SumList(path, follow, buf)
+	return sum, id, ok
+}
+
+// SumList is Sum that also returns, when path is a directory, the
+// entries it digested (sorted by name, as os.ReadDir gives them): for a
+// caller that looks through the directory too, which then reads it once.
+func SumList(path string, follow bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
 	stat := unix.Lstat
 	if follow {
 		stat = unix.Stat
@@ -73,27 +81,27 @@ func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok boo
 	var st unix.Stat_t
 	if err := stat(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return "", Identity{Absent: true}, true
+			return "", Identity{Absent: true}, nil, true
 		}
-		return "", Identity{}, false
+		return "", Identity{}, nil, false
 	}
 	id = Of(&st)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		target, err := os.Readlink(path)
 		if err != nil {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 		sum = "link:" + target
 	case unix.S_IFDIR:
-		sum, ok = dirSum(path)
+		sum, entries, ok = dirSum(path)
 		if !ok {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 	case unix.S_IFREG:
 		sum, ok = fileSum(path, follow, &st, buf)
 		if !ok {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 	default:
 		sum = "type:" + strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8)
@@ -101,16 +109,16 @@ func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok boo
 	if follow {
 		real, err := filepath.EvalSymlinks(path)
 		if err != nil {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 		if real != path {
 			sum = "at:" + real + "\x00" + sum
 		}
 	}
 	if after, ok := identity(path, stat); !ok || after != id {
-		return "", Identity{}, false
+		return "", Identity{}, nil, false
 	}
-	return sum, id, true
+	return sum, id, entries, true
 }
 
 // Buffer is a read buffer allocated on first use and then reused: a
@@ -175,17 +183,17 @@ func fileSum(path string, follow bool, st *unix.Stat_t, rb *Buffer) (string, boo
 }
 
 // dirSum digests a directory's entries: names and types, sorted.
-func dirSum(path string) (string, bool) {
+func dirSum(path string) (string, []os.DirEntry, bool) {
 	entries, err := os.ReadDir(path)
 	if err != nil {
-		return "", false
+		return "", nil, false
 	}
 	h := sha256.New()
 	for _, e := range entries {
 		h.Write([]byte(e.Name()))
 		h.Write([]byte{0, byte(e.Type() >> 24), '\n'})
 	}
-	return "dir:" + hex.EncodeToString(h.Sum(nil)), true
+	return "dir:" + hex.EncodeToString(h.Sum(nil)), entries, true
 }
 
 // Check reports whether path still holds what was recorded as want (its
