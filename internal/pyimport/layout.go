@@ -28,8 +28,8 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 		return in, fmt.Errorf("resolving the links of the interpreter %s: %w", exe, err)
 	}
 	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
-		if m := fs.glob(filepath.Join(d, "*._pth")); len(m) > 0 {
-			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", m[0])
+		if m := fs.withSuffix(d, "._pth"); m != "" {
+			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", m)
 		}
 		if fs.isFile(filepath.Join(d, "pybuilddir.txt")) {
 			return in, fmt.Errorf("%s runs from a build directory (%s)", exe, filepath.Join(d, "pybuilddir.txt"))
