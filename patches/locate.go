@@ -197,7 +197,7 @@ func (l *engineLocator) resolve(names []string, start time.Time) (*Location, str
 	if l.PyMinor > 0 {
 		version = "3." + strconv.Itoa(l.PyMinor)
 	}
-	q := pyimport.Query{Argv: l.Argv, Path: l.Path, Env: l.Env.Get, Cwd: l.Dir, Home: pyimport.HomeOf(os.Geteuid()),
+	q := pyimport.Query{Argv: l.Argv, Path: l.Path, Env: l.Env.Get, Cwd: l.Dir, Home: func() string { return pyimport.HomeOf(os.Geteuid()) },
 		SetID: os.Getuid() != os.Geteuid() || os.Getgid() != os.Getegid(), Version: version}
 	a := pyimport.Resolve(q, names)
 	if !a.Certain {

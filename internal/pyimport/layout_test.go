@@ -18,7 +18,7 @@ func TestPthFileBesideTheInterpreter(t *testing.T) {
 		require.NoError(t, os.MkdirAll(bin, 0o755))
 		exe := filepath.Join(bin, "python3")
 		require.NoError(t, os.Symlink(real, exe))
-		q := Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/", Home: "/nonexistent"}
+		q := Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}
 		before := Resolve(q, []string{"json"})
 
 		mustWrite(filepath.Join(bin, "python3._pth"), "/nowhere\n")

@@ -20,9 +20,10 @@ type Query struct {
 	Path string   // argv[0] as resolved on the worker's PATH
 	Env  Env
 	Cwd  string
-	// Home is the effective user's home directory, used when HOME is not
-	// set ("" = unknown: a user site depending on it is uncertain).
-	Home string
+	// Home gives the effective user's home directory, asked only when the
+	// user site depends on it (HOME is not set); nil or "" = unknown: a
+	// user site depending on it is uncertain.
+	Home func() string
 	// SetID: the real and effective user or group differ, so site
 	// disables the user site.
 	SetID   bool
@@ -272,10 +273,12 @@ func (s *state) userSite(env Env, q Query) (string, error) {
 	if !ok || base == "" {
 		home, ok := env("HOME")
 		if !ok {
-			if q.Home == "" {
+			if q.Home != nil {
+				home = q.Home()
+			}
+			if home == "" {
 				return "", fmt.Errorf("HOME is not set and the user's home directory is not known: the user site is unknown")
 			}
-			home = q.Home
 		}
 		base = strings.TrimRight(home, "/") + "/.local"
 	}
