@@ -169,15 +169,16 @@ func (c cachedIdentity) holds(buf *fileid.Buffer) bool {
 // interpreter once.
 func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
-	loc, why := l.resolve(names, start)
+	settings := l.settings(names)
+	loc, why := l.resolve(names, settings, start)
 	if loc != nil {
 		return loc, nil
 	}
-	if loc, ok := l.fromCache(names, l.settings(names), start); ok {
+	if loc, ok := l.fromCache(names, settings, start); ok {
 		loc.Located = "by the interpreter (answer cached): " + why
 		return loc, nil
 	}
-	loc, err := l.probe(ctx, names, start)
+	loc, err := l.probe(ctx, names, settings, start)
 	if loc != nil {
 		loc.Located = "by the interpreter: " + why
 	}
@@ -188,8 +189,8 @@ func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, 
 // worker's command, the interpreter's layout, the environment and the
 // site directories, as the worker's interpreter builds sys.path). It
 // returns the location when that answer is certain, else nil and why
-// not, and the interpreter is asked instead.
-func (l *engineLocator) resolve(names []string, start time.Time) (*Location, string) {
+// not, and the interpreter is asked instead. settings are l.settings(names).
+func (l *engineLocator) resolve(names []string, settings string, start time.Time) (*Location, string) {
 	if len(l.Argv) == 0 || l.Path == "" {
 		return nil, "the worker's command is not known"
 	}
@@ -225,7 +226,7 @@ func (l *engineLocator) resolve(names []string, start time.Time) (*Location, str
 	rl := *l
 	rl.Python = a.Interpreter
 	if inputs, ok := rl.probeInputs(loc, true); ok {
-		loc.Fingerprint = fingerprint(l.settings(names)+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
+		loc.Fingerprint = fingerprint(settings+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	return loc, ""
@@ -251,8 +252,9 @@ func (l *engineLocator) cacheFile(names []string) string {
 	return filepath.Join(l.CacheDir, "probe-"+l.key(names)+".json")
 }
 
-// probe runs the interpreter and caches its answer.
-func (l *engineLocator) probe(ctx context.Context, names []string, start time.Time) (*Location, error) {
+// probe runs the interpreter and caches its answer; settings are
+// l.settings(names).
+func (l *engineLocator) probe(ctx context.Context, names []string, settings string, start time.Time) (*Location, error) {
 	cacheFile := l.cacheFile(names)
 	tick := fileid.Now() // before the interpreter reads any input
 	loc, err := l.run(ctx, names)
@@ -264,13 +266,13 @@ func (l *engineLocator) probe(ctx context.Context, names []string, start time.Ti
 	}
 	inputs, ok := l.probeInputs(loc, true)
 	if ok {
-		loc.Fingerprint = fingerprint(l.settings(names), inputs)
+		loc.Fingerprint = fingerprint(settings, inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	// Against start, not now: an input changed while the interpreter ran
 	// would otherwise key facts decided from what it held before.
 	if cacheFile != "" && ok && !racy(inputs, tick) {
-		if b, err := json.Marshal(&cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
+		if b, err := json.Marshal(&cacheEntry{Version: probeVersion, Settings: settings, Inputs: inputs, Location: *loc}); err == nil {
 			statedir.WriteCache(l.CacheDir, filepath.Base(cacheFile), b) // best effort: next start runs the probe again
 		}
 	}
