@@ -3,14 +3,25 @@ package pyimport
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/infera/infera-exec/internal/sitepath"
 )
 
-var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(3\.\d+)(\.|$)`) })
+// majorMinor is the "3.X" a version string such as pyvenv.cfg's
+// ("3.11.2", "3.11") begins with, followed by a dot or nothing; "" when
+// it does not.
+func majorMinor(v string) string {
+	rest, ok := strings.CutPrefix(v, "3.")
+	if !ok {
+		return ""
+	}
+	n := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+	if n == 0 || n < len(rest) && rest[n] != '.' {
+		return ""
+	}
+	return v[:2+n]
+}
 
 // layout finds the installation the interpreter runs, as CPython's getpath
 // does on POSIX: a pyvenv.cfg beside the executable or one directory up
@@ -54,8 +65,8 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 		}
 	}
 	version := ""
-	if m := versionRE().FindStringSubmatch(cfg["version"]); m != nil {
-		version = m[1]
+	if m := majorMinor(cfg["version"]); m != "" {
+		version = m
 	} else if b := filepath.Base(real); strings.HasPrefix(b, "python3.") {
 		version = strings.TrimPrefix(b, "python")
 	}
