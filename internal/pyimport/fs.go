@@ -105,40 +105,6 @@ func (f fsys) evalSymlinks(p string) (string, error) {
 	return f.inside(hp), nil
 }
 
-// withSuffix is the first name in directory dir (an image path) ending
-// in suffix, joined to dir, as filepath.Glob(dir + "/*" + suffix)[0]
-// gives it; "" when there is none or dir cannot be read. The names are
-// looked through as they are read, neither sorted nor matched against a
-// pattern: the interpreter's directory can be /usr/bin, of a thousand
-// names, none of them wanted.
-func (f fsys) withSuffix(dir, suffix string) string {
-	hd, err := f.host(filepath.Clean(dir))
-	if err != nil {
-		return ""
-	}
-	d, err := os.Open(hd)
-	if err != nil {
-		return ""
-	}
-	defer d.Close()
-	first := ""
-	for {
-		names, err := d.Readdirnames(256)
-		for _, n := range names {
-			if strings.HasSuffix(n, suffix) && (first == "" || n < first) {
-				first = n
-			}
-		}
-		if err != nil || len(names) == 0 {
-			break
-		}
-	}
-	if first == "" {
-		return ""
-	}
-	return filepath.Join(dir, first)
-}
-
 // glob is filepath.Glob of an image path pattern whose directory part
 // has no pattern characters.
 func (f fsys) glob(pattern string) []string {

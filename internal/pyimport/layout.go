@@ -38,10 +38,15 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 	if err != nil {
 		return in, fmt.Errorf("resolving the links of the interpreter %s: %w", exe, err)
 	}
-	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
-		if m := fs.withSuffix(d, "._pth"); m != "" {
-			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", m)
+	// getpath reads the ._pth file of the executable as found and of
+	// the one its links lead to: the path with "._pth" appended
+	// (python3._pth, python3.11._pth), not any other name beside it.
+	for _, p := range []string{exe, real} {
+		if pth := p + "._pth"; fs.exists(pth) {
+			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", pth)
 		}
+	}
+	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
 		if fs.isFile(filepath.Join(d, "pybuilddir.txt")) {
 			return in, fmt.Errorf("%s runs from a build directory (%s)", exe, filepath.Join(d, "pybuilddir.txt"))
 		}

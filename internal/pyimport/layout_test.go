@@ -1,29 +1,97 @@
 package pyimport
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// A ._pth file beside the interpreter replaces sys.path, whatever the
-// directory is called: one whose name holds pattern characters is read
-// as it is, not as a glob pattern.
-func TestPthFileBesideTheInterpreter(t *testing.T) {
-	real := realPython(t)
-	for _, dir := range []string{"plain", "py[3]", "a*b"} {
-		bin := filepath.Join(t.TempDir(), dir, "bin")
-		require.NoError(t, os.MkdirAll(bin, 0o755))
-		exe := filepath.Join(bin, "python3")
-		require.NoError(t, os.Symlink(real, exe))
-		q := Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}
-		before := Resolve(q, []string{"json"})
+// realSysPath is sys.path of the interpreter exe run with -c.
+func realSysPath(t *testing.T, exe string) []string {
+	t.Helper()
+	out, err := exec.Command(exe, "-c", "import json, sys; print(json.dumps(sys.path))").Output()
+	require.NoError(t, err, exe)
+	var p []string
+	require.NoError(t, json.Unmarshal(out, &p))
+	return p
+}
 
-		mustWrite(filepath.Join(bin, "python3._pth"), "/nowhere\n")
-		a := Resolve(q, []string{"json"})
-		require.False(t, a.Certain, "%s: certain with a ._pth file beside the interpreter (before it: %v, %s)", dir, before.Certain, before.Reason)
-		require.Contains(t, a.Reason, filepath.Join(bin, "python3._pth"), dir)
+// getpath reads the ._pth file of the executable as found and of the one
+// its links lead to (the path with "._pth" appended), which replaces
+// sys.path; no other name beside them. Each case is checked against the
+// interpreter itself: a ._pth file it reads makes the resolver uncertain,
+// one it does not read leaves the answer certain and the interpreter's.
+func TestPthFiles(t *testing.T) {
+	base := realPython(t)
+	// The standard library, for a ._pth file the interpreter can start
+	// with, and an entry that shows it was read.
+	var std []string
+	for _, p := range realSysPath(t, base) {
+		if p != "" && !strings.HasSuffix(p, ".zip") && !strings.Contains(p, "-packages") {
+			std = append(std, p)
+		}
+	}
+	const marker = "/nonexistent/read-from-the-pth-file"
+	pth := strings.Join(append(std, marker), "\n") + "\n"
+
+	// A venv whose python3 links to the interpreter or to a copy of it
+	// in real/ (whose stdlib is the interpreter's: real/../lib is a link).
+	venv := func(t *testing.T, dir string, copied bool) (exe, real string) {
+		root := filepath.Join(t.TempDir(), dir)
+		bin := filepath.Join(root, "bin")
+		require.NoError(t, os.MkdirAll(bin, 0o755))
+		real, home := base, filepath.Dir(base)
+		if copied {
+			home = filepath.Join(root, "real", "bin")
+			real = filepath.Join(home, filepath.Base(base))
+			data, err := os.ReadFile(base)
+			require.NoError(t, err)
+			mustWrite(real, string(data))
+			require.NoError(t, os.Chmod(real, 0o755))
+			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(base)), "lib"), filepath.Join(root, "real", "lib")))
+		}
+		exe = filepath.Join(bin, "python3")
+		require.NoError(t, os.Symlink(real, exe))
+		mustWrite(filepath.Join(root, "pyvenv.cfg"), "home = "+home+"\ninclude-system-site-packages = false\n")
+		return exe, real
+	}
+	resolve := func(exe string) *Answer {
+		return Resolve(Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}, []string{"json"})
+	}
+
+	for _, c := range []struct {
+		name   string
+		dir    string
+		copied bool
+		file   func(exe, real string) string
+		read   bool
+	}{
+		{"beside the executable", "plain", false, func(exe, _ string) string { return exe + "._pth" }, true},
+		{"beside the executable, in a directory named like a pattern", "py[3]", false, func(exe, _ string) string { return exe + "._pth" }, true},
+		{"beside the executable its links lead to", "linked", true, func(_, real string) string { return real + "._pth" }, true},
+		{"another name beside the executable", "other", false, func(exe, _ string) string { return filepath.Join(filepath.Dir(exe), "python._pth") }, false},
+		{"the executable's name without its version", "unversioned", true, func(_, real string) string { return filepath.Join(filepath.Dir(real), "python3._pth") }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			exe, real := venv(t, c.dir, c.copied)
+			file := c.file(exe, real)
+			mustWrite(file, pth)
+			got := realSysPath(t, exe)
+			require.Equal(t, c.read, slices.Contains(got, marker), "does the interpreter read %s: sys.path %q", file, got)
+			a := resolve(exe)
+			if c.read {
+				require.False(t, a.Certain, "certain with %s, which the interpreter reads", file)
+				require.Contains(t, a.Reason, file)
+				return
+			}
+			require.True(t, a.Certain, a.Reason)
+			require.Equal(t, got, a.SysPath)
+		})
 	}
 }
