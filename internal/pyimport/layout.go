@@ -30,13 +30,21 @@ func majorMinor(v string) string {
 // resolved, or PYTHONHOME names the prefix. The prefix is the first
 // directory upwards holding lib/python3.X/os.py. It fails for any layout
 // it cannot place with certainty (._pth files, a build directory, a
-// lib64 platlibdir, PYTHONHOME with a venv, no standard library found).
+// lib64 platlibdir, PYTHONHOME with a venv, another executable named by
+// PYTHONEXECUTABLE, no standard library found).
 func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, error) {
 	var in sitepath.Interpreter
 	exe := filepath.Clean(c.Executable)
 	real, err := fs.evalSymlinks(exe)
 	if err != nil {
 		return in, fmt.Errorf("resolving the links of the interpreter %s: %w", exe, err)
+	}
+	// Read even under -E and -I, these put another path in the place of
+	// the executable getpath looks for pyvenv.cfg and ._pth files beside.
+	for _, k := range []string{"PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__"} {
+		if v, ok := env(k); ok && v != "" {
+			return in, fmt.Errorf("%s=%s changes the executable getpath starts from", k, v)
+		}
 	}
 	// getpath reads the ._pth file of the executable as found and of
 	// the one its links lead to: the path with "._pth" appended

@@ -95,3 +95,36 @@ func TestPthFiles(t *testing.T) {
 		})
 	}
 }
+
+// PYTHONEXECUTABLE (and __PYVENV_LAUNCHER__) is taken as the executable,
+// even under -I: a pyvenv.cfg beside the path it names makes the worker's
+// interpreter that venv's, not its own, so the resolver does not answer.
+func TestPythonExecutableNamesAnotherVenv(t *testing.T) {
+	base := realPython(t)
+	mkvenv := func() string {
+		v := t.TempDir()
+		mustWrite(filepath.Join(v, "pyvenv.cfg"), "home = "+filepath.Dir(base)+"\ninclude-system-site-packages = false\n")
+		require.NoError(t, os.MkdirAll(filepath.Join(v, "bin"), 0o755))
+		require.NoError(t, os.Symlink(base, filepath.Join(v, "bin", "python3")))
+		return v
+	}
+	worker, other, home := mkvenv(), mkvenv(), t.TempDir()
+	exe := filepath.Join(worker, "bin", "python3")
+	for _, k := range []string{"PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__"} {
+		for _, opts := range [][]string{nil, {"-I"}} {
+			env := map[string]string{"HOME": home}
+			q := Query{Argv: append(append([]string{exe}, opts...), "-c", "pass"), Path: exe, Env: func(key string) (string, bool) { x, ok := env[key]; return x, ok }, Cwd: "/"}
+			require.True(t, Resolve(q, []string{"json"}).Certain, "%v without %s", opts, k)
+
+			env[k] = filepath.Join(other, "bin", "python3")
+			cmd := exec.Command(exe, append(opts, "-c", "import sys; print(sys.prefix)")...)
+			cmd.Env = append(os.Environ(), "HOME="+home, k+"="+env[k])
+			out, err := cmd.Output()
+			require.NoError(t, err)
+			require.Equal(t, other, strings.TrimSpace(string(out)), "%s %v: the interpreter is the other venv's", k, opts)
+			a := Resolve(q, []string{"json"})
+			require.False(t, a.Certain, "%s %v", k, opts)
+			require.Contains(t, a.Reason, k)
+		}
+	}
+}
