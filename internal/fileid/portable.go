@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ func (id Identity) Portable() Identity {
 // interpreter runs code as the worker anyway).
 const SmallFile = 1 << 20
 
+// identitySum begins the sum of a file SumList did not read: its full
+// identity follows.
+const identitySum = "id:"
+
 // maxSum caps what Sum reads: a larger file has no Sum, so what depends
 // on it is checked again in full rather than read whole at every start.
 const maxSum = 64 << 20
@@ -66,14 +71,21 @@ var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc
 // and after; ok false when it changed, or cannot be read). Files are read
 // through buf (nil: a buffer of the call's own).
 func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok bool) {
-	sum, id, _, ok = SumList(path, follow, buf)
+	sum, id, _, ok = SumList(path, follow, true, buf)
 	return sum, id, ok
 }
 
 // SumList is Sum that also returns, when path is a directory, the
 // entries it digested (sorted by name, as os.ReadDir gives them): for a
 // caller that looks through the directory too, which then reads it once.
-func SumList(path string, follow bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
+//
+// With readLarge false a regular file over SmallFile is not read: its sum
+// is its full identity (device, inode, change time and the rest), which
+// stands for its bytes as long as the file is unchanged on this mount and
+// no longer (on a new mount the sum differs, and Check does not hold).
+// For a caller to whom reading the file costs more than what the sum
+// saves on a new mount.
+func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
 	stat := unix.Lstat
 	if follow {
 		stat = unix.Stat
@@ -99,6 +111,10 @@ func SumList(path string, follow bool, buf *Buffer) (sum string, id Identity, en
 			return "", Identity{}, nil, false
 		}
 	case unix.S_IFREG:
+		if !readLarge && st.Size > SmallFile {
+			sum = string(id.AppendKey([]byte(identitySum)))
+			break
+		}
 		sum, ok = fileSum(path, follow, &st, buf)
 		if !ok {
 			return "", Identity{}, nil, false
@@ -212,7 +228,7 @@ func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Id
 	if cur == want {
 		return cur, true
 	}
-	if sum == "" || cur.Portable() != want.Portable() {
+	if sum == "" || cur.Portable() != want.Portable() || strings.HasPrefix(sum, identitySum) || strings.Contains(sum, "\x00"+identitySum) {
 		return cur, false
 	}
 	got, id, ok := Sum(path, follow, buf)

@@ -144,3 +144,28 @@ func TestSumCapsTheRead(t *testing.T) {
 	_, _, ok = Sum(over, false, nil)
 	assert.False(t, ok)
 }
+
+// Without readLarge a file over SmallFile is not read: its sum is its
+// full identity, the same while the file is unchanged, another on a new
+// mount of the same bytes, where Check does not hold.
+func TestSumListKeepsALargeFileByIdentity(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "python3.11")
+	content := make([]byte, SmallFile+1)
+	require.NoError(t, os.WriteFile(p, content, 0o755))
+	sum, id, _, ok := SumList(p, true, false, nil)
+	require.True(t, ok)
+	again, _, _, _ := SumList(p, true, false, nil)
+	assert.Equal(t, sum, again)
+	read, _, _ := Sum(p, true, nil)
+	assert.NotEqual(t, read, sum, "Sum reads the file")
+	_, held := Check(p, true, id, sum, nil)
+	assert.True(t, held)
+
+	remount(t, p, content)
+	now, _, _, _ := SumList(p, true, false, nil)
+	assert.NotEqual(t, sum, now)
+	_, held = Check(p, true, id, sum, nil)
+	assert.False(t, held, "a new mount is not taken for the same bytes unread")
+	_, held = Check(p, true, id, read, nil)
+	assert.True(t, held, "the sum of the bytes read still holds")
+}
