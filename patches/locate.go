@@ -134,6 +134,11 @@ type engineLocator struct {
 	Argv    []string
 	Path    string
 	PyMinor int // the CPython minor the ABI step found; 0 = unknown
+
+	// listed are the directories the resolver read, each with its
+	// identity before: probeInputs digests them from these listings
+	// while they keep that identity.
+	listed map[string]fileid.Listing
 }
 
 // cacheEntry is the probe's answer with every input that decided it:
@@ -226,7 +231,7 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 	// interpreter's links and first bytes, not the binary: it is keyed
 	// by its full identity rather than read whole (see probeInputs).
 	rl := *l
-	rl.Python = a.Interpreter
+	rl.Python, rl.listed = a.Interpreter, a.Listed
 	if inputs, ok := rl.probeInputs(loc, true, false); ok {
 		loc.Fingerprint = fingerprint(settings+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
 	}
@@ -420,7 +425,7 @@ func (l *engineLocator) probeInputs(loc *Location, scan, readLarge bool) ([]cach
 	}
 	seen := map[seenKey]bool{}
 	ok := true
-	buf := &fileid.Buffer{}
+	buf := &fileid.Buffer{Listed: l.listed}
 	// The entries each directory's sum digested: the scan below looks
 	// through the same listing rather than reading the directory again.
 	listed := map[string][]os.DirEntry{}
@@ -433,8 +438,8 @@ func (l *engineLocator) probeInputs(loc *Location, scan, readLarge bool) ([]cach
 		var good bool
 		var entries []os.DirEntry
 		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, readLarge, buf)
-		if entries != nil {
-			listed[p] = entries
+		if entries != nil || good && c.ID.Absent {
+			listed[p] = entries // none to look through in an absent path
 		}
 		ok = ok && good
 		out = append(out, c)

@@ -106,6 +106,13 @@ func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id I
 		}
 		sum = "link:" + target
 	case unix.S_IFDIR:
+		if l, have := buf.listed(path); have && l.Settled && l.Before == id {
+			// Listed after it had this identity, settled (a change
+			// since would show in it), which it still has (checked
+			// again below): the entries it holds now.
+			entries, sum = l.Entries, dirDigest(l.Entries)
+			break
+		}
 		sum, entries, ok = dirSum(path)
 		if !ok {
 			return "", Identity{}, nil, false
@@ -138,8 +145,44 @@ func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id I
 }
 
 // Buffer is a read buffer allocated on first use and then reused: a
-// caller that may read many files, or none, passes one.
-type Buffer struct{ b []byte }
+// caller that may read many files, or none, passes one. Listed are the
+// directories the caller has already listed (by path, as it asks for
+// their sums): SumList of such a directory takes its Listing when the
+// directory still has the identity it had before it was listed, instead
+// of reading it again.
+type Buffer struct {
+	b      []byte
+	Listed map[string]Listing
+}
+
+func (b *Buffer) listed(path string) (Listing, bool) {
+	if b == nil {
+		return Listing{}, false
+	}
+	l, ok := b.Listed[path]
+	return l, ok
+}
+
+// Listing is a directory's entries, as os.ReadDir gives them (sorted by
+// name), with the identity the directory had just before they were read.
+// Settled: that identity was settled when it was taken (SettledAt), so
+// any change to the directory since gives it another identity; a listing
+// of a directory changed within the clock tick before it is not taken
+// for its sum.
+type Listing struct {
+	Before  Identity
+	Settled bool
+	Entries []os.DirEntry
+}
+
+// List lists dir, following links, with its identity before (the zero
+// Identity, which no directory has, when it could not be stat'ed).
+func List(dir string) (Listing, error) {
+	tick := Now()
+	before, _ := Stat(dir)
+	entries, err := os.ReadDir(dir)
+	return Listing{Before: before, Settled: before.SettledAt(tick), Entries: entries}, err
+}
 
 func (b *Buffer) get() []byte {
 	if b == nil {
@@ -204,12 +247,17 @@ func dirSum(path string) (string, []os.DirEntry, bool) {
 	if err != nil {
 		return "", nil, false
 	}
+	return dirDigest(entries), entries, true
+}
+
+// dirDigest is the sum of a directory holding entries (sorted by name).
+func dirDigest(entries []os.DirEntry) string {
 	h := sha256.New()
 	for _, e := range entries {
 		h.Write([]byte(e.Name()))
 		h.Write([]byte{0, byte(e.Type() >> 24), '\n'})
 	}
-	return "dir:" + hex.EncodeToString(h.Sum(nil)), entries, true
+	return "dir:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // Check reports whether path still holds what was recorded as want (its

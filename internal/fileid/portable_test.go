@@ -169,3 +169,43 @@ func TestSumListKeepsALargeFileByIdentity(t *testing.T) {
 	_, held = Check(p, true, id, read, nil)
 	assert.True(t, held, "the sum of the bytes read still holds")
 }
+
+// A directory listed before (Buffer.Listed) is digested from that listing
+// while it keeps the identity it had before the listing, and read again
+// once it has changed.
+func TestSumListTakesAListingWhileItHolds(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.pth"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "b.pth"), nil, 0o644))
+	time.Sleep(RacyWindow) // past the clock tick of the writes
+	l, err := List(dir)
+	require.NoError(t, err)
+	require.True(t, l.Settled)
+	fresh, _, _ := Sum(dir, true, nil)
+
+	// The listing, not the directory, is what is digested: one of
+	// another directory's entries under this one's identity shows it.
+	elsewhere, err := List(other)
+	require.NoError(t, err)
+	buf := &Buffer{Listed: map[string]Listing{dir: {Before: l.Before, Settled: true, Entries: elsewhere.Entries}}}
+	sum, _, entries, ok := SumList(dir, true, true, buf)
+	require.True(t, ok)
+	assert.Equal(t, "b.pth", entries[0].Name())
+	assert.NotEqual(t, fresh, sum)
+
+	buf.Listed[dir] = l
+	sum, _, _, _ = SumList(dir, true, true, buf)
+	assert.Equal(t, fresh, sum)
+
+	// Not taken when the directory had changed within the tick before.
+	buf.Listed[dir] = Listing{Before: l.Before, Entries: elsewhere.Entries}
+	sum, _, _, _ = SumList(dir, true, true, buf)
+	assert.Equal(t, fresh, sum)
+
+	time.Sleep(10 * time.Millisecond) // past the clock tick of the listing
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "c.pth"), nil, 0o644))
+	sum, _, entries, _ = SumList(dir, true, true, buf)
+	now, _, _ := Sum(dir, true, nil)
+	assert.Equal(t, now, sum, "changed since the listing: read again")
+	assert.Len(t, entries, 2)
+}

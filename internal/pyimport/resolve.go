@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/sitepath"
 )
 
@@ -54,6 +55,10 @@ type Answer struct {
 	// not: each one appearing would change the answer.
 	SiteDirs []string
 	Specs    map[string]Spec
+	// Listed are the directories read for the answer (paths on this
+	// machine), each with its identity before it was read: for the
+	// caller that digests them (fileid.Buffer's Listed).
+	Listed map[string]fileid.Listing
 	// Notes (offline lookups only) are what was passed over because it
 	// cannot be followed without running it; the answer is then the best
 	// one that can be read, not a certain one.
@@ -98,6 +103,7 @@ func resolve(q Query, names []string, a *Answer) error {
 		}
 		a.Specs[n] = spec
 	}
+	a.Listed = s.finder().Listed()
 	kind := "CPython " + in.Version + " at " + in.Base
 	if in.Venv {
 		kind += ", venv " + in.Prefix
@@ -132,6 +138,16 @@ func (s *state) finder() *sitepath.Finder {
 		s.files = sitepath.NewFinder(s.fs.root)
 	}
 	return s.files
+}
+
+// readDir is fsys.readDir from the listing the path finder uses: a site
+// directory is read once for its .pth files and the names looked up.
+func (s *state) readDir(p string) ([]os.DirEntry, error) {
+	hp, err := s.fs.host(p)
+	if err != nil {
+		return nil, err
+	}
+	return s.finder().ReadDir(hp)
 }
 
 // doubt ends the answer with err, or, when lenient, notes it and lets the
@@ -295,7 +311,7 @@ func (s *state) addSites(dirs []string) error {
 			continue
 		}
 		s.add(d)
-		names, err := s.fs.readDir(d)
+		names, err := s.readDir(d)
 		if err != nil {
 			if err := s.doubt(fmt.Errorf("listing the site directory %s: %w", d, err)); err != nil {
 				return err

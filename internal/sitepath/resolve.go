@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/fileid"
 )
 
 // Kind is what a top-level name resolves to.
@@ -58,6 +59,25 @@ func NewFinder(root string) *Finder {
 	return &Finder{l: lookup{root: root, lists: map[string]listing{}}}
 }
 
+// ReadDir is os.ReadDir of hd, a directory on this machine, from the
+// Finder's listing of it (made now if there is none).
+func (fd *Finder) ReadDir(hd string) ([]os.DirEntry, error) {
+	return fd.l.readDir(hd)
+}
+
+// Listed are the directories the Finder listed in full, by their path on
+// this machine, each with the identity it had before it was listed: for
+// a caller that digests the same directories (fileid.Buffer's Listed).
+func (fd *Finder) Listed() map[string]fileid.Listing {
+	out := make(map[string]fileid.Listing, len(fd.l.lists))
+	for hd, r := range fd.l.lists {
+		if r.err == nil {
+			out[hd] = r.Listing
+		}
+	}
+	return out
+}
+
 // Resolve is ResolveIn of the Finder's root.
 func (fd *Finder) Resolve(entries []string, name, version string) Found {
 	l := fd.l
@@ -103,20 +123,20 @@ type lookup struct {
 	lists map[string]listing // directories listed, by host path
 }
 
-// listing is what os.ReadDir gave for a directory.
+// listing is what fileid.List gave for a directory.
 type listing struct {
-	entries []os.DirEntry
-	err     error
+	fileid.Listing
+	err error
 }
 
 // readDir is os.ReadDir of hd, once per lookup.
 func (l lookup) readDir(hd string) ([]os.DirEntry, error) {
 	if r, ok := l.lists[hd]; ok {
-		return r.entries, r.err
+		return r.Entries, r.err
 	}
-	entries, err := os.ReadDir(hd)
-	l.lists[hd] = listing{entries, err}
-	return entries, err
+	r, err := fileid.List(hd)
+	l.lists[hd] = listing{r, err}
+	return r.Entries, err
 }
 
 func (l lookup) stat(p string) (os.FileInfo, error) {
