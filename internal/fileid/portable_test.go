@@ -209,3 +209,40 @@ func TestSumListTakesAListingWhileItHolds(t *testing.T) {
 	assert.Equal(t, now, sum, "changed since the listing: read again")
 	assert.Len(t, entries, 2)
 }
+
+// A Buffer's real paths are filepath.EvalSymlinks's, for paths whose
+// directories were met before or not, through links of every kind.
+func TestBufferRealPathIsEvalSymlinks(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"a/b", "c/d"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "c/d/f"), nil, 0o644))
+	for link, target := range map[string]string{
+		"l1":     "a",                          // relative, to a directory
+		"a/l2":   "../c",                       // relative with ..
+		"a/b/l3": filepath.Join(root, "c/d/f"), // absolute, to a file
+		"l4":     "l1/l2/d",                    // a chain through links
+		"l5":     "nowhere",                    // dangling
+		"l6":     "a/b/l3",                     // to a link to a file
+	} {
+		require.NoError(t, os.Symlink(target, filepath.Join(root, link)))
+	}
+	paths := []string{"a", "a/b", "l1", "l1/b", "l1/l2", "l1/l2/d", "l1/l2/d/f", "a/b/l3", "l4", "l4/f", "l5", "l6",
+		"c/d/f/x", "missing", "l1/missing"}
+	buf := &Buffer{}
+	for range 2 { // the second time from what the first kept
+		for _, p := range paths {
+			p = filepath.Join(root, p)
+			want, werr := filepath.EvalSymlinks(p)
+			got, gerr := buf.realPath(p)
+			assert.Equal(t, werr == nil, gerr == nil, "%s: %v, %v", p, werr, gerr)
+			assert.Equal(t, want, got, p)
+		}
+		// Not clean: as EvalSymlinks, which takes .. after the link.
+		p := filepath.Join(root, "l1") + "/l2/../b"
+		want, _ := filepath.EvalSymlinks(p)
+		got, _ := buf.realPath(p)
+		assert.Equal(t, want, got, p)
+	}
+}
