@@ -129,8 +129,39 @@ type state struct {
 	notes   []string
 	// files lists each sys.path directory once for every name looked
 	// up (sitecustomize, the editable finders' modules, the names asked
-	// for), as importlib's FileFinder does.
-	files *sitepath.Finder
+	// for), as importlib's FileFinder does; entries and cwdReal are what
+	// each sys.path entry and the working directory are on this machine,
+	// taken once for all of them too.
+	files   *sitepath.Finder
+	entries map[string]pathEntry
+	cwdReal string
+}
+
+// pathEntry is a sys.path entry on this machine: its path there, whether
+// it is there, and whether it is a directory.
+type pathEntry struct {
+	hp           string
+	present, dir bool
+}
+
+// entry is the sys.path entry e (a clean path) resolved and stat'ed, once
+// per resolution: the path finder goes over the same entries for every
+// name it looks up.
+func (s *state) entry(e string) pathEntry {
+	if x, ok := s.entries[e]; ok {
+		return x
+	}
+	var x pathEntry
+	if hp, err := s.fs.host(e); err == nil {
+		if fi, err := os.Stat(hp); err == nil {
+			x = pathEntry{hp: hp, present: true, dir: fi.IsDir()}
+		}
+	}
+	if s.entries == nil {
+		s.entries = map[string]pathEntry{}
+	}
+	s.entries[e] = x
+	return x
 }
 
 func (s *state) finder() *sitepath.Finder {
@@ -307,7 +338,7 @@ func (s *state) addSites(dirs []string) error {
 		if !slices.Contains(s.siteDirs, d) {
 			s.siteDirs = append(s.siteDirs, d)
 		}
-		if !s.fs.isDir(d) {
+		if !s.entry(d).dir {
 			continue
 		}
 		s.add(d)
@@ -496,21 +527,21 @@ func (s *state) pathFind(name string) (Spec, error) {
 	raw := map[string]string{} // an entry's cleaned path on this machine -> as sys.path holds it (-S keeps "dir/../x")
 	for _, e := range s.path {
 		if e == "" {
-			d, err := s.fs.evalSymlinks(s.cwd)
-			if err != nil {
-				return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+			if s.cwdReal == "" {
+				d, err := s.fs.evalSymlinks(s.cwd)
+				if err != nil {
+					return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+				}
+				s.cwdReal = d
 			}
-			e = d
+			e = s.cwdReal
 		}
-		hp, err := s.fs.host(filepath.Clean(e))
-		if err != nil {
+		x := s.entry(filepath.Clean(e))
+		if !x.present {
 			continue // absent: its finder finds nothing
 		}
-		fi, err := os.Stat(hp)
-		if err != nil {
-			continue
-		}
-		if !fi.IsDir() {
+		hp := x.hp
+		if !x.dir {
 			if err := s.doubt(fmt.Errorf("the sys.path entry %s is a file (a zip archive's importer)", e)); err != nil {
 				return Spec{}, err
 			}
