@@ -42,7 +42,8 @@ func Resolve(entries []string, name, version string) Found {
 // entries are directories on this machine under root, and the links met
 // in them are resolved inside root ("/" = this machine).
 func ResolveIn(root string, entries []string, name, version string) Found {
-	return NewFinder(root).Resolve(entries, name, version)
+	f := &Finder{l: lookup{root: root, lists: map[string]listing{}}}
+	return f.Resolve(entries, name, version)
 }
 
 // Finder is ResolveIn for several names over the same directories: it
@@ -54,9 +55,10 @@ type Finder struct {
 	l lookup
 }
 
-// NewFinder is a Finder of root ("/" = this machine), as ResolveIn.
+// NewFinder is a Finder of root ("/" = this machine), as ResolveIn,
+// whose listings (Listed) carry each directory's identity before it.
 func NewFinder(root string) *Finder {
-	return &Finder{l: lookup{root: root, lists: map[string]listing{}}}
+	return &Finder{l: lookup{root: root, lists: map[string]listing{}, identities: true}}
 }
 
 // ReadDir is os.ReadDir of hd, a directory on this machine, from the
@@ -119,8 +121,9 @@ func (fd *Finder) Resolve(entries []string, name, version string) Found {
 
 // lookup stats paths of root as the kernel resolves them with root as "/".
 type lookup struct {
-	root  string
-	lists map[string]listing // directories listed, by host path
+	root       string
+	lists      map[string]listing // directories listed, by host path
+	identities bool               // each listing with the directory's identity before (fileid.List)
 }
 
 // listing is what fileid.List gave for a directory.
@@ -134,7 +137,13 @@ func (l lookup) readDir(hd string) ([]os.DirEntry, error) {
 	if r, ok := l.lists[hd]; ok {
 		return r.Entries, r.err
 	}
-	r, err := fileid.List(hd)
+	var r fileid.Listing
+	var err error
+	if l.identities {
+		r, err = fileid.List(hd)
+	} else {
+		r.Entries, err = os.ReadDir(hd)
+	}
 	l.lists[hd] = listing{r, err}
 	return r.Entries, err
 }
