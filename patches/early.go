@@ -52,7 +52,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Early{payloadRoot: in.Config.PayloadRoot, set: set, scripts: scripts, names: names, settings: l.settings(names), cancel: cancel, done: make(chan struct{})}
 	start := time.Now()
-	loc, why := l.resolve(names, start)
+	loc, why := l.resolve(names, e.settings, start)
 	if loc == nil {
 		if loc, _ = l.fromCache(names, e.settings, start); loc != nil {
 			loc.Located = "by the interpreter (answer cached): " + why
@@ -67,7 +67,7 @@ func StartEarly(ctx context.Context, in Input) *Early {
 	}
 	go func() {
 		defer close(e.done)
-		e.loc, e.err = l.probe(ctx, names, start)
+		e.loc, e.err = l.probe(ctx, names, e.settings, start)
 		if e.loc != nil {
 			e.loc.Located = "by the interpreter: " + why
 		}

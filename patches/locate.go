@@ -134,6 +134,11 @@ type engineLocator struct {
 	Argv    []string
 	Path    string
 	PyMinor int // the CPython minor the ABI step found; 0 = unknown
+
+	// listed are the directories the resolver read, each with its
+	// identity before: probeInputs digests them from these listings
+	// while they keep that identity.
+	listed map[string]fileid.Listing
 }
 
 // cacheEntry is the probe's answer with every input that decided it:
@@ -169,15 +174,16 @@ func (c cachedIdentity) holds(buf *fileid.Buffer) bool {
 // interpreter once.
 func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, error) {
 	start := time.Now()
-	loc, why := l.resolve(names, start)
+	settings := l.settings(names)
+	loc, why := l.resolve(names, settings, start)
 	if loc != nil {
 		return loc, nil
 	}
-	if loc, ok := l.fromCache(names, l.settings(names), start); ok {
+	if loc, ok := l.fromCache(names, settings, start); ok {
 		loc.Located = "by the interpreter (answer cached): " + why
 		return loc, nil
 	}
-	loc, err := l.probe(ctx, names, start)
+	loc, err := l.probe(ctx, names, settings, start)
 	if loc != nil {
 		loc.Located = "by the interpreter: " + why
 	}
@@ -188,8 +194,8 @@ func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, 
 // worker's command, the interpreter's layout, the environment and the
 // site directories, as the worker's interpreter builds sys.path). It
 // returns the location when that answer is certain, else nil and why
-// not, and the interpreter is asked instead.
-func (l *engineLocator) resolve(names []string, start time.Time) (*Location, string) {
+// not, and the interpreter is asked instead. settings are l.settings(names).
+func (l *engineLocator) resolve(names []string, settings string, start time.Time) (*Location, string) {
 	if len(l.Argv) == 0 || l.Path == "" {
 		return nil, "the worker's command is not known"
 	}
@@ -197,7 +203,7 @@ func (l *engineLocator) resolve(names []string, start time.Time) (*Location, str
 	if l.PyMinor > 0 {
 		version = "3." + strconv.Itoa(l.PyMinor)
 	}
-	q := pyimport.Query{Argv: l.Argv, Path: l.Path, Env: l.Env.Get, Cwd: l.Dir, Home: pyimport.HomeOf(os.Geteuid()),
+	q := pyimport.Query{Argv: l.Argv, Path: l.Path, Env: l.Env.Get, Cwd: l.Dir, Home: func() string { return pyimport.HomeOf(os.Geteuid()) },
 		SetID: os.Getuid() != os.Geteuid() || os.Getgid() != os.Getegid(), Version: version}
 	a := pyimport.Resolve(q, names)
 	if !a.Certain {
@@ -221,11 +227,13 @@ func (l *engineLocator) resolve(names []string, start time.Time) (*Location, str
 	}
 	// The same inputs as the probe's answer, with the worker's
 	// interpreter in place of the probing one; the answer's sys.path is
-	// part of the key (the options change it).
+	// part of the key (the options change it). The resolver reads the
+	// interpreter's links and first bytes, not the binary: it is keyed
+	// by its full identity rather than read whole (see probeInputs).
 	rl := *l
-	rl.Python = a.Interpreter
-	if inputs, ok := rl.probeInputs(loc, true); ok {
-		loc.Fingerprint = fingerprint(l.settings(names)+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
+	rl.Python, rl.listed = a.Interpreter, a.Listed
+	if inputs, ok := rl.probeInputs(loc, true, false); ok {
+		loc.Fingerprint = fingerprint(settings+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	return loc, ""
@@ -251,8 +259,9 @@ func (l *engineLocator) cacheFile(names []string) string {
 	return filepath.Join(l.CacheDir, "probe-"+l.key(names)+".json")
 }
 
-// probe runs the interpreter and caches its answer.
-func (l *engineLocator) probe(ctx context.Context, names []string, start time.Time) (*Location, error) {
+// probe runs the interpreter and caches its answer; settings are
+// l.settings(names).
+func (l *engineLocator) probe(ctx context.Context, names []string, settings string, start time.Time) (*Location, error) {
 	cacheFile := l.cacheFile(names)
 	tick := fileid.Now() // before the interpreter reads any input
 	loc, err := l.run(ctx, names)
@@ -262,15 +271,15 @@ func (l *engineLocator) probe(ctx context.Context, names []string, start time.Ti
 	if l.Dists != nil {
 		loc.fillVersions(l.Dists, l.Dir)
 	}
-	inputs, ok := l.probeInputs(loc, true)
+	inputs, ok := l.probeInputs(loc, true, true)
 	if ok {
-		loc.Fingerprint = fingerprint(l.settings(names), inputs)
+		loc.Fingerprint = fingerprint(settings, inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
 	// Against start, not now: an input changed while the interpreter ran
 	// would otherwise key facts decided from what it held before.
 	if cacheFile != "" && ok && !racy(inputs, tick) {
-		if b, err := json.Marshal(&cacheEntry{Version: probeVersion, Settings: l.settings(names), Inputs: inputs, Location: *loc}); err == nil {
+		if b, err := json.Marshal(&cacheEntry{Version: probeVersion, Settings: settings, Inputs: inputs, Location: *loc}); err == nil {
 			statedir.WriteCache(l.CacheDir, filepath.Base(cacheFile), b) // best effort: next start runs the probe again
 		}
 	}
@@ -400,9 +409,15 @@ func (l *engineLocator) settings(names []string) string {
 //     beside, and the METADATA its version came from.
 //
 // With scan false the listed files are not looked for (verifying a cached
-// answer: the directories' own identities say none came or went). ok is
-// false when some input cannot be stat'ed (then nothing is cached).
-func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity, bool) {
+// answer: the directories' own identities say none came or went). With
+// readLarge false a regular file over fileid.SmallFile (the interpreter
+// binary, megabytes) is not read: its sum is its full identity, so that
+// any change to it, and any new mount of it, changes the key (for the
+// resolver's answer, which does not depend on the binary's bytes: reading
+// them at every start would cost more than the record it keys saves on a
+// new mount). ok is false when some input cannot be stat'ed (then nothing
+// is cached).
+func (l *engineLocator) probeInputs(loc *Location, scan, readLarge bool) ([]cachedIdentity, bool) {
 	var out []cachedIdentity
 	type seenKey struct {
 		path string
@@ -410,7 +425,10 @@ func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity,
 	}
 	seen := map[seenKey]bool{}
 	ok := true
-	buf := &fileid.Buffer{}
+	buf := &fileid.Buffer{Listed: l.listed}
+	// The entries each directory's sum digested: the scan below looks
+	// through the same listing rather than reading the directory again.
+	listed := map[string][]os.DirEntry{}
 	addAs := func(p string, link bool) {
 		c := cachedIdentity{Path: p, Link: link}
 		if seen[seenKey{p, link}] {
@@ -418,7 +436,11 @@ func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity,
 		}
 		seen[seenKey{p, link}] = true
 		var good bool
-		c.Sum, c.ID, good = fileid.Sum(p, !link, buf)
+		var entries []os.DirEntry
+		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, readLarge, buf)
+		if entries != nil || good && c.ID.Absent {
+			listed[p] = entries // none to look through in an absent path
+		}
 		ok = ok && good
 		out = append(out, c)
 	}
@@ -433,17 +455,22 @@ func (l *engineLocator) probeInputs(loc *Location, scan bool) ([]cachedIdentity,
 	add(filepath.Join(pyDir, "pyvenv.cfg"))
 	add(filepath.Join(filepath.Dir(pyDir), "pyvenv.cfg"))
 	add(l.Dir)
+	scanned := map[string]bool{}
 	for _, p := range append(slices.Clone(loc.SysPath), loc.SiteDirs...) {
 		if p == "" {
 			p = l.Dir
 		}
 		add(p)
-		if !scan {
-			continue
+		if !scan || scanned[p] {
+			continue // a directory both on sys.path and a site directory is looked through once
 		}
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			continue // absent (its identity says so), or a zip file
+		scanned[p] = true
+		entries, have := listed[p]
+		if !have {
+			var err error
+			if entries, err = os.ReadDir(p); err != nil {
+				continue // absent (its identity says so), or a zip file
+			}
 		}
 		for _, e := range entries {
 			n := e.Name()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -535,4 +536,52 @@ func TestLocateCacheSurvivesNewMount(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, loc.Cached, "the .pth file's content differs")
 	assert.Equal(t, filepath.Join(b, "demo"), loc.Packages["demo"].Dir)
+}
+
+// The resolver's answer does not depend on the interpreter binary's bytes
+// (it reads its links and first bytes), so its key does not read them:
+// an interpreter over fileid.SmallFile is keyed by its full identity.
+// Any change to it changes the key, and so does a new mount of it (the
+// record then takes the full check); an interpreter too large for a sum
+// (here a sparse one of 65 MiB) no longer leaves the answer without a key.
+func TestResolvedKeyDoesNotReadTheInterpreter(t *testing.T) {
+	out := run(t, "/", python(t), "-c", "import os, sys; print(os.path.dirname(os.__file__)); print(sys.version_info[1])")
+	stdlib, minor, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	prefix := t.TempDir()
+	version := "3." + minor
+	require.NoError(t, os.MkdirAll(filepath.Join(prefix, "lib"), 0o755))
+	require.NoError(t, os.Symlink(stdlib, filepath.Join(prefix, "lib", "python"+version)))
+	exe := filepath.Join(prefix, "bin", "python"+version)
+	makeExe := func(path string) {
+		write(t, path, "\x7fELF")
+		require.NoError(t, os.Truncate(path, 65<<20))
+		require.NoError(t, os.Chmod(path, 0o755))
+	}
+	makeExe(exe)
+	engine := t.TempDir()
+	write(t, filepath.Join(engine, "demo/__init__.py"), "")
+	n, _ := strconv.Atoi(minor)
+	l := &engineLocator{Python: exe, Env: envWith("PYTHONPATH", engine), Dir: "/", Argv: []string{exe, "-S", "-c", "pass"}, Path: exe, PyMinor: n}
+	key := func() string {
+		t.Helper()
+		names := []string{"demo"}
+		loc, why := l.resolve(names, l.settings(names), time.Now())
+		require.NotNil(t, loc, why)
+		require.Equal(t, filepath.Join(engine, "demo"), loc.Packages["demo"].Dir)
+		return loc.Fingerprint
+	}
+	first := key()
+	require.NotEmpty(t, first, "the answer is keyed without summing the interpreter")
+	assert.Equal(t, first, key(), "nothing changed")
+
+	require.NoError(t, os.Chmod(exe, 0o755)) // the same attributes, a new change time
+	changed := key()
+	assert.NotEqual(t, first, changed, "a change to the interpreter changes the key")
+
+	fi, err := os.Stat(exe)
+	require.NoError(t, err)
+	makeExe(exe + ".new")
+	require.NoError(t, os.Chtimes(exe+".new", fi.ModTime(), fi.ModTime()))
+	require.NoError(t, os.Rename(exe+".new", exe))
+	assert.NotEqual(t, changed, key(), "a new mount of the interpreter (same bytes, size and mtime) changes the key")
 }

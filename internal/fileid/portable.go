@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ func (id Identity) Portable() Identity {
 // interpreter runs code as the worker anyway).
 const SmallFile = 1 << 20
 
+// identitySum begins the sum of a file SumList did not read: its full
+// identity follows.
+const identitySum = "id:"
+
 // maxSum caps what Sum reads: a larger file has no Sum, so what depends
 // on it is checked again in full rather than read whole at every start.
 const maxSum = 64 << 20
@@ -66,6 +71,21 @@ var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc
 // and after; ok false when it changed, or cannot be read). Files are read
 // through buf (nil: a buffer of the call's own).
 func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok bool) {
+	sum, id, _, ok = SumList(path, follow, true, buf)
+	return sum, id, ok
+}
+
+// SumList is Sum that also returns, when path is a directory, the
+// entries it digested (sorted by name, as os.ReadDir gives them): for a
+// caller that looks through the directory too, which then reads it once.
+//
+// With readLarge false a regular file over SmallFile is not read: its sum
+// is its full identity (device, inode, change time and the rest), which
+// stands for its bytes as long as the file is unchanged on this mount and
+// no longer (on a new mount the sum differs, and Check does not hold).
+// For a caller to whom reading the file costs more than what the sum
+// saves on a new mount.
+func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
 	stat := unix.Lstat
 	if follow {
 		stat = unix.Stat
@@ -73,49 +93,135 @@ func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok boo
 	var st unix.Stat_t
 	if err := stat(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return "", Identity{Absent: true}, true
+			return "", Identity{Absent: true}, nil, true
 		}
-		return "", Identity{}, false
+		return "", Identity{}, nil, false
 	}
 	id = Of(&st)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		target, err := os.Readlink(path)
 		if err != nil {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 		sum = "link:" + target
 	case unix.S_IFDIR:
-		sum, ok = dirSum(path)
+		if l, have := buf.listed(path); have && l.Settled && l.Before == id {
+			// Listed after it had this identity, settled (a change
+			// since would show in it), which it still has (checked
+			// again below): the entries it holds now.
+			entries, sum = l.Entries, dirDigest(l.Entries)
+			break
+		}
+		sum, entries, ok = dirSum(path)
 		if !ok {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 	case unix.S_IFREG:
+		if !readLarge && st.Size > SmallFile {
+			sum = string(id.AppendKey([]byte(identitySum)))
+			break
+		}
 		sum, ok = fileSum(path, follow, &st, buf)
 		if !ok {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 	default:
 		sum = "type:" + strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8)
 	}
 	if follow {
-		real, err := filepath.EvalSymlinks(path)
+		real, err := buf.realPath(path)
 		if err != nil {
-			return "", Identity{}, false
+			return "", Identity{}, nil, false
 		}
 		if real != path {
 			sum = "at:" + real + "\x00" + sum
 		}
 	}
 	if after, ok := identity(path, stat); !ok || after != id {
-		return "", Identity{}, false
+		return "", Identity{}, nil, false
 	}
-	return sum, id, true
+	return sum, id, entries, true
 }
 
 // Buffer is a read buffer allocated on first use and then reused: a
-// caller that may read many files, or none, passes one.
-type Buffer struct{ b []byte }
+// caller that may read many files, or none, passes one. It also keeps the
+// real paths of the directories met following links, which the paths
+// of one caller's sums mostly share (each directory's links are then
+// read once for all of them). Listed are the
+// directories the caller has already listed (by path, as it asks for
+// their sums): SumList of such a directory takes its Listing when the
+// directory still has the identity it had before it was listed, instead
+// of reading it again.
+type Buffer struct {
+	b      []byte
+	Listed map[string]Listing
+	reals  map[string]string
+}
+
+// realPath is filepath.EvalSymlinks(path), with the real path of each
+// directory on the way kept for the buffer's next sums: a clean absolute
+// path's real path is its directory's, joined to its last name, itself
+// followed when it is a link.
+func (b *Buffer) realPath(path string) (string, error) {
+	if b == nil || !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return filepath.EvalSymlinks(path)
+	}
+	if path == "/" {
+		return path, nil
+	}
+	if r, ok := b.reals[path]; ok {
+		return r, nil
+	}
+	dir, err := b.realPath(filepath.Dir(path))
+	if err != nil {
+		return "", err
+	}
+	r := filepath.Join(dir, filepath.Base(path))
+	fi, err := os.Lstat(r)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		if r, err = filepath.EvalSymlinks(r); err != nil {
+			return "", err
+		}
+	}
+	if b.reals == nil {
+		b.reals = map[string]string{}
+	}
+	b.reals[path] = r
+	return r, nil
+}
+
+func (b *Buffer) listed(path string) (Listing, bool) {
+	if b == nil {
+		return Listing{}, false
+	}
+	l, ok := b.Listed[path]
+	return l, ok
+}
+
+// Listing is a directory's entries, as os.ReadDir gives them (sorted by
+// name), with the identity the directory had just before they were read.
+// Settled: that identity was settled when it was taken (SettledAt), so
+// any change to the directory since gives it another identity; a listing
+// of a directory changed within the clock tick before it is not taken
+// for its sum.
+type Listing struct {
+	Before  Identity
+	Settled bool
+	Entries []os.DirEntry
+}
+
+// List lists dir, following links, with its identity before (the zero
+// Identity, which no directory has, when it could not be stat'ed).
+func List(dir string) (Listing, error) {
+	tick := Now()
+	before, _ := Stat(dir)
+	entries, err := os.ReadDir(dir)
+	return Listing{Before: before, Settled: before.SettledAt(tick), Entries: entries}, err
+}
 
 func (b *Buffer) get() []byte {
 	if b == nil {
@@ -175,17 +281,22 @@ func fileSum(path string, follow bool, st *unix.Stat_t, rb *Buffer) (string, boo
 }
 
 // dirSum digests a directory's entries: names and types, sorted.
-func dirSum(path string) (string, bool) {
+func dirSum(path string) (string, []os.DirEntry, bool) {
 	entries, err := os.ReadDir(path)
 	if err != nil {
-		return "", false
+		return "", nil, false
 	}
+	return dirDigest(entries), entries, true
+}
+
+// dirDigest is the sum of a directory holding entries (sorted by name).
+func dirDigest(entries []os.DirEntry) string {
 	h := sha256.New()
 	for _, e := range entries {
 		h.Write([]byte(e.Name()))
 		h.Write([]byte{0, byte(e.Type() >> 24), '\n'})
 	}
-	return "dir:" + hex.EncodeToString(h.Sum(nil)), true
+	return "dir:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // Check reports whether path still holds what was recorded as want (its
@@ -204,7 +315,7 @@ func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Id
 	if cur == want {
 		return cur, true
 	}
-	if sum == "" || cur.Portable() != want.Portable() {
+	if sum == "" || cur.Portable() != want.Portable() || strings.HasPrefix(sum, identitySum) || strings.Contains(sum, "\x00"+identitySum) {
 		return cur, false
 	}
 	got, id, ok := Sum(path, follow, buf)

@@ -166,3 +166,105 @@ func TestSumCapsTheRead(t *testing.T) {
 	_, _, ok = Sum(over, false, nil)
 	assert.False(t, ok)
 }
+
+// Without readLarge a file over SmallFile is not read: its sum is its
+// full identity, the same while the file is unchanged, another on a new
+// mount of the same bytes, where Check does not hold.
+func TestSumListKeepsALargeFileByIdentity(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "python3.11")
+	content := make([]byte, SmallFile+1)
+	require.NoError(t, os.WriteFile(p, content, 0o755))
+	sum, id, _, ok := SumList(p, true, false, nil)
+	require.True(t, ok)
+	again, _, _, _ := SumList(p, true, false, nil)
+	assert.Equal(t, sum, again)
+	read, _, _ := Sum(p, true, nil)
+	assert.NotEqual(t, read, sum, "Sum reads the file")
+	_, held := Check(p, true, id, sum, nil)
+	assert.True(t, held)
+
+	remount(t, p, content)
+	now, _, _, _ := SumList(p, true, false, nil)
+	assert.NotEqual(t, sum, now)
+	_, held = Check(p, true, id, sum, nil)
+	assert.False(t, held, "a new mount is not taken for the same bytes unread")
+	_, held = Check(p, true, id, read, nil)
+	assert.True(t, held, "the sum of the bytes read still holds")
+}
+
+// A directory listed before (Buffer.Listed) is digested from that listing
+// while it keeps the identity it had before the listing, and read again
+// once it has changed.
+func TestSumListTakesAListingWhileItHolds(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.pth"), nil, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "b.pth"), nil, 0o644))
+	time.Sleep(RacyWindow) // past the clock tick of the writes
+	l, err := List(dir)
+	require.NoError(t, err)
+	require.True(t, l.Settled)
+	fresh, _, _ := Sum(dir, true, nil)
+
+	// The listing, not the directory, is what is digested: one of
+	// another directory's entries under this one's identity shows it.
+	elsewhere, err := List(other)
+	require.NoError(t, err)
+	buf := &Buffer{Listed: map[string]Listing{dir: {Before: l.Before, Settled: true, Entries: elsewhere.Entries}}}
+	sum, _, entries, ok := SumList(dir, true, true, buf)
+	require.True(t, ok)
+	assert.Equal(t, "b.pth", entries[0].Name())
+	assert.NotEqual(t, fresh, sum)
+
+	buf.Listed[dir] = l
+	sum, _, _, _ = SumList(dir, true, true, buf)
+	assert.Equal(t, fresh, sum)
+
+	// Not taken when the directory had changed within the tick before.
+	buf.Listed[dir] = Listing{Before: l.Before, Entries: elsewhere.Entries}
+	sum, _, _, _ = SumList(dir, true, true, buf)
+	assert.Equal(t, fresh, sum)
+
+	time.Sleep(10 * time.Millisecond) // past the clock tick of the listing
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "c.pth"), nil, 0o644))
+	sum, _, entries, _ = SumList(dir, true, true, buf)
+	now, _, _ := Sum(dir, true, nil)
+	assert.Equal(t, now, sum, "changed since the listing: read again")
+	assert.Len(t, entries, 2)
+}
+
+// A Buffer's real paths are filepath.EvalSymlinks's, for paths whose
+// directories were met before or not, through links of every kind.
+func TestBufferRealPathIsEvalSymlinks(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"a/b", "c/d"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "c/d/f"), nil, 0o644))
+	for link, target := range map[string]string{
+		"l1":     "a",                          // relative, to a directory
+		"a/l2":   "../c",                       // relative with ..
+		"a/b/l3": filepath.Join(root, "c/d/f"), // absolute, to a file
+		"l4":     "l1/l2/d",                    // a chain through links
+		"l5":     "nowhere",                    // dangling
+		"l6":     "a/b/l3",                     // to a link to a file
+	} {
+		require.NoError(t, os.Symlink(target, filepath.Join(root, link)))
+	}
+	paths := []string{"a", "a/b", "l1", "l1/b", "l1/l2", "l1/l2/d", "l1/l2/d/f", "a/b/l3", "l4", "l4/f", "l5", "l6",
+		"c/d/f/x", "missing", "l1/missing"}
+	buf := &Buffer{}
+	for range 2 { // the second time from what the first kept
+		for _, p := range paths {
+			p = filepath.Join(root, p)
+			want, werr := filepath.EvalSymlinks(p)
+			got, gerr := buf.realPath(p)
+			assert.Equal(t, werr == nil, gerr == nil, "%s: %v, %v", p, werr, gerr)
+			assert.Equal(t, want, got, p)
+		}
+		// Not clean: as EvalSymlinks, which takes .. after the link.
+		p := filepath.Join(root, "l1") + "/l2/../b"
+		want, _ := filepath.EvalSymlinks(p)
+		got, _ := buf.realPath(p)
+		assert.Equal(t, want, got, p)
+	}
+}

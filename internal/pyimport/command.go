@@ -16,10 +16,8 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/lookpath"
@@ -53,7 +51,15 @@ type Command struct {
 	Script     string // the script's path, for MainScript
 }
 
-var pythonNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^python(3(\.\d+)?)?$`) })
+// isPythonName says whether a file name is python, python3 or python3.N
+// (N decimal digits).
+func isPythonName(n string) bool {
+	if n == "python" || n == "python3" {
+		return true
+	}
+	minor, ok := strings.CutPrefix(n, "python3.")
+	return ok && minor != "" && strings.Trim(minor, "0123456789") == ""
+}
 
 // ParseCommand reads argv (argv[0] resolved to path on the worker's PATH,
 // in working directory cwd) as the command of a CPython interpreter: the
@@ -68,7 +74,7 @@ func ParseCommand(argv []string, path string, env Env, cwd string) (Command, err
 		return Command{}, err
 	}
 	if bytes.HasPrefix(head, []byte("#!")) {
-		if pythonNameRE().MatchString(filepath.Base(path)) {
+		if isPythonName(filepath.Base(path)) {
 			return Command{}, fmt.Errorf("the interpreter %s is a script (a wrapper or shim), not CPython itself", path)
 		}
 		return fromShebang(head, argv, path, env, cwd)
@@ -76,7 +82,7 @@ func ParseCommand(argv []string, path string, env Env, cwd string) (Command, err
 	if !bytes.HasPrefix(head, []byte("\x7fELF")) {
 		return Command{}, fmt.Errorf("the worker's command %s is neither an ELF executable nor a #! script", path)
 	}
-	if !pythonNameRE().MatchString(filepath.Base(path)) {
+	if !isPythonName(filepath.Base(path)) {
 		return Command{}, fmt.Errorf("the worker's command %s is not a Python interpreter (its name is not python, python3 or python3.N)", path)
 	}
 	return parseOptions(Command{Executable: path}, argv[1:], cwd)
@@ -106,7 +112,7 @@ func fromShebang(head []byte, argv []string, path string, env Env, cwd string) (
 	if err != nil {
 		return Command{}, err
 	}
-	if !bytes.HasPrefix(ihead, []byte("\x7fELF")) || !pythonNameRE().MatchString(filepath.Base(interp)) {
+	if !bytes.HasPrefix(ihead, []byte("\x7fELF")) || !isPythonName(filepath.Base(interp)) {
 		return Command{}, fmt.Errorf("the #! line of %s names %s, not a CPython interpreter executable", path, interp)
 	}
 	// The kernel runs: interp [opt] path args...

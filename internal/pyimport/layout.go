@@ -3,14 +3,25 @@ package pyimport
 import (
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/infera/infera-exec/internal/sitepath"
 )
 
-var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(3\.\d+)(\.|$)`) })
+// majorMinor is the "3.X" a version string such as pyvenv.cfg's
+// ("3.11.2", "3.11") begins with, followed by a dot or nothing; "" when
+// it does not.
+func majorMinor(v string) string {
+	rest, ok := strings.CutPrefix(v, "3.")
+	if !ok {
+		return ""
+	}
+	n := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+	if n == 0 || n < len(rest) && rest[n] != '.' {
+		return ""
+	}
+	return v[:2+n]
+}
 
 // layout finds the installation the interpreter runs, as CPython's getpath
 // does on POSIX: a pyvenv.cfg beside the executable or one directory up
@@ -19,7 +30,8 @@ var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile
 // resolved, or PYTHONHOME names the prefix. The prefix is the first
 // directory upwards holding lib/python3.X/os.py. It fails for any layout
 // it cannot place with certainty (._pth files, a build directory, a
-// lib64 platlibdir, PYTHONHOME with a venv, no standard library found).
+// lib64 platlibdir, PYTHONHOME with a venv, another executable named by
+// PYTHONEXECUTABLE, no standard library found).
 func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, error) {
 	var in sitepath.Interpreter
 	exe := filepath.Clean(c.Executable)
@@ -27,10 +39,22 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 	if err != nil {
 		return in, fmt.Errorf("resolving the links of the interpreter %s: %w", exe, err)
 	}
-	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
-		if m := fs.glob(filepath.Join(d, "*._pth")); len(m) > 0 {
-			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", m[0])
+	// Read even under -E and -I, these put another path in the place of
+	// the executable getpath looks for pyvenv.cfg and ._pth files beside.
+	for _, k := range []string{"PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__"} {
+		if v, ok := env(k); ok && v != "" {
+			return in, fmt.Errorf("%s=%s changes the executable getpath starts from", k, v)
 		}
+	}
+	// getpath reads the ._pth file of the executable as found and of
+	// the one its links lead to: the path with "._pth" appended
+	// (python3._pth, python3.11._pth), not any other name beside it.
+	for _, p := range []string{exe, real} {
+		if pth := p + "._pth"; fs.exists(pth) {
+			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", pth)
+		}
+	}
+	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
 		if fs.isFile(filepath.Join(d, "pybuilddir.txt")) {
 			return in, fmt.Errorf("%s runs from a build directory (%s)", exe, filepath.Join(d, "pybuilddir.txt"))
 		}
@@ -54,8 +78,8 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 		}
 	}
 	version := ""
-	if m := versionRE().FindStringSubmatch(cfg["version"]); m != nil {
-		version = m[1]
+	if m := majorMinor(cfg["version"]); m != "" {
+		version = m
 	} else if b := filepath.Base(real); strings.HasPrefix(b, "python3.") {
 		version = strings.TrimPrefix(b, "python")
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/sitepath"
 )
 
@@ -20,9 +21,10 @@ type Query struct {
 	Path string   // argv[0] as resolved on the worker's PATH
 	Env  Env
 	Cwd  string
-	// Home is the effective user's home directory, used when HOME is not
-	// set ("" = unknown: a user site depending on it is uncertain).
-	Home string
+	// Home gives the effective user's home directory, asked only when the
+	// user site depends on it (HOME is not set); nil or "" = unknown: a
+	// user site depending on it is uncertain.
+	Home func() string
 	// SetID: the real and effective user or group differ, so site
 	// disables the user site.
 	SetID   bool
@@ -53,6 +55,10 @@ type Answer struct {
 	// not: each one appearing would change the answer.
 	SiteDirs []string
 	Specs    map[string]Spec
+	// Listed are the directories read for the answer (paths on this
+	// machine), each with its identity before it was read: for the
+	// caller that digests them (fileid.Buffer's Listed).
+	Listed map[string]fileid.Listing
 	// Notes (offline lookups only) are what was passed over because it
 	// cannot be followed without running it; the answer is then the best
 	// one that can be read, not a certain one.
@@ -97,6 +103,7 @@ func resolve(q Query, names []string, a *Answer) error {
 		}
 		a.Specs[n] = spec
 	}
+	a.Listed = s.finder().Listed()
 	kind := "CPython " + in.Version + " at " + in.Base
 	if in.Venv {
 		kind += ", venv " + in.Prefix
@@ -120,6 +127,58 @@ type state struct {
 	// answer (the offline lookups' best answer).
 	lenient bool
 	notes   []string
+	// files lists each sys.path directory once for every name looked
+	// up (sitecustomize, the editable finders' modules, the names asked
+	// for), as importlib's FileFinder does; entries and cwdReal are what
+	// each sys.path entry and the working directory are on this machine,
+	// taken once for all of them too.
+	files   *sitepath.Finder
+	entries map[string]pathEntry
+	cwdReal string
+}
+
+// pathEntry is a sys.path entry on this machine: its path there, whether
+// it is there, and whether it is a directory.
+type pathEntry struct {
+	hp           string
+	present, dir bool
+}
+
+// entry is the sys.path entry e (a clean path) resolved and stat'ed, once
+// per resolution: the path finder goes over the same entries for every
+// name it looks up.
+func (s *state) entry(e string) pathEntry {
+	if x, ok := s.entries[e]; ok {
+		return x
+	}
+	var x pathEntry
+	if hp, err := s.fs.host(e); err == nil {
+		if fi, err := os.Stat(hp); err == nil {
+			x = pathEntry{hp: hp, present: true, dir: fi.IsDir()}
+		}
+	}
+	if s.entries == nil {
+		s.entries = map[string]pathEntry{}
+	}
+	s.entries[e] = x
+	return x
+}
+
+func (s *state) finder() *sitepath.Finder {
+	if s.files == nil {
+		s.files = sitepath.NewFinder(s.fs.root)
+	}
+	return s.files
+}
+
+// readDir is fsys.readDir from the listing the path finder uses: a site
+// directory is read once for its .pth files and the names looked up.
+func (s *state) readDir(p string) ([]os.DirEntry, error) {
+	hp, err := s.fs.host(p)
+	if err != nil {
+		return nil, err
+	}
+	return s.finder().ReadDir(hp)
 }
 
 // doubt ends the answer with err, or, when lenient, notes it and lets the
@@ -261,10 +320,12 @@ func (s *state) userSite(env Env, q Query) (string, error) {
 	if !ok || base == "" {
 		home, ok := env("HOME")
 		if !ok {
-			if q.Home == "" {
+			if q.Home != nil {
+				home = q.Home()
+			}
+			if home == "" {
 				return "", fmt.Errorf("HOME is not set and the user's home directory is not known: the user site is unknown")
 			}
-			home = q.Home
 		}
 		base = strings.TrimRight(home, "/") + "/.local"
 	}
@@ -277,11 +338,11 @@ func (s *state) addSites(dirs []string) error {
 		if !slices.Contains(s.siteDirs, d) {
 			s.siteDirs = append(s.siteDirs, d)
 		}
-		if !s.fs.isDir(d) {
+		if !s.entry(d).dir {
 			continue
 		}
 		s.add(d)
-		names, err := s.fs.readDir(d)
+		names, err := s.readDir(d)
 		if err != nil {
 			if err := s.doubt(fmt.Errorf("listing the site directory %s: %w", d, err)); err != nil {
 				return err
@@ -466,21 +527,21 @@ func (s *state) pathFind(name string) (Spec, error) {
 	raw := map[string]string{} // an entry's cleaned path on this machine -> as sys.path holds it (-S keeps "dir/../x")
 	for _, e := range s.path {
 		if e == "" {
-			d, err := s.fs.evalSymlinks(s.cwd)
-			if err != nil {
-				return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+			if s.cwdReal == "" {
+				d, err := s.fs.evalSymlinks(s.cwd)
+				if err != nil {
+					return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+				}
+				s.cwdReal = d
 			}
-			e = d
+			e = s.cwdReal
 		}
-		hp, err := s.fs.host(filepath.Clean(e))
-		if err != nil {
+		x := s.entry(filepath.Clean(e))
+		if !x.present {
 			continue // absent: its finder finds nothing
 		}
-		fi, err := os.Stat(hp)
-		if err != nil {
-			continue
-		}
-		if !fi.IsDir() {
+		hp := x.hp
+		if !x.dir {
 			if err := s.doubt(fmt.Errorf("the sys.path entry %s is a file (a zip archive's importer)", e)); err != nil {
 				return Spec{}, err
 			}
@@ -491,7 +552,7 @@ func (s *state) pathFind(name string) (Spec, error) {
 		}
 		entries = append(entries, hp)
 	}
-	f := sitepath.ResolveIn(s.fs.root, entries, name, s.in.Version)
+	f := s.finder().Resolve(entries, name, s.in.Version)
 	// The finder of an entry joins names to the entry as it is.
 	unclean := func(p string) string {
 		dir, base := filepath.Split(p)
@@ -505,7 +566,7 @@ func (s *state) pathFind(name string) (Spec, error) {
 	}
 	switch f.Kind {
 	case sitepath.Regular:
-		origin, err := initFile(s.fs.root, f.Path, s.in.Version)
+		origin, err := s.initFile(f.Path)
 		if err != nil {
 			return Spec{}, err
 		}
@@ -520,9 +581,9 @@ func (s *state) pathFind(name string) (Spec, error) {
 }
 
 // initFile is the __init__ a package directory's loader runs (dir on this
-// machine, under root).
-func initFile(root, dir, version string) (string, error) {
-	f := sitepath.ResolveIn(root, []string{dir}, "__init__", version)
+// machine, under the root).
+func (s *state) initFile(dir string) (string, error) {
+	f := s.finder().Resolve([]string{dir}, "__init__", s.in.Version)
 	if f.Kind != sitepath.Module {
 		return "", fmt.Errorf("the package %s has no __init__ module", dir)
 	}

@@ -262,7 +262,7 @@ func resolveOffline(fs fsys, in sitepath.Interpreter, exe string, names []string
 		return "", false
 	}
 	c := Command{Executable: a.Interpreter, Flags: Flags{SafePath: true}, Main: MainCode}
-	err := s.build(c, home, Query{Home: sitepath.UserHome})
+	err := s.build(c, home, Query{Home: func() string { return sitepath.UserHome }})
 	s.answer(a, names, err, "sys.path of "+a.Interpreter+" ("+kind+")")
 	return a
 }

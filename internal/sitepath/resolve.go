@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/fileid"
 )
 
 // Kind is what a top-level name resolves to.
@@ -41,7 +42,47 @@ func Resolve(entries []string, name, version string) Found {
 // entries are directories on this machine under root, and the links met
 // in them are resolved inside root ("/" = this machine).
 func ResolveIn(root string, entries []string, name, version string) Found {
-	l := lookup{root: root}
+	f := &Finder{l: lookup{root: root, lists: map[string]listing{}}}
+	return f.Resolve(entries, name, version)
+}
+
+// Finder is ResolveIn for several names over the same directories: it
+// lists each directory at most once, as importlib's FileFinder lists an
+// entry once and answers every name looked up in it from that listing.
+// A Finder is for one question (one start's resolution), not to be kept:
+// what it listed is not read again.
+type Finder struct {
+	l lookup
+}
+
+// NewFinder is a Finder of root ("/" = this machine), as ResolveIn,
+// whose listings (Listed) carry each directory's identity before it.
+func NewFinder(root string) *Finder {
+	return &Finder{l: lookup{root: root, lists: map[string]listing{}, identities: true}}
+}
+
+// ReadDir is os.ReadDir of hd, a directory on this machine, from the
+// Finder's listing of it (made now if there is none).
+func (fd *Finder) ReadDir(hd string) ([]os.DirEntry, error) {
+	return fd.l.readDir(hd)
+}
+
+// Listed are the directories the Finder listed in full, by their path on
+// this machine, each with the identity it had before it was listed: for
+// a caller that digests the same directories (fileid.Buffer's Listed).
+func (fd *Finder) Listed() map[string]fileid.Listing {
+	out := make(map[string]fileid.Listing, len(fd.l.lists))
+	for hd, r := range fd.l.lists {
+		if r.err == nil {
+			out[hd] = r.Listing
+		}
+	}
+	return out
+}
+
+// Resolve is ResolveIn of the Finder's root.
+func (fd *Finder) Resolve(entries []string, name, version string) Found {
+	l := fd.l
 	isDir, moduleFile := l.isDir, l.moduleFile
 	var f Found
 	var portions []string
@@ -79,7 +120,33 @@ func ResolveIn(root string, entries []string, name, version string) Found {
 }
 
 // lookup stats paths of root as the kernel resolves them with root as "/".
-type lookup struct{ root string }
+type lookup struct {
+	root       string
+	lists      map[string]listing // directories listed, by host path
+	identities bool               // each listing with the directory's identity before (fileid.List)
+}
+
+// listing is what fileid.List gave for a directory.
+type listing struct {
+	fileid.Listing
+	err error
+}
+
+// readDir is os.ReadDir of hd, once per lookup.
+func (l lookup) readDir(hd string) ([]os.DirEntry, error) {
+	if r, ok := l.lists[hd]; ok {
+		return r.Entries, r.err
+	}
+	var r fileid.Listing
+	var err error
+	if l.identities {
+		r, err = fileid.List(hd)
+	} else {
+		r.Entries, err = os.ReadDir(hd)
+	}
+	l.lists[hd] = listing{r, err}
+	return r.Entries, err
+}
 
 func (l lookup) stat(p string) (os.FileInfo, error) {
 	if l.root != "/" && l.root != "" {
@@ -107,7 +174,7 @@ func (l lookup) moduleFile(dir, name, version string) string {
 			return ""
 		}
 	}
-	entries, err := os.ReadDir(hd)
+	entries, err := l.readDir(hd)
 	if err != nil {
 		return ""
 	}

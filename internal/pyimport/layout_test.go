@@ -1,0 +1,130 @@
+package pyimport
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// realSysPath is sys.path of the interpreter exe run with -c.
+func realSysPath(t *testing.T, exe string) []string {
+	t.Helper()
+	out, err := exec.Command(exe, "-c", "import json, sys; print(json.dumps(sys.path))").Output()
+	require.NoError(t, err, exe)
+	var p []string
+	require.NoError(t, json.Unmarshal(out, &p))
+	return p
+}
+
+// getpath reads the ._pth file of the executable as found and of the one
+// its links lead to (the path with "._pth" appended), which replaces
+// sys.path; no other name beside them. Each case is checked against the
+// interpreter itself: a ._pth file it reads makes the resolver uncertain,
+// one it does not read leaves the answer certain and the interpreter's.
+func TestPthFiles(t *testing.T) {
+	base := realPython(t)
+	// The standard library, for a ._pth file the interpreter can start
+	// with, and an entry that shows it was read.
+	var std []string
+	for _, p := range realSysPath(t, base) {
+		if p != "" && !strings.HasSuffix(p, ".zip") && !strings.Contains(p, "-packages") {
+			std = append(std, p)
+		}
+	}
+	const marker = "/nonexistent/read-from-the-pth-file"
+	pth := strings.Join(append(std, marker), "\n") + "\n"
+
+	// A venv whose python3 links to the interpreter or to a copy of it
+	// in real/ (whose stdlib is the interpreter's: real/../lib is a link).
+	venv := func(t *testing.T, dir string, copied bool) (exe, real string) {
+		root := filepath.Join(t.TempDir(), dir)
+		bin := filepath.Join(root, "bin")
+		require.NoError(t, os.MkdirAll(bin, 0o755))
+		real, home := base, filepath.Dir(base)
+		if copied {
+			home = filepath.Join(root, "real", "bin")
+			real = filepath.Join(home, filepath.Base(base))
+			data, err := os.ReadFile(base)
+			require.NoError(t, err)
+			mustWrite(real, string(data))
+			require.NoError(t, os.Chmod(real, 0o755))
+			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(base)), "lib"), filepath.Join(root, "real", "lib")))
+		}
+		exe = filepath.Join(bin, "python3")
+		require.NoError(t, os.Symlink(real, exe))
+		mustWrite(filepath.Join(root, "pyvenv.cfg"), "home = "+home+"\ninclude-system-site-packages = false\n")
+		return exe, real
+	}
+	resolve := func(exe string) *Answer {
+		return Resolve(Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}, []string{"json"})
+	}
+
+	for _, c := range []struct {
+		name   string
+		dir    string
+		copied bool
+		file   func(exe, real string) string
+		read   bool
+	}{
+		{"beside the executable", "plain", false, func(exe, _ string) string { return exe + "._pth" }, true},
+		{"beside the executable, in a directory named like a pattern", "py[3]", false, func(exe, _ string) string { return exe + "._pth" }, true},
+		{"beside the executable its links lead to", "linked", true, func(_, real string) string { return real + "._pth" }, true},
+		{"another name beside the executable", "other", false, func(exe, _ string) string { return filepath.Join(filepath.Dir(exe), "python._pth") }, false},
+		{"the executable's name without its version", "unversioned", true, func(_, real string) string { return filepath.Join(filepath.Dir(real), "python3._pth") }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			exe, real := venv(t, c.dir, c.copied)
+			file := c.file(exe, real)
+			mustWrite(file, pth)
+			got := realSysPath(t, exe)
+			require.Equal(t, c.read, slices.Contains(got, marker), "does the interpreter read %s: sys.path %q", file, got)
+			a := resolve(exe)
+			if c.read {
+				require.False(t, a.Certain, "certain with %s, which the interpreter reads", file)
+				require.Contains(t, a.Reason, file)
+				return
+			}
+			require.True(t, a.Certain, a.Reason)
+			require.Equal(t, got, a.SysPath)
+		})
+	}
+}
+
+// PYTHONEXECUTABLE (and __PYVENV_LAUNCHER__) is taken as the executable,
+// even under -I: a pyvenv.cfg beside the path it names makes the worker's
+// interpreter that venv's, not its own, so the resolver does not answer.
+func TestPythonExecutableNamesAnotherVenv(t *testing.T) {
+	base := realPython(t)
+	mkvenv := func() string {
+		v := t.TempDir()
+		mustWrite(filepath.Join(v, "pyvenv.cfg"), "home = "+filepath.Dir(base)+"\ninclude-system-site-packages = false\n")
+		require.NoError(t, os.MkdirAll(filepath.Join(v, "bin"), 0o755))
+		require.NoError(t, os.Symlink(base, filepath.Join(v, "bin", "python3")))
+		return v
+	}
+	worker, other, home := mkvenv(), mkvenv(), t.TempDir()
+	exe := filepath.Join(worker, "bin", "python3")
+	for _, k := range []string{"PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__"} {
+		for _, opts := range [][]string{nil, {"-I"}} {
+			env := map[string]string{"HOME": home}
+			q := Query{Argv: append(append([]string{exe}, opts...), "-c", "pass"), Path: exe, Env: func(key string) (string, bool) { x, ok := env[key]; return x, ok }, Cwd: "/"}
+			require.True(t, Resolve(q, []string{"json"}).Certain, "%v without %s", opts, k)
+
+			env[k] = filepath.Join(other, "bin", "python3")
+			cmd := exec.Command(exe, append(opts, "-c", "import sys; print(sys.prefix)")...)
+			cmd.Env = append(os.Environ(), "HOME="+home, k+"="+env[k])
+			out, err := cmd.Output()
+			require.NoError(t, err)
+			require.Equal(t, other, strings.TrimSpace(string(out)), "%s %v: the interpreter is the other venv's", k, opts)
+			a := Resolve(q, []string{"json"})
+			require.False(t, a.Certain, "%s %v", k, opts)
+			require.Contains(t, a.Reason, k)
+		}
+	}
+}
