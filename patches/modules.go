@@ -124,22 +124,12 @@ func newTypeCache() *typeCache { return &typeCache{m: map[string]typeSeen{}} }
 
 // statType is what path names, as stat(2) sees it following links: the
 // typeOnly part of its identity, absent for ENOENT and ENOTDIR; ok false
-// when it cannot be told (another error). A variable so tests can count
-// the stats.
+// when it cannot be told (another error). It is the very check a restart
+// makes of each probe the record keeps (fromRecord). A variable so tests
+// can count the stats.
 var statType = func(path string) (identity, bool) {
-	for {
-		var st unix.Stat_t
-		err := unix.Stat(path, &st)
-		switch {
-		case err == nil:
-			return typeOnly(fileid.Of(&st)), true
-		case err == unix.EINTR:
-			continue // as os.Stat retries
-		case err == unix.ENOENT || err == unix.ENOTDIR:
-			return identity{Absent: true}, true
-		}
-		return identity{}, false
-	}
+	id, ok := fileid.Stat(path)
+	return typeOnly(id), ok
 }
 
 // stat is statType(path), once per path and run.
