@@ -146,13 +146,12 @@ func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id I
 
 // Buffer is a read buffer allocated on first use and then reused: a
 // caller that may read many files, or none, passes one. It also keeps the
-// real paths of the directories met following links, which the paths
-// of one caller's sums mostly share (each directory's links are then
-// read once for all of them). Listed are the
-// directories the caller has already listed (by path, as it asks for
-// their sums): SumList of such a directory takes its Listing when the
-// directory still has the identity it had before it was listed, instead
-// of reading it again.
+// real paths of the directories met following links, which the paths of
+// one caller's sums mostly share (each directory's links are then read
+// once for all of them). Listed are the directories the caller has
+// already listed (by path, as it asks for their sums): SumList of such a
+// directory takes its Listing when the directory still has the identity
+// it had before it was listed, instead of reading it again.
 type Buffer struct {
 	b      []byte
 	Listed map[string]Listing
