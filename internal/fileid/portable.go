@@ -130,7 +130,7 @@ func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id I
 		sum = "type:" + strconv.FormatUint(uint64(st.Mode&unix.S_IFMT), 8)
 	}
 	if follow {
-		real, err := buf.realPath(path)
+		real, err := filepath.EvalSymlinks(path)
 		if err != nil {
 			return "", Identity{}, nil, false
 		}
@@ -145,52 +145,14 @@ func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id I
 }
 
 // Buffer is a read buffer allocated on first use and then reused: a
-// caller that may read many files, or none, passes one. It also keeps the
-// real paths of the directories met following links, which the paths of
-// one caller's sums mostly share (each directory's links are then read
-// once for all of them). Listed are the directories the caller has
-// already listed (by path, as it asks for their sums): SumList of such a
-// directory takes its Listing when the directory still has the identity
-// it had before it was listed, instead of reading it again.
+// caller that may read many files, or none, passes one. Listed are the
+// directories the caller has already listed (by path, as it asks for
+// their sums): SumList of such a directory takes its Listing when the
+// directory still has the identity it had before it was listed, instead
+// of reading it again.
 type Buffer struct {
 	b      []byte
 	Listed map[string]Listing
-	reals  map[string]string
-}
-
-// realPath is filepath.EvalSymlinks(path), with the real path of each
-// directory on the way kept for the buffer's next sums: a clean absolute
-// path's real path is its directory's, joined to its last name, itself
-// followed when it is a link.
-func (b *Buffer) realPath(path string) (string, error) {
-	if b == nil || !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return filepath.EvalSymlinks(path)
-	}
-	if path == "/" {
-		return path, nil
-	}
-	if r, ok := b.reals[path]; ok {
-		return r, nil
-	}
-	dir, err := b.realPath(filepath.Dir(path))
-	if err != nil {
-		return "", err
-	}
-	r := filepath.Join(dir, filepath.Base(path))
-	fi, err := os.Lstat(r)
-	if err != nil {
-		return "", err
-	}
-	if fi.Mode()&os.ModeSymlink != 0 {
-		if r, err = filepath.EvalSymlinks(r); err != nil {
-			return "", err
-		}
-	}
-	if b.reals == nil {
-		b.reals = map[string]string{}
-	}
-	b.reals[path] = r
-	return r, nil
 }
 
 func (b *Buffer) listed(path string) (Listing, bool) {
