@@ -227,12 +227,10 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 	}
 	// The same inputs as the probe's answer, with the worker's
 	// interpreter in place of the probing one; the answer's sys.path is
-	// part of the key (the options change it). The resolver reads the
-	// interpreter's links and first bytes, not the binary: it is keyed
-	// by its full identity rather than read whole (see probeInputs).
+	// part of the key (the options change it).
 	rl := *l
 	rl.Python, rl.listed = a.Interpreter, a.Listed
-	if inputs, ok := rl.probeInputs(loc, true, false); ok {
+	if inputs, ok := rl.probeInputs(loc); ok {
 		loc.Fingerprint = fingerprint(settings+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
@@ -271,7 +269,7 @@ func (l *engineLocator) probe(ctx context.Context, names []string, settings stri
 	if l.Dists != nil {
 		loc.fillVersions(l.Dists, l.Dir)
 	}
-	inputs, ok := l.probeInputs(loc, true, true)
+	inputs, ok := l.probeInputs(loc)
 	if ok {
 		loc.Fingerprint = fingerprint(settings, inputs)
 	}
@@ -408,16 +406,11 @@ func (l *engineLocator) settings(names []string) string {
 //   - each package directory, the directory its dist-info is looked for
 //     beside, and the METADATA its version came from.
 //
-// With scan false the listed files are not looked for (verifying a cached
-// answer: the directories' own identities say none came or went). With
-// readLarge false a regular file over fileid.SmallFile (the interpreter
-// binary, megabytes) is not read: its sum is its full identity, so that
-// any change to it, and any new mount of it, changes the key (for the
-// resolver's answer, which does not depend on the binary's bytes: reading
-// them at every start would cost more than the record it keys saves on a
-// new mount). ok is false when some input cannot be stat'ed (then nothing
-// is cached).
-func (l *engineLocator) probeInputs(loc *Location, scan, readLarge bool) ([]cachedIdentity, bool) {
+// The interpreter binary (megabytes) is summed by its GNU build ID rather
+// than read whole (fileid.SumList), which a new mount of the same image
+// keeps. ok is false when some input cannot be stat'ed (then nothing is
+// cached).
+func (l *engineLocator) probeInputs(loc *Location) ([]cachedIdentity, bool) {
 	var out []cachedIdentity
 	type seenKey struct {
 		path string
@@ -437,7 +430,7 @@ func (l *engineLocator) probeInputs(loc *Location, scan, readLarge bool) ([]cach
 		seen[seenKey{p, link}] = true
 		var good bool
 		var entries []os.DirEntry
-		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, readLarge, buf)
+		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, true, buf)
 		if entries != nil || good && c.ID.Absent {
 			listed[p] = entries // none to look through in an absent path
 		}
@@ -461,7 +454,7 @@ func (l *engineLocator) probeInputs(loc *Location, scan, readLarge bool) ([]cach
 			p = l.Dir
 		}
 		add(p)
-		if !scan || scanned[p] {
+		if scanned[p] {
 			continue // a directory both on sys.path and a site directory is looked through once
 		}
 		scanned[p] = true

@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/infera/infera-exec/internal/elfhdr"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -538,26 +540,30 @@ func TestLocateCacheSurvivesNewMount(t *testing.T) {
 	assert.Equal(t, filepath.Join(b, "demo"), loc.Packages["demo"].Dir)
 }
 
-// The resolver's answer does not depend on the interpreter binary's bytes
-// (it reads its links and first bytes), so its key does not read them:
-// an interpreter over fileid.SmallFile is keyed by its full identity.
-// Any change to it changes the key, and so does a new mount of it (the
-// record then takes the full check); an interpreter too large for a sum
-// (here a sparse one of 65 MiB) no longer leaves the answer without a key.
-func TestResolvedKeyDoesNotReadTheInterpreter(t *testing.T) {
-	out := run(t, "/", python(t), "-c", "import os, sys; print(os.path.dirname(os.__file__)); print(sys.version_info[1])")
-	stdlib, minor, _ := strings.Cut(strings.TrimSpace(out), "\n")
+// The resolver's key takes the interpreter binary by its GNU build ID,
+// not its bytes: an interpreter too large for a content sum (here the real
+// one grown to 65 MiB) still has a key. A new mount of the same binary (a
+// new inode and change time, the same size and mtime) keeps the key, so
+// that the record holds on a new container's root; a rebuilt one with the
+// same size and mtime changes it.
+func TestResolvedKeyTakesTheInterpreterByItsBuildID(t *testing.T) {
+	out := run(t, "/", python(t), "-c", "import os, sys; print(os.path.dirname(os.__file__)); print(sys.version_info[1]); print(os.path.realpath(sys.executable))")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 3)
+	stdlib, minor, real := lines[0], lines[1], lines[2]
+	binary, err := os.ReadFile(real)
+	require.NoError(t, err)
 	prefix := t.TempDir()
 	version := "3." + minor
 	require.NoError(t, os.MkdirAll(filepath.Join(prefix, "lib"), 0o755))
 	require.NoError(t, os.Symlink(stdlib, filepath.Join(prefix, "lib", "python"+version)))
 	exe := filepath.Join(prefix, "bin", "python"+version)
-	makeExe := func(path string) {
-		write(t, path, "\x7fELF")
+	makeExe := func(path string, b []byte) {
+		write(t, path, string(b))
 		require.NoError(t, os.Truncate(path, 65<<20))
 		require.NoError(t, os.Chmod(path, 0o755))
 	}
-	makeExe(exe)
+	makeExe(exe, binary)
 	engine := t.TempDir()
 	write(t, filepath.Join(engine, "demo/__init__.py"), "")
 	n, _ := strconv.Atoi(minor)
@@ -571,17 +577,30 @@ func TestResolvedKeyDoesNotReadTheInterpreter(t *testing.T) {
 		return loc.Fingerprint
 	}
 	first := key()
-	require.NotEmpty(t, first, "the answer is keyed without summing the interpreter")
+	require.NotEmpty(t, first, "the answer is keyed without reading the interpreter whole")
 	assert.Equal(t, first, key(), "nothing changed")
-
-	require.NoError(t, os.Chmod(exe, 0o755)) // the same attributes, a new change time
-	changed := key()
-	assert.NotEqual(t, first, changed, "a change to the interpreter changes the key")
 
 	fi, err := os.Stat(exe)
 	require.NoError(t, err)
-	makeExe(exe + ".new")
-	require.NoError(t, os.Chtimes(exe+".new", fi.ModTime(), fi.ModTime()))
-	require.NoError(t, os.Rename(exe+".new", exe))
-	assert.NotEqual(t, changed, key(), "a new mount of the interpreter (same bytes, size and mtime) changes the key")
+	before, _ := fileid.Stat(exe)
+	remountAs := func(b []byte) {
+		t.Helper()
+		makeExe(exe+".new", b)
+		require.NoError(t, os.Chtimes(exe+".new", fi.ModTime(), fi.ModTime()))
+		require.NoError(t, os.Rename(exe+".new", exe))
+		after, _ := fileid.Stat(exe)
+		require.NotEqual(t, before, after, "the copy kept its identity: nothing is tested")
+		require.Equal(t, before.Portable(), after.Portable())
+	}
+	remountAs(binary)
+	assert.Equal(t, first, key(), "a new mount of the same interpreter keeps the key")
+
+	f, err := elfhdr.Read(bytes.NewReader(binary), int64(len(binary)))
+	require.NoError(t, err)
+	id, ok := f.BuildID(bytes.NewReader(binary), int64(len(binary)))
+	require.True(t, ok, "%s has a GNU build ID", real)
+	rebuilt := bytes.Clone(binary)
+	rebuilt[bytes.Index(rebuilt, id)] ^= 0xff
+	remountAs(rebuilt)
+	assert.NotEqual(t, first, key(), "another build with the same size and mtime changes the key")
 }

@@ -467,7 +467,15 @@ func FuzzHeaders(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
 	}
+	le := binary.LittleEndian
+	f.Add(withNotes(le, segment{8, note(le, 8, "GNU\x00", 5, make([]byte, 12))}, segment{4, note(le, 4, "GNU\x00", 3, []byte{1, 2, 3, 4})}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		compare(t, data)
+		// A build ID read is bytes of the file, whatever the notes say.
+		if h, err := elfhdr.Read(bytes.NewReader(data), int64(len(data))); err == nil {
+			if id, ok := h.BuildID(bytes.NewReader(data), int64(len(data))); ok && !bytes.Contains(data, id) {
+				t.Fatalf("build ID %x is not in the file", id)
+			}
+		}
 	})
 }

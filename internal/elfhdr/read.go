@@ -1,6 +1,7 @@
 // Package elfhdr answers what an ELF file's headers say: the ELF header,
 // the program headers and the section headers with their names, read
-// from an io.ReaderAt of known size, in either class and byte order.
+// from an io.ReaderAt of known size, in either class and byte order; and
+// its GNU build ID note (File.BuildID).
 //
 // It exists so that the shim does not link debug/elf, whose imports
 // (compress/flate, compress/zlib, internal/zstd, debug/dwarf) cost their

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 // A fast path keyed on Identity alone does not survive a new overlay
@@ -41,9 +43,9 @@ func (id Identity) Portable() Identity {
 // interpreter runs code as the worker anyway).
 const SmallFile = 1 << 20
 
-// identitySum begins the sum of a file SumList did not read: its full
-// identity follows.
-const identitySum = "id:"
+// buildIDSum begins the sum of a large ELF file SumList took by its GNU
+// build ID rather than its bytes (see SumList).
+const buildIDSum = "elf-build-id:"
 
 // maxSum caps what Sum reads: a larger file has no Sum, so what depends
 // on it is checked again in full rather than read whole at every start.
@@ -71,7 +73,7 @@ var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc
 // and after; ok false when it changed, or cannot be read). Files are read
 // through buf (nil: a buffer of the call's own).
 func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok bool) {
-	sum, id, _, ok = SumList(path, follow, true, buf)
+	sum, id, _, ok = SumList(path, follow, false, buf)
 	return sum, id, ok
 }
 
@@ -79,13 +81,17 @@ func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok boo
 // entries it digested (sorted by name, as os.ReadDir gives them): for a
 // caller that looks through the directory too, which then reads it once.
 //
-// With readLarge false a regular file over SmallFile is not read: its sum
-// is its full identity (device, inode, change time and the rest), which
-// stands for its bytes as long as the file is unchanged on this mount and
-// no longer (on a new mount the sum differs, and Check does not hold).
-// For a caller to whom reading the file costs more than what the sum
-// saves on a new mount.
-func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
+// With byBuildID set, a regular file over SmallFile that is an ELF file
+// with a GNU build ID (an interpreter binary) is summed by that ID, read
+// from its headers and notes, instead of all its bytes: the linker
+// computes it over what it linked, so a rebuilt or upgraded binary has
+// another, and a new mount of the same image keeps it. Together with the
+// size and modification time that Check and a key compare beside it, it
+// tells the binary apart from any other but one edited after linking
+// with its size and mtime put back (and whoever can write the
+// interpreter runs code as the worker anyway). A large file without one
+// is read whole, as Sum reads it.
+func SumList(path string, follow, byBuildID bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
 	stat := unix.Lstat
 	if follow {
 		stat = unix.Stat
@@ -118,9 +124,10 @@ func SumList(path string, follow, readLarge bool, buf *Buffer) (sum string, id I
 			return "", Identity{}, nil, false
 		}
 	case unix.S_IFREG:
-		if !readLarge && st.Size > SmallFile {
-			sum = string(id.AppendKey([]byte(identitySum)))
-			break
+		if byBuildID && st.Size > SmallFile {
+			if sum, ok = elfBuildIDSum(path, follow, &st); ok {
+				break
+			}
 		}
 		sum, ok = fileSum(path, follow, &st, buf)
 		if !ok {
@@ -194,24 +201,55 @@ func (b *Buffer) get() []byte {
 	return b.b
 }
 
-func fileSum(path string, follow bool, st *unix.Stat_t, rb *Buffer) (string, bool) {
-	if st.Size > maxSum {
+// elfBuildIDSum is the sum of the ELF file at path by its GNU build ID
+// (see SumList); ok false when it is no ELF file, has none, or is not
+// the file st describes.
+func elfBuildIDSum(path string, follow bool, st *unix.Stat_t) (string, bool) {
+	f, ok := openAs(path, follow, st)
+	if !ok {
 		return "", false
 	}
+	defer f.Close()
+	h, err := elfhdr.Read(f, st.Size)
+	if err != nil {
+		return "", false
+	}
+	id, ok := h.BuildID(f, st.Size)
+	if !ok {
+		return "", false
+	}
+	return buildIDSum + hex.EncodeToString(id), true
+}
+
+// openAs opens path for reading, without following a last link unless
+// follow is set, when what it opened is the file st describes.
+func openAs(path string, follow bool, st *unix.Stat_t) (*os.File, bool) {
 	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC
 	if !follow {
 		flags |= unix.O_NOFOLLOW
 	}
 	fd, err := unix.Open(path, flags, 0)
 	if err != nil {
-		return "", false
+		return nil, false
 	}
 	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
 	var fst unix.Stat_t
 	if unix.Fstat(fd, &fst) != nil || Of(&fst) != Of(st) {
+		f.Close()
+		return nil, false
+	}
+	return f, true
+}
+
+func fileSum(path string, follow bool, st *unix.Stat_t, rb *Buffer) (string, bool) {
+	if st.Size > maxSum {
 		return "", false
 	}
+	f, ok := openAs(path, follow, st)
+	if !ok {
+		return "", false
+	}
+	defer f.Close()
 	buf := rb.get()
 	var h hash.Hash = sha256.New()
 	large := st.Size > SmallFile
@@ -276,10 +314,15 @@ func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Id
 	if cur == want {
 		return cur, true
 	}
-	if sum == "" || cur.Portable() != want.Portable() || strings.HasPrefix(sum, identitySum) || strings.Contains(sum, "\x00"+identitySum) {
+	if sum == "" || cur.Portable() != want.Portable() {
 		return cur, false
 	}
-	got, id, ok := Sum(path, follow, buf)
+	// Summed now as it was then: by its build ID when that was kept.
+	kept := sum
+	if _, after, found := strings.Cut(sum, "\x00"); found {
+		kept = after // after a followed link's "at:" prefix, whose path holds no NUL
+	}
+	got, id, _, ok := SumList(path, follow, strings.HasPrefix(kept, buildIDSum), buf)
 	return id, ok && got == sum && id.Portable() == want.Portable()
 }
 

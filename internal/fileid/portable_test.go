@@ -1,6 +1,8 @@
 package fileid
 
 import (
+	"bytes"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 // remount gives path a new inode and change time and its old modification
@@ -167,29 +171,86 @@ func TestSumCapsTheRead(t *testing.T) {
 	assert.False(t, ok)
 }
 
-// Without readLarge a file over SmallFile is not read: its sum is its
-// full identity, the same while the file is unchanged, another on a new
-// mount of the same bytes, where Check does not hold.
-func TestSumListKeepsALargeFileByIdentity(t *testing.T) {
+// interpreterBytes is the bytes of the real interpreter (an ELF file of
+// megabytes, with a GNU build ID) and that ID.
+func interpreterBytes(t *testing.T) ([]byte, []byte) {
+	t.Helper()
+	const exe = "/usr/bin/python3"
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
+			t.Fatalf("fixture %s: %v (INFERA_REQUIRE_FIXTURES=1)", exe, err)
+		}
+		t.Skipf("fixture %s is absent (install python3): %v; set INFERA_REQUIRE_FIXTURES=1 to make this a failure", exe, err)
+	}
+	require.Greater(t, len(b), SmallFile, "the interpreter is a large file")
+	h, err := elfhdr.Read(bytes.NewReader(b), int64(len(b)))
+	require.NoError(t, err)
+	id, ok := h.BuildID(bytes.NewReader(b), int64(len(b)))
+	require.True(t, ok, "%s has a GNU build ID", exe)
+	return b, id
+}
+
+// With byBuildID a large ELF file (an interpreter) is summed by its GNU
+// build ID, not read whole: a new mount of the same binary keeps the sum,
+// and Check holds there, as for a small file's content; another binary
+// with the same size and mtime has another ID, and Check does not hold.
+func TestSumListTakesALargeELFByItsBuildID(t *testing.T) {
+	content, buildID := interpreterBytes(t)
 	p := filepath.Join(t.TempDir(), "python3.11")
-	content := make([]byte, SmallFile+1)
 	require.NoError(t, os.WriteFile(p, content, 0o755))
-	sum, id, _, ok := SumList(p, true, false, nil)
+	sum, id, _, ok := SumList(p, true, true, nil)
 	require.True(t, ok)
-	again, _, _, _ := SumList(p, true, false, nil)
-	assert.Equal(t, sum, again)
+	assert.Equal(t, buildIDSum+hex.EncodeToString(buildID), sum)
 	read, _, _ := Sum(p, true, nil)
-	assert.NotEqual(t, read, sum, "Sum reads the file")
+	assert.Equal(t, SumBytes(content), read, "Sum reads the file")
 	_, held := Check(p, true, id, sum, nil)
 	assert.True(t, held)
 
 	remount(t, p, content)
-	now, _, _, _ := SumList(p, true, false, nil)
+	now, after, _, _ := SumList(p, true, true, nil)
+	require.NotEqual(t, id, after, "the copy kept its identity: nothing is tested")
+	assert.Equal(t, sum, now, "a new mount of the same binary keeps its sum")
+	_, held = Check(p, true, id, sum, nil)
+	assert.True(t, held, "and Check holds on it")
+	_, held = Check(p, true, id, read, nil)
+	assert.True(t, held, "as does the sum of the bytes read")
+
+	rebuilt := bytes.Clone(content)
+	at := bytes.Index(rebuilt, buildID)
+	require.GreaterOrEqual(t, at, 0)
+	rebuilt[at] ^= 0xff
+	remount(t, p, rebuilt)
+	now, _, _, _ = SumList(p, true, true, nil)
 	assert.NotEqual(t, sum, now)
 	_, held = Check(p, true, id, sum, nil)
-	assert.False(t, held, "a new mount is not taken for the same bytes unread")
-	_, held = Check(p, true, id, read, nil)
-	assert.True(t, held, "the sum of the bytes read still holds")
+	assert.False(t, held, "another build with the same size and mtime")
+}
+
+// A large file that is no ELF file with a build ID is read whole, by
+// SumList with byBuildID as by Sum, and so checked on a new mount.
+func TestSumListReadsALargeFileWithoutABuildID(t *testing.T) {
+	content, buildID := interpreterBytes(t)
+	for name, b := range map[string][]byte{
+		"zeros":       make([]byte, SmallFile+1),
+		"no build ID": bytes.ReplaceAll(bytes.Clone(content), []byte("GNU\x00"+string(buildID)), []byte("XYZ\x00"+string(buildID))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "python3.11")
+			require.NoError(t, os.WriteFile(p, b, 0o755))
+			sum, id, _, ok := SumList(p, true, true, nil)
+			require.True(t, ok)
+			assert.Equal(t, SumBytes(b), sum)
+			remount(t, p, b)
+			_, held := Check(p, true, id, sum, nil)
+			assert.True(t, held)
+			other := bytes.Clone(b)
+			other[len(other)/2] ^= 1
+			remount(t, p, other)
+			_, held = Check(p, true, id, sum, nil)
+			assert.False(t, held)
+		})
+	}
 }
 
 // A directory listed before (Buffer.Listed) is digested from that listing
