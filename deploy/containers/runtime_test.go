@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -159,6 +160,7 @@ func TestRuntime(t *testing.T) {
 			"exits":     exits,
 			"envstdout": envStdout,
 			"fastpath":  fastPath(wrapper),
+			"holddev":   holdDevice(wrapper),
 		},
 	})
 }
@@ -251,6 +253,75 @@ func fastPath(podman string) func(ts *testscript.TestScript, neg bool, args []st
 		if kept == 0 {
 			ts.Logf("podman mounted the storage anew at every start: the fast path was not exercised")
 		}
+		// With the device number of a stopped container's root held
+		// (holddev), its next start is on another device.
+		if held := ts.Getenv("HELD_DEVICE"); held != "" {
+			var moved bool
+			for i := 1; i < len(starts); i++ {
+				moved = moved || strings.HasPrefix(starts[i-1].mount, held+":") && !strings.HasPrefix(starts[i].mount, held+":")
+			}
+			if !moved {
+				ts.Fatalf("device %s was held, yet no start after it had another device", held)
+			}
+		}
+	}
+}
+
+// holddev CONTAINER: after the container (started by restartWorker) is
+// stopped, hold the anonymous device number its root mount had, so that
+// its next start gets another one, as a node's other mounts may take it in
+// between. The kernel hands out the lowest free number, so tmpfs mounts
+// are made until one has it; they are released when the script ends.
+// When the number is still mounted (podman kept the storage mounted) or
+// taken, nothing is held, and fastpath does not ask for a new device.
+func holdDevice(podman string) func(ts *testscript.TestScript, neg bool, args []string) {
+	startRE := regexp.MustCompile(`(?m)^start mount=(\d+):\d+ `)
+	return func(ts *testscript.TestScript, neg bool, args []string) {
+		if neg || len(args) != 1 {
+			ts.Fatalf("usage: holddev CONTAINER")
+		}
+		out, err := exec.Command(podman, "logs", args[0]).CombinedOutput()
+		ts.Check(err)
+		m := startRE.FindAllStringSubmatch(string(out), -1)
+		if m == nil {
+			ts.Fatalf("no start line in the log of %s", args[0])
+		}
+		dev, err := strconv.ParseUint(m[len(m)-1][1], 10, 64)
+		ts.Check(err)
+		if unix.Major(dev) != 0 {
+			ts.Logf("the root mount's device %d:%d is no anonymous device: nothing held", unix.Major(dev), unix.Minor(dev))
+			return
+		}
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		ts.Check(err)
+		if regexp.MustCompile(fmt.Sprintf(`(?m)^\d+ \d+ 0:%d `, unix.Minor(dev))).Match(mi) {
+			ts.Logf("device 0:%d is still mounted (podman kept the storage mounted): nothing held", unix.Minor(dev))
+			return
+		}
+		var held []string
+		ts.Defer(func() {
+			for _, d := range held {
+				unix.Unmount(d, unix.MNT_DETACH)
+			}
+		})
+		for i := 0; i < 4096; i++ {
+			d := ts.MkAbs(fmt.Sprintf("held-devices/%d", i))
+			ts.Check(os.MkdirAll(d, 0o755))
+			ts.Check(unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"))
+			held = append(held, d)
+			var st unix.Stat_t
+			ts.Check(unix.Stat(d, &st))
+			switch got := uint64(st.Dev); {
+			case got == dev:
+				ts.Logf("holding device 0:%d (after %d other free numbers)", unix.Minor(dev), i)
+				ts.Setenv("HELD_DEVICE", strconv.FormatUint(dev, 10))
+				return
+			case unix.Major(got) == 0 && unix.Minor(got) > unix.Minor(dev):
+				ts.Logf("device 0:%d was taken again before it could be held: nothing held", unix.Minor(dev))
+				return
+			}
+		}
+		ts.Fatalf("4096 tmpfs mounts did not reach device 0:%d", unix.Minor(dev))
 	}
 }
 
