@@ -495,11 +495,17 @@ func newMount(t *testing.T, dir string) {
 }
 
 // The cached answer survives a new mount of the same files (an emptyDir
-// state directory across container restarts), but not one where a .pth
-// file has other content under the same path, size and mtime.
+// state directory across container restarts), the interpreter binary
+// among them (a venv made with --copies holds its own), but not one where
+// a .pth file has other content under the same path, size and mtime.
 func TestLocateCacheSurvivesNewMount(t *testing.T) {
-	py, site := venv(t, false)
-	root := filepath.Dir(filepath.Dir(py))
+	root := filepath.Join(t.TempDir(), "venv")
+	run(t, "/", debianPython(t), "-m", "venv", "--copies", "--without-pip", root)
+	py := filepath.Join(root, "bin/python")
+	if id, _ := fileid.Lstat(py); id.Mode&syscall.S_IFMT != syscall.S_IFREG || id.Size <= fileid.SmallFile {
+		t.Fatalf("%s is not a copy of the interpreter binary: %+v", py, id)
+	}
+	site := strings.TrimSpace(run(t, "/", py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
 	a, b := filepath.Join(t.TempDir(), "aaaa"), filepath.Join(t.TempDir(), "bbbb")
 	write(t, filepath.Join(a, "demo/__init__.py"), "")
 	write(t, filepath.Join(b, "demo/__init__.py"), "")
