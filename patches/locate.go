@@ -390,8 +390,10 @@ func (l *engineLocator) settings(names []string) string {
 // probeInputs lists every file and directory whose change can change the
 // probe's answer, with its identity now:
 //
-//   - the interpreter (the link and what it names) and the pyvenv.cfg
-//     files beside it, which decide the site directories;
+//   - the interpreter (the link and what it names), the pyvenv.cfg
+//     files beside it, which decide the site directories, and the files
+//     getpath looks for before it computes sys.path (._pth files, build
+//     directory markers: pyimport.StartFiles);
 //   - the working directory and each sys.path entry: adding, removing or
 //     renaming anything in a directory (a package, a .pth file, an
 //     editable finder, a dist-info) moves its mtime and ctime;
@@ -447,6 +449,9 @@ func (l *engineLocator) probeInputs(loc *Location) ([]cachedIdentity, bool) {
 	pyDir := filepath.Dir(l.Python)
 	add(filepath.Join(pyDir, "pyvenv.cfg"))
 	add(filepath.Join(filepath.Dir(pyDir), "pyvenv.cfg"))
+	for _, p := range pyimport.StartFiles(l.Python) {
+		add(p) // ._pth files and build markers: absent, unless the probe answered with one
+	}
 	add(l.Dir)
 	scanned := map[string]bool{}
 	for _, p := range append(slices.Clone(loc.SysPath), loc.SiteDirs...) {

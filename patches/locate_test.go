@@ -546,6 +546,49 @@ func TestLocateCacheSurvivesNewMount(t *testing.T) {
 	assert.Equal(t, filepath.Join(b, "demo"), loc.Packages["demo"].Dir)
 }
 
+// A ._pth file appearing beside the interpreter, or beside the base
+// executable of a venv made with --copies, replaces sys.path: the cached
+// answer of the probe is not taken after it.
+func TestLocateCacheSeesAPthFile(t *testing.T) {
+	// The base installation: a copy of Debian's interpreter in a prefix
+	// of its own, whose lib is Debian's.
+	debian, err := filepath.EvalSymlinks(debianPython(t))
+	require.NoError(t, err)
+	prefix := t.TempDir()
+	base := filepath.Join(prefix, "bin", filepath.Base(debian))
+	data, err := os.ReadFile(debian)
+	require.NoError(t, err)
+	write(t, base, string(data))
+	require.NoError(t, os.Chmod(base, 0o755))
+	require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(debian)), "lib"), filepath.Join(prefix, "lib")))
+	root := filepath.Join(t.TempDir(), "venv")
+	run(t, "/", base, "-m", "venv", "--copies", "--without-pip", root)
+	py := filepath.Join(root, "bin/python3")
+	site := strings.TrimSpace(run(t, "/", py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
+	stdlib := strings.TrimSpace(run(t, "/", py, "-c", "import os; print(os.path.dirname(os.__file__))"))
+	other := t.TempDir()
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	write(t, filepath.Join(other, "demo/__init__.py"), "")
+	time.Sleep(fileid.RacyWindow)
+	// The venv's python3 is no link and its home has no python3: getpath
+	// takes home's python3.X for the base executable.
+	for _, pth := range []string{py + "._pth", base + "._pth"} {
+		l := &engineLocator{Python: py, Env: envWith(), Dir: "/", CacheDir: t.TempDir()}
+		for i, want := range []bool{false, true} {
+			loc, err := l.locate(context.Background(), []string{"demo"})
+			require.NoError(t, err)
+			require.Equal(t, want, loc.Cached, "locate %d", i+1)
+			require.Equal(t, filepath.Join(site, "demo"), loc.Packages["demo"].Dir)
+		}
+		write(t, pth, strings.Join([]string{stdlib, filepath.Join(stdlib, "lib-dynload"), other}, "\n")+"\n")
+		loc, err := l.locate(context.Background(), []string{"demo"})
+		require.NoError(t, err)
+		assert.False(t, loc.Cached, "cached with %s", pth)
+		assert.Equal(t, filepath.Join(other, "demo"), loc.Packages["demo"].Dir, "the interpreter reads %s", pth)
+		require.NoError(t, os.Remove(pth))
+	}
+}
+
 // The resolver's key takes the interpreter binary by its GNU build ID,
 // not its bytes: an interpreter too large for a content sum (here the real
 // one grown to 65 MiB) still has a key. A new mount of the same binary (a

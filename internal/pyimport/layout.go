@@ -46,19 +46,6 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 			return in, fmt.Errorf("%s=%s changes the executable getpath starts from", k, v)
 		}
 	}
-	// getpath reads the ._pth file of the executable as found and of
-	// the one its links lead to: the path with "._pth" appended
-	// (python3._pth, python3.11._pth), not any other name beside it.
-	for _, p := range []string{exe, real} {
-		if pth := p + "._pth"; fs.exists(pth) {
-			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", pth)
-		}
-	}
-	for _, d := range []string{filepath.Dir(exe), filepath.Dir(real)} {
-		if fs.isFile(filepath.Join(d, "pybuilddir.txt")) {
-			return in, fmt.Errorf("%s runs from a build directory (%s)", exe, filepath.Join(d, "pybuilddir.txt"))
-		}
-	}
 	home := ""
 	if v, ok := getenv(env, c.Flags, "PYTHONHOME"); ok && v != "" {
 		home = v
@@ -66,15 +53,14 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 	if v, ok := getenv(env, c.Flags, "PYTHONPLATLIBDIR"); ok && v != "" {
 		return in, fmt.Errorf("PYTHONPLATLIBDIR=%s changes the library directory", v)
 	}
+	cfgFile, err := venvCfg(fs, exe)
+	if err != nil {
+		return in, err
+	}
 	var cfg map[string]string
-	cfgFile := ""
-	for _, d := range []string{filepath.Dir(exe), filepath.Dir(filepath.Dir(exe))} {
-		if f := filepath.Join(d, "pyvenv.cfg"); fs.isFile(f) {
-			if cfg, err = readCfg(fs, f); err != nil {
-				return in, err
-			}
-			cfgFile = f
-			break
+	if cfgFile != "" {
+		if cfg, err = readCfg(fs, cfgFile); err != nil {
+			return in, err
 		}
 	}
 	version := ""
@@ -82,6 +68,27 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 		version = m
 	} else if b := filepath.Base(real); strings.HasPrefix(b, "python3.") {
 		version = strings.TrimPrefix(b, "python")
+	}
+	var bases []string
+	if cfg != nil {
+		v := version
+		if v == "" {
+			v = want
+		}
+		b, err := baseExecutable(fs, exe, real, cfg["home"], v)
+		if err != nil {
+			return in, err
+		}
+		bases = []string{b}
+	}
+	for _, f := range startFiles(fs, exe, real, cfg["home"], bases) {
+		if !fs.exists(f.path) {
+			continue
+		}
+		if f.pth {
+			return in, fmt.Errorf("%s is a ._pth file, which replaces sys.path", f.path)
+		}
+		return in, fmt.Errorf("%s runs from a build directory (%s)", exe, f.path)
 	}
 	start := filepath.Dir(real)
 	if cfg != nil {
@@ -134,6 +141,123 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 	}
 	in.Debian = sitepath.DebianSite(fs.root, base, version, "lib")
 	return in, nil
+}
+
+// venvCfg is the pyvenv.cfg that makes exe a venv's interpreter, "" when
+// none does. getpath reads the one a directory above the executable's
+// first and site.py the one beside it first: with both present they may
+// disagree, and that is an error.
+func venvCfg(fs fsys, exe string) (string, error) {
+	beside, above := filepath.Join(filepath.Dir(exe), "pyvenv.cfg"), filepath.Join(filepath.Dir(filepath.Dir(exe)), "pyvenv.cfg")
+	switch a, b := fs.isFile(beside), fs.isFile(above); {
+	case a && b && beside != above:
+		return "", fmt.Errorf("both %s and %s exist: getpath reads the second, site.py the first", beside, above)
+	case a:
+		return beside, nil
+	case b:
+		return above, nil
+	}
+	return "", nil
+}
+
+// A startFile is a file getpath looks for before it computes sys.path:
+// a ._pth file (pth), which replaces it, or a build directory's marker.
+type startFile struct {
+	path string
+	pth  bool
+}
+
+// startFiles are the files getpath looks for beside the interpreter exe
+// (real: with its links resolved) before it computes sys.path, present or
+// not, given a venv's home ("" outside one) and its base executables:
+//
+//   - the ._pth file (the path with "._pth" appended, no other name) of
+//     the executable as found, of where its links lead and of each base
+//     executable and where its links lead;
+//   - pybuilddir.txt and Modules/Setup.local, which mark a build
+//     directory, in the directory getpath takes for the real
+//     executable's (home, in a venv) and, to be safe, beside the
+//     executable and where its links lead.
+func startFiles(fs fsys, exe, real, home string, bases []string) []startFile {
+	exes, dirs := []string{exe, real}, []string{filepath.Dir(exe), filepath.Dir(real)}
+	for _, b := range bases {
+		exes = append(exes, b)
+		if r, err := fs.evalSymlinks(b); err == nil {
+			exes = append(exes, r)
+		}
+	}
+	if home != "" {
+		dirs = append(dirs, filepath.Clean(home))
+	}
+	var out []startFile
+	seen := map[string]bool{}
+	add := func(p string, pth bool) {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, startFile{p, pth})
+		}
+	}
+	for _, e := range exes {
+		add(e+"._pth", true)
+	}
+	for _, d := range dirs {
+		add(filepath.Join(d, "pybuilddir.txt"), false)
+		add(filepath.Join(d, "Modules", "Setup.local"), false)
+	}
+	return out
+}
+
+// baseExecutable is the base executable getpath takes for the venv
+// interpreter exe (real: with its links resolved; home: pyvenv.cfg's;
+// version: 3.X, or "" when not known): where exe's links lead, or, when
+// it is no link (a venv made with --copies), its name in home, or when
+// that is no file, python3 or python3.X there, the first that is one.
+func baseExecutable(fs fsys, exe, real, home, version string) (string, error) {
+	if real != exe {
+		return real, nil
+	}
+	name := filepath.Base(exe)
+	base := filepath.Join(home, name)
+	if fs.isFile(base) {
+		return base, nil
+	}
+	if version == "" {
+		return "", fmt.Errorf("%s is no link and %s is absent: which base executable the venv has depends on the interpreter's version, which is not known", exe, base)
+	}
+	for _, n := range []string{"python3", "python" + version} {
+		if c := filepath.Join(home, n); n != name && fs.isFile(c) {
+			return c, nil
+		}
+	}
+	return base, nil
+}
+
+// StartFiles are the paths on this machine of the files CPython's getpath
+// looks for beside the interpreter exe before it computes sys.path
+// (._pth files, build directory markers; see startFiles), present or not,
+// for any base executable a venv's interpreter may have: for a key of an
+// answer that one of them appearing would change.
+func StartFiles(exe string) []string {
+	exe = filepath.Clean(exe)
+	real, err := hostFS.evalSymlinks(exe)
+	if err != nil {
+		real = exe
+	}
+	home := ""
+	var bases []string
+	if f, err := venvCfg(hostFS, exe); err == nil && f != "" {
+		if cfg, err := readCfg(hostFS, f); err == nil && cfg["home"] != "" {
+			home = cfg["home"]
+			for _, n := range []string{filepath.Base(exe), "python3", "python" + majorMinor(cfg["version"])} {
+				bases = append(bases, filepath.Join(home, n))
+			}
+		}
+	}
+	var out []string
+	for _, f := range startFiles(hostFS, exe, real, home, bases) {
+		out = append(out, f.path)
+	}
+	return out
 }
 
 // searchUp is getpath's search for the standard library's landmark from

@@ -12,6 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// pythonVersion is the full version of the interpreter exe, as venv
+// writes it into pyvenv.cfg.
+func pythonVersion(t *testing.T, exe string) string {
+	t.Helper()
+	out, err := exec.Command(exe, "-c", "import platform; print(platform.python_version())").Output()
+	require.NoError(t, err, exe)
+	return strings.TrimSpace(string(out))
+}
+
 // realSysPath is sys.path of the interpreter exe run with -c.
 func realSysPath(t *testing.T, exe string) []string {
 	t.Helper()
@@ -37,12 +46,14 @@ func TestPthFiles(t *testing.T) {
 			std = append(std, p)
 		}
 	}
+	version := pythonVersion(t, base)
 	const marker = "/nonexistent/read-from-the-pth-file"
 	pth := strings.Join(append(std, marker), "\n") + "\n"
 
 	// A venv whose python3 links to the interpreter or to a copy of it
-	// in real/ (whose stdlib is the interpreter's: real/../lib is a link).
-	venv := func(t *testing.T, dir string, copied bool) (exe, real string) {
+	// in real/ (whose stdlib is the interpreter's: real/../lib is a link),
+	// or, made with --copies, is a copy itself of the one in real/.
+	venv := func(t *testing.T, dir string, copied, exeCopied bool) (exe, real string) {
 		root := filepath.Join(t.TempDir(), dir)
 		bin := filepath.Join(root, "bin")
 		require.NoError(t, os.MkdirAll(bin, 0o755))
@@ -57,8 +68,15 @@ func TestPthFiles(t *testing.T) {
 			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(base)), "lib"), filepath.Join(root, "real", "lib")))
 		}
 		exe = filepath.Join(bin, "python3")
-		require.NoError(t, os.Symlink(real, exe))
-		mustWrite(filepath.Join(root, "pyvenv.cfg"), "home = "+home+"\ninclude-system-site-packages = false\n")
+		if exeCopied {
+			data, err := os.ReadFile(real)
+			require.NoError(t, err)
+			mustWrite(exe, string(data))
+			require.NoError(t, os.Chmod(exe, 0o755))
+		} else {
+			require.NoError(t, os.Symlink(real, exe))
+		}
+		mustWrite(filepath.Join(root, "pyvenv.cfg"), "home = "+home+"\ninclude-system-site-packages = false\nversion = "+version+"\n")
 		return exe, real
 	}
 	resolve := func(exe string) *Answer {
@@ -66,20 +84,25 @@ func TestPthFiles(t *testing.T) {
 	}
 
 	for _, c := range []struct {
-		name   string
-		dir    string
-		copied bool
-		file   func(exe, real string) string
-		read   bool
+		name      string
+		dir       string
+		copied    bool
+		exeCopied bool
+		file      func(exe, real string) string
+		read      bool
 	}{
-		{"beside the executable", "plain", false, func(exe, _ string) string { return exe + "._pth" }, true},
-		{"beside the executable, in a directory named like a pattern", "py[3]", false, func(exe, _ string) string { return exe + "._pth" }, true},
-		{"beside the executable its links lead to", "linked", true, func(_, real string) string { return real + "._pth" }, true},
-		{"another name beside the executable", "other", false, func(exe, _ string) string { return filepath.Join(filepath.Dir(exe), "python._pth") }, false},
-		{"the executable's name without its version", "unversioned", true, func(_, real string) string { return filepath.Join(filepath.Dir(real), "python3._pth") }, false},
+		{"beside the executable", "plain", false, false, func(exe, _ string) string { return exe + "._pth" }, true},
+		{"beside the executable, in a directory named like a pattern", "py[3]", false, false, func(exe, _ string) string { return exe + "._pth" }, true},
+		{"beside the executable its links lead to", "linked", true, false, func(_, real string) string { return real + "._pth" }, true},
+		{"another name beside the executable", "other", false, false, func(exe, _ string) string { return filepath.Join(filepath.Dir(exe), "python._pth") }, false},
+		{"the executable's name without its version", "unversioned", true, false, func(_, real string) string { return filepath.Join(filepath.Dir(real), "python3._pth") }, false},
+		// With no link to follow, getpath takes the base executable from
+		// pyvenv.cfg's home: python3 there, else python3.X.
+		{"beside the base executable of a venv made with --copies", "copies", true, true, func(_, real string) string { return real + "._pth" }, true},
+		{"beside the venv's copy made with --copies", "copies-own", true, true, func(exe, _ string) string { return exe + "._pth" }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			exe, real := venv(t, c.dir, c.copied)
+			exe, real := venv(t, c.dir, c.copied, c.exeCopied)
 			file := c.file(exe, real)
 			mustWrite(file, pth)
 			got := realSysPath(t, exe)
@@ -94,6 +117,70 @@ func TestPthFiles(t *testing.T) {
 			require.Equal(t, got, a.SysPath)
 		})
 	}
+}
+
+// A build directory's marker where getpath looks for one (for a venv,
+// in pyvenv.cfg's home) makes the interpreter take its library from the
+// build tree; the resolver does not answer then. StartFiles names it, so
+// that a key holds its absence.
+func TestBuildDirectoryMarkers(t *testing.T) {
+	base := realPython(t)
+	data, err := os.ReadFile(base)
+	require.NoError(t, err)
+	for _, marker := range []string{"pybuilddir.txt", "Modules/Setup.local"} {
+		t.Run(marker, func(t *testing.T) {
+			root := t.TempDir()
+			home := filepath.Join(root, "real", "bin")
+			mustWrite(filepath.Join(home, filepath.Base(base)), string(data))
+			require.NoError(t, os.Chmod(filepath.Join(home, filepath.Base(base)), 0o755))
+			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(base)), "lib"), filepath.Join(root, "real", "lib")))
+			exe := filepath.Join(root, "venv", "bin", "python3")
+			mustWrite(exe, string(data))
+			require.NoError(t, os.Chmod(exe, 0o755))
+			cfg := "home = " + home + "\ninclude-system-site-packages = false\n"
+			mustWrite(filepath.Join(root, "venv", "pyvenv.cfg"), cfg)
+			q := Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}
+			// getpath looks for the base executable by the venv's name
+			// (python3), then python3.X: without the version, not certain.
+			a := Resolve(q, []string{"json"})
+			require.False(t, a.Certain)
+			require.Contains(t, a.Reason, "version, which is not known")
+			mustWrite(filepath.Join(root, "venv", "pyvenv.cfg"), cfg+"version = "+pythonVersion(t, base)+"\n")
+			q = Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}
+			a = Resolve(q, []string{"json"})
+			require.True(t, a.Certain, a.Reason)
+			require.Equal(t, realSysPath(t, exe), a.SysPath)
+			file := filepath.Join(home, marker)
+			require.Contains(t, StartFiles(exe), file)
+
+			mustWrite(file, "build\n")
+			out, err := exec.Command(exe, "-c", "import json, sys; print(json.dumps(sys.path))").CombinedOutput()
+			var got []string
+			require.False(t, err == nil && json.Unmarshal(out, &got) == nil && slices.Equal(got, a.SysPath),
+				"the interpreter does not read %s: %s", file, out)
+			b := Resolve(q, []string{"json"})
+			require.False(t, b.Certain, "certain with %s", file)
+			require.Contains(t, b.Reason, file)
+		})
+	}
+}
+
+// pyvenv.cfg beside the executable and one directory above: getpath
+// reads the second, site.py the first, so the resolver does not answer.
+func TestTwoVenvConfigs(t *testing.T) {
+	base := realPython(t)
+	root := t.TempDir()
+	exe := filepath.Join(root, "bin", "python3")
+	require.NoError(t, os.MkdirAll(filepath.Dir(exe), 0o755))
+	require.NoError(t, os.Symlink(base, exe))
+	cfg := "home = " + filepath.Dir(base) + "\ninclude-system-site-packages = false\n"
+	mustWrite(filepath.Join(root, "pyvenv.cfg"), cfg)
+	q := Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}
+	require.True(t, Resolve(q, []string{"json"}).Certain)
+	mustWrite(filepath.Join(root, "bin", "pyvenv.cfg"), cfg)
+	a := Resolve(q, []string{"json"})
+	require.False(t, a.Certain)
+	require.Contains(t, a.Reason, "both ")
 }
 
 // PYTHONEXECUTABLE (and __PYVENV_LAUNCHER__) is taken as the executable,
