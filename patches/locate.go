@@ -364,7 +364,7 @@ func parseProbe(out string, names []string) (*Location, error) {
 
 // fingerprintEnv are the variables that change where Python imports from.
 var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
-	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
+	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
 
 // settings are the probe's inputs that are not files: its version, the
 // interpreter's path, the variables above, the working directory, the

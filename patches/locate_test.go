@@ -653,3 +653,16 @@ func TestResolvedKeyTakesTheInterpreterByItsBuildID(t *testing.T) {
 	remountAs(rebuilt)
 	assert.NotEqual(t, first, key(), "another build with the same size and mtime changes the key")
 }
+
+// Every variable the interpreter reads that changes sys.path or where it
+// looks for its venv, the last two even under -E and -I, is part of the
+// probe cache's settings: an answer cached without it is not taken with it.
+func TestSettingsTakeThePathVariables(t *testing.T) {
+	for _, k := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
+		"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "HOME", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__"} {
+		l := &engineLocator{Python: "/usr/bin/python3", Env: environ.New(nil), Dir: "/"}
+		without := l.settings([]string{"vllm"})
+		l.Env.Set(k, "/elsewhere")
+		assert.NotEqual(t, without, l.settings([]string{"vllm"}), k)
+	}
+}
