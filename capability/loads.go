@@ -67,13 +67,15 @@ type consulted struct {
 
 // consult takes what path holds now. A regular file over
 // fileid.SmallFile (a ROCm library can be hundreds of megabytes, of which
-// the check reads only the headers and dynamic sections) keeps its
-// identity alone: summing it would read all of it on the start that
-// writes the verdict, and again on every start from a new mount, which
-// costs more than the check it saves. On a new mount such a file
-// therefore means a full check, as it did before content sums.
+// the check reads only the headers and dynamic sections) is not read
+// whole: it keeps its GNU build ID (fileid.LargeBuildIDOnly), which a new
+// mount of the same image keeps, or, without one, its identity alone, and
+// then a new mount means a full check.
 func consult(path string, buf *fileid.Buffer) (consulted, bool) {
 	if id, ok := fileid.Stat(path); ok && id.Mode&syscall.S_IFMT == syscall.S_IFREG && id.Size > fileid.SmallFile {
+		if sum, id, _, ok := fileid.SumList(path, true, fileid.LargeBuildIDOnly, buf); ok {
+			return consulted{ID: id, Sum: sum}, true
+		}
 		return consulted{ID: id}, true
 	}
 	sum, id, ok := fileid.Sum(path, true, buf)
@@ -92,7 +94,8 @@ func (c consulted) holds(path string, buf *fileid.Buffer) bool {
 // the check consulted hold what they held: the same identity (a restart
 // costs stat calls only) or, on a new mount of the same image, the same
 // size, mode, modification time and content (files up to
-// fileid.SmallFile; see consult). Any difference is a full check.
+// fileid.SmallFile) or build ID (larger ELF files; see consult). Any
+// difference is a full check.
 func CheckLoads(in LoadInput) *LoadVerdict {
 	key := strings.Join(append([]string{in.Dir, in.ImageRoot}, in.LibraryPath...), "\x00")
 	cacheFile := ""

@@ -1,14 +1,17 @@
 package capability_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/capability"
+	"github.com/infera/infera-exec/internal/elfhdr"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
@@ -136,4 +139,43 @@ func TestCheckLoadsOnANewMount(t *testing.T) {
 	require.True(t, capability.CheckLoads(in).Cached, "the same index on a new inode dropped the verdict")
 	remount(t, index, []byte("index two\n"))
 	require.False(t, capability.CheckLoads(in).Cached, "an index with other bytes kept the verdict")
+}
+
+// A library over fileid.SmallFile is kept by its GNU build ID, not read
+// whole: a new mount of the same image keeps the verdict; another build
+// with the same size and modification time does not.
+func TestCheckLoadsKeepsALargeLibraryByItsBuildID(t *testing.T) {
+	const real = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
+	data, err := os.ReadFile(real)
+	if err != nil {
+		if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
+			t.Fatalf("fixture %s: %v (INFERA_REQUIRE_FIXTURES=1)", real, err)
+		}
+		t.Skipf("fixture %s is absent (install libssl3): %v; set INFERA_REQUIRE_FIXTURES=1 to make this a failure", real, err)
+	}
+	require.Greater(t, len(data), fileid.SmallFile)
+	tree, cache := t.TempDir(), t.TempDir()
+	lib := filepath.Join(tree, "lib")
+	big := filepath.Join(lib, "libcrypto.so.3")
+	require.NoError(t, os.MkdirAll(lib, 0o755))
+	require.NoError(t, os.WriteFile(big, data, 0o644))
+	require.NoError(t, fixture.SharedObject(filepath.Join(lib, "libdemo.so.1"), "libdemo.so.1", "libcrypto.so.3"))
+	in := capability.LoadInput{Dir: tree, ImageRoot: "/", LibraryPath: []string{lib}, CacheDir: cache}
+	time.Sleep(fileid.RacyWindow)
+	v := capability.CheckLoads(in)
+	require.False(t, v.Cached)
+	require.True(t, v.OK(), "%v", v.Failed)
+	require.True(t, capability.CheckLoads(in).Cached)
+
+	remount(t, big, data)
+	assert.True(t, capability.CheckLoads(in).Cached, "the same library on a new mount dropped the verdict")
+
+	f, err := elfhdr.Read(bytes.NewReader(data), int64(len(data)))
+	require.NoError(t, err)
+	id, ok := f.BuildID(bytes.NewReader(data), int64(len(data)))
+	require.True(t, ok, "%s has a GNU build ID", real)
+	rebuilt := bytes.Clone(data)
+	rebuilt[bytes.Index(rebuilt, id)] ^= 0xff
+	remount(t, big, rebuilt)
+	assert.False(t, capability.CheckLoads(in).Cached, "another build with the same size and mtime kept the verdict")
 }

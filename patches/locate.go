@@ -432,7 +432,7 @@ func (l *engineLocator) probeInputs(loc *Location) ([]cachedIdentity, bool) {
 		seen[seenKey{p, link}] = true
 		var good bool
 		var entries []os.DirEntry
-		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, true, buf)
+		c.Sum, c.ID, entries, good = fileid.SumList(p, !link, fileid.LargeByBuildID, buf)
 		if entries != nil || good && c.ID.Absent {
 			listed[p] = entries // none to look through in an absent path
 		}

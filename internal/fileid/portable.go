@@ -44,8 +44,30 @@ func (id Identity) Portable() Identity {
 const SmallFile = 1 << 20
 
 // buildIDSum begins the sum of a large ELF file SumList took by its GNU
-// build ID rather than its bytes (see SumList).
+// build ID rather than its bytes (see Large).
 const buildIDSum = "elf-build-id:"
+
+// Large says how SumList sums a regular file over SmallFile.
+//
+// By its GNU build ID, read from its headers and notes: the linker
+// computes it over what it linked, so a rebuilt or upgraded binary has
+// another, and a new mount of the same image keeps it. Together with the
+// size and modification time that Check and a key compare beside it, it
+// tells a binary apart from any other but one edited after linking with
+// its size and mtime put back (and whoever can write an interpreter or a
+// library the worker loads runs code as the worker anyway).
+type Large int
+
+const (
+	// ReadLarge: its bytes, read whole (CRC-32C; no sum over 64 MiB).
+	ReadLarge Large = iota
+	// LargeByBuildID: its GNU build ID when it is an ELF file with one,
+	// else its bytes (an interpreter binary, megabytes).
+	LargeByBuildID
+	// LargeBuildIDOnly: its GNU build ID, and no sum (ok false) when it
+	// has none (a library, which may be hundreds of megabytes).
+	LargeBuildIDOnly
+)
 
 // maxSum caps what Sum reads: a larger file has no Sum, so what depends
 // on it is checked again in full rather than read whole at every start.
@@ -73,7 +95,7 @@ var castagnoli = sync.OnceValue(func() *crc32.Table { return crc32.MakeTable(crc
 // and after; ok false when it changed, or cannot be read). Files are read
 // through buf (nil: a buffer of the call's own).
 func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok bool) {
-	sum, id, _, ok = SumList(path, follow, false, buf)
+	sum, id, _, ok = SumList(path, follow, ReadLarge, buf)
 	return sum, id, ok
 }
 
@@ -81,17 +103,8 @@ func Sum(path string, follow bool, buf *Buffer) (sum string, id Identity, ok boo
 // entries it digested (sorted by name, as os.ReadDir gives them): for a
 // caller that looks through the directory too, which then reads it once.
 //
-// With byBuildID set, a regular file over SmallFile that is an ELF file
-// with a GNU build ID (an interpreter binary) is summed by that ID, read
-// from its headers and notes, instead of all its bytes: the linker
-// computes it over what it linked, so a rebuilt or upgraded binary has
-// another, and a new mount of the same image keeps it. Together with the
-// size and modification time that Check and a key compare beside it, it
-// tells the binary apart from any other but one edited after linking
-// with its size and mtime put back (and whoever can write the
-// interpreter runs code as the worker anyway). A large file without one
-// is read whole, as Sum reads it.
-func SumList(path string, follow, byBuildID bool, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
+// A regular file over SmallFile is summed as large says.
+func SumList(path string, follow bool, large Large, buf *Buffer) (sum string, id Identity, entries []os.DirEntry, ok bool) {
 	stat := unix.Lstat
 	if follow {
 		stat = unix.Stat
@@ -124,9 +137,12 @@ func SumList(path string, follow, byBuildID bool, buf *Buffer) (sum string, id I
 			return "", Identity{}, nil, false
 		}
 	case unix.S_IFREG:
-		if byBuildID && st.Size > SmallFile {
+		if large != ReadLarge && st.Size > SmallFile {
 			if sum, ok = elfBuildIDSum(path, follow, &st); ok {
 				break
+			}
+			if large == LargeBuildIDOnly {
+				return "", Identity{}, nil, false
 			}
 		}
 		sum, ok = fileSum(path, follow, &st, buf)
@@ -202,7 +218,7 @@ func (b *Buffer) get() []byte {
 }
 
 // elfBuildIDSum is the sum of the ELF file at path by its GNU build ID
-// (see SumList); ok false when it is no ELF file, has none, or is not
+// (see Large); ok false when it is no ELF file, has none, or is not
 // the file st describes.
 func elfBuildIDSum(path string, follow bool, st *unix.Stat_t) (string, bool) {
 	f, ok := openAs(path, follow, st)
@@ -322,7 +338,11 @@ func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Id
 	if _, after, found := strings.Cut(sum, "\x00"); found {
 		kept = after // after a followed link's "at:" prefix, whose path holds no NUL
 	}
-	got, id, _, ok := SumList(path, follow, strings.HasPrefix(kept, buildIDSum), buf)
+	large := ReadLarge
+	if strings.HasPrefix(kept, buildIDSum) {
+		large = LargeByBuildID
+	}
+	got, id, _, ok := SumList(path, follow, large, buf)
 	return id, ok && got == sum && id.Portable() == want.Portable()
 }
 

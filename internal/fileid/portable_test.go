@@ -191,7 +191,7 @@ func interpreterBytes(t *testing.T) ([]byte, []byte) {
 	return b, id
 }
 
-// With byBuildID a large ELF file (an interpreter) is summed by its GNU
+// With LargeByBuildID a large ELF file (an interpreter) is summed by its GNU
 // build ID, not read whole: a new mount of the same binary keeps the sum,
 // and Check holds there, as for a small file's content; another binary
 // with the same size and mtime has another ID, and Check does not hold.
@@ -199,7 +199,7 @@ func TestSumListTakesALargeELFByItsBuildID(t *testing.T) {
 	content, buildID := interpreterBytes(t)
 	p := filepath.Join(t.TempDir(), "python3.11")
 	require.NoError(t, os.WriteFile(p, content, 0o755))
-	sum, id, _, ok := SumList(p, true, true, nil)
+	sum, id, _, ok := SumList(p, true, LargeByBuildID, nil)
 	require.True(t, ok)
 	assert.Equal(t, buildIDSum+hex.EncodeToString(buildID), sum)
 	read, _, _ := Sum(p, true, nil)
@@ -208,7 +208,7 @@ func TestSumListTakesALargeELFByItsBuildID(t *testing.T) {
 	assert.True(t, held)
 
 	remount(t, p, content)
-	now, after, _, _ := SumList(p, true, true, nil)
+	now, after, _, _ := SumList(p, true, LargeByBuildID, nil)
 	require.NotEqual(t, id, after, "the copy kept its identity: nothing is tested")
 	assert.Equal(t, sum, now, "a new mount of the same binary keeps its sum")
 	_, held = Check(p, true, id, sum, nil)
@@ -221,14 +221,15 @@ func TestSumListTakesALargeELFByItsBuildID(t *testing.T) {
 	require.GreaterOrEqual(t, at, 0)
 	rebuilt[at] ^= 0xff
 	remount(t, p, rebuilt)
-	now, _, _, _ = SumList(p, true, true, nil)
+	now, _, _, _ = SumList(p, true, LargeByBuildID, nil)
 	assert.NotEqual(t, sum, now)
 	_, held = Check(p, true, id, sum, nil)
 	assert.False(t, held, "another build with the same size and mtime")
 }
 
 // A large file that is no ELF file with a build ID is read whole, by
-// SumList with byBuildID as by Sum, and so checked on a new mount.
+// SumList with LargeByBuildID as by Sum, and so checked on a new mount;
+// with LargeBuildIDOnly it has no sum.
 func TestSumListReadsALargeFileWithoutABuildID(t *testing.T) {
 	content, buildID := interpreterBytes(t)
 	for name, b := range map[string][]byte{
@@ -238,9 +239,11 @@ func TestSumListReadsALargeFileWithoutABuildID(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "python3.11")
 			require.NoError(t, os.WriteFile(p, b, 0o755))
-			sum, id, _, ok := SumList(p, true, true, nil)
+			sum, id, _, ok := SumList(p, true, LargeByBuildID, nil)
 			require.True(t, ok)
 			assert.Equal(t, SumBytes(b), sum)
+			_, _, _, ok = SumList(p, true, LargeBuildIDOnly, nil)
+			assert.False(t, ok, "no sum without a build ID when only that is asked for")
 			remount(t, p, b)
 			_, held := Check(p, true, id, sum, nil)
 			assert.True(t, held)
@@ -271,23 +274,23 @@ func TestSumListTakesAListingWhileItHolds(t *testing.T) {
 	elsewhere, err := List(other)
 	require.NoError(t, err)
 	buf := &Buffer{Listed: map[string]Listing{dir: {Before: l.Before, Settled: true, Entries: elsewhere.Entries}}}
-	sum, _, entries, ok := SumList(dir, true, true, buf)
+	sum, _, entries, ok := SumList(dir, true, LargeByBuildID, buf)
 	require.True(t, ok)
 	assert.Equal(t, "b.pth", entries[0].Name())
 	assert.NotEqual(t, fresh, sum)
 
 	buf.Listed[dir] = l
-	sum, _, _, _ = SumList(dir, true, true, buf)
+	sum, _, _, _ = SumList(dir, true, LargeByBuildID, buf)
 	assert.Equal(t, fresh, sum)
 
 	// Not taken when the directory had changed within the tick before.
 	buf.Listed[dir] = Listing{Before: l.Before, Entries: elsewhere.Entries}
-	sum, _, _, _ = SumList(dir, true, true, buf)
+	sum, _, _, _ = SumList(dir, true, LargeByBuildID, buf)
 	assert.Equal(t, fresh, sum)
 
 	time.Sleep(10 * time.Millisecond) // past the clock tick of the listing
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "c.pth"), nil, 0o644))
-	sum, _, entries, _ = SumList(dir, true, true, buf)
+	sum, _, entries, _ = SumList(dir, true, LargeByBuildID, buf)
 	now, _, _ := Sum(dir, true, nil)
 	assert.Equal(t, now, sum, "changed since the listing: read again")
 	assert.Len(t, entries, 2)
