@@ -80,7 +80,7 @@ func TestCheckLoadsDoesNotCacheARacyVerdict(t *testing.T) {
 // mode and modification time, and keeps its directory's modification
 // time, as a new overlay mount of the same image shows the same file; it
 // returns the identity before and after.
-func remount(t *testing.T, path string, content []byte) (before, after fileid.Identity) {
+func remount(t testing.TB, path string, content []byte) (before, after fileid.Identity) {
 	t.Helper()
 	before, ok := fileid.Stat(path)
 	require.True(t, ok)
