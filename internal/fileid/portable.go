@@ -37,7 +37,7 @@ func (id Identity) Portable() Identity {
 }
 
 // SmallFile is the size up to which a regular file's Sum is its SHA-256;
-// a larger one (an interpreter binary) is summed with CRC-32C, read at
+// a larger one, when read (see Large), is summed with CRC-32C, read at
 // memory speed: it tells a rebuilt or upgraded file from the recorded
 // one, not a collision crafted on purpose (whoever can write the
 // interpreter runs code as the worker anyway).
