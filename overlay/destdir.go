@@ -3,13 +3,13 @@ package overlay
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
 
+	"github.com/infera/infera-exec/internal/beneath"
 	"github.com/infera/infera-exec/internal/boundedread"
 	"golang.org/x/sys/unix"
 )
@@ -22,17 +22,7 @@ import (
 // rename of DEST (or of its parents) while the install runs changes
 // nothing about where the bytes go.
 
-const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-
-// openDirAt opens the directory name in dirfd without following a link.
-func openDirAt(dirfd int, name string) (int, error) {
-	for {
-		fd, err := unix.Openat(dirfd, name, dirFlags, 0)
-		if err != unix.EINTR {
-			return fd, err
-		}
-	}
-}
+const dirFlags = beneath.Flags
 
 // lstatAt is fstatat without following a link at name.
 func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
@@ -44,22 +34,6 @@ func lstatAt(dirfd int, name string) (unix.Stat_t, error) {
 func isDirMode(m uint32) bool  { return m&unix.S_IFMT == unix.S_IFDIR }
 func isRegMode(m uint32) bool  { return m&unix.S_IFMT == unix.S_IFREG }
 func isLinkMode(m uint32) bool { return m&unix.S_IFMT == unix.S_IFLNK }
-
-// namesAt lists the directory open at fd (a duplicate is read, so fd
-// keeps its offset and stays open).
-func namesAt(fd int, name string) ([]string, error) {
-	dup, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	unix.CloseOnExec(dup)
-	f := os.NewFile(uintptr(dup), name)
-	defer f.Close()
-	if _, err := f.Seek(0, 0); err != nil {
-		return nil, err
-	}
-	return f.Readdirnames(-1)
-}
 
 // dirWalker reaches directories below a root descriptor, keeping open the
 // chain of the last one reached, so that walking the sorted entries of an
@@ -97,7 +71,7 @@ func (w *dirWalker) at(rel string) (int, error) {
 				return -1, err
 			}
 		}
-		fd, err := openDirAt(parent, p)
+		fd, err := beneath.OpenAt(parent, p)
 		if err != nil {
 			return -1, err
 		}
@@ -116,62 +90,6 @@ func (w *dirWalker) close() {
 	w.fds, w.names = nil, nil
 }
 
-// removeAllAt removes name from the directory dirfd, and everything in it
-// when it is a directory, without following any link and without
-// crossing into another filesystem (dev is the destination's). A
-// directory of another uid is first made the remover's and closed to
-// everyone else (as root), so that its owner cannot keep filling it.
-func removeAllAt(dirfd int, name string, dev uint64) error {
-	uerr := unix.Unlinkat(dirfd, name, 0)
-	switch {
-	case uerr == nil, uerr == unix.ENOENT:
-		return nil
-	case uerr != unix.EISDIR && uerr != unix.EPERM:
-		return uerr
-	}
-	fd, err := openDirAt(dirfd, name)
-	switch {
-	case err == unix.ENOENT:
-		return nil
-	case err == unix.ENOTDIR || err == unix.ELOOP:
-		return uerr // not a directory: why the unlink failed is the answer
-	case err != nil:
-		return err
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
-	}
-	if st.Dev != dev {
-		return errors.New("another filesystem is mounted there")
-	}
-	if euid := uint32(unix.Geteuid()); st.Uid != euid && euid == 0 {
-		unix.Fchown(fd, int(euid), -1)
-	}
-	unix.Fchmod(fd, 0o700)
-	// A few rounds: an entry added while the directory was still another
-	// uid's is picked up by the next listing.
-	for round := 0; round < 3; round++ {
-		names, err := namesAt(fd, name)
-		if err != nil {
-			return err
-		}
-		if len(names) == 0 {
-			break
-		}
-		for _, n := range names {
-			if err := removeAllAt(fd, n, dev); err != nil {
-				return fmt.Errorf("%s: %w", n, err)
-			}
-		}
-	}
-	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-		return err
-	}
-	return nil
-}
-
 // createAt creates name in dirfd, exclusively and without following a
 // link: an entry already there (of anyone) is an error, never written
 // through.
@@ -187,7 +105,7 @@ func createAt(dirfd int, name string, perm uint32) (*os.File, error) {
 // there (a link planted by someone, a directory) is removed first, and
 // the new file is created exclusively.
 func replaceFileAt(dirfd int, name string, data []byte, dev uint64) error {
-	if err := removeAllAt(dirfd, name, dev); err != nil {
+	if err := beneath.RemoveAll(dirfd, name, dev); err != nil {
 		return err
 	}
 	f, err := createAt(dirfd, name, 0o644)

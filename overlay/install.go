@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/infera/infera-exec/internal/beneath"
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/progress"
 )
@@ -187,13 +188,13 @@ func (in *installer) run(st unix.Stat_t) error {
 	if err != nil {
 		return err
 	}
-	stage, err := openDirAt(in.fd, stageName)
+	stage, err := beneath.OpenAt(in.fd, stageName)
 	if err != nil {
 		return in.failed("open", stageName, err)
 	}
 	defer func() {
 		unix.Close(stage)
-		removeAllAt(in.fd, stageName, in.dev)
+		beneath.RemoveAll(in.fd, stageName, in.dev)
 	}()
 
 	// Copy and check everything that differs into the stage. Entries of
@@ -284,7 +285,7 @@ func (in *installer) run(st unix.Stat_t) error {
 	}
 	// The (now empty) stage goes before the marker, so that a finished
 	// install holds exactly the payload.
-	if err := removeAllAt(in.fd, stageName, in.dev); err != nil {
+	if err := beneath.RemoveAll(in.fd, stageName, in.dev); err != nil {
 		return in.failed("remove", stageName, err)
 	}
 	if err := unix.Unlinkat(in.fd, installingName, 0); err != nil {
@@ -327,13 +328,13 @@ func (in *installer) takeDest(st unix.Stat_t) {
 // removeLeftovers removes what an install killed half-way left: its
 // staging directories, and the temporary files of its index writes.
 func (in *installer) removeLeftovers() error {
-	names, err := namesAt(in.fd, in.dest)
+	names, err := beneath.Names(in.fd, in.dest)
 	if err != nil {
 		return in.failed("list", "", err)
 	}
 	for _, n := range names {
 		if strings.HasPrefix(n, stagePrefix) || strings.HasPrefix(n, "."+installedName+".tmp-") || strings.HasPrefix(n, "."+IndexName+".tmp-") {
-			if err := removeAllAt(in.fd, n, in.dev); err != nil {
+			if err := beneath.RemoveAll(in.fd, n, in.dev); err != nil {
 				return in.failed("remove", n, err)
 			}
 		}
@@ -348,7 +349,7 @@ func (in *installer) removeLeftovers() error {
 // made not writable by group or others before it is entered. Another
 // filesystem mounted inside dest is left as it is, with a warning.
 func (in *installer) secure(dirfd int, rel string) error {
-	names, err := namesAt(dirfd, in.at(rel))
+	names, err := beneath.Names(dirfd, in.at(rel))
 	if err != nil {
 		return in.failed("list", rel, err)
 	}
@@ -366,7 +367,7 @@ func (in *installer) secure(dirfd int, rel string) error {
 			continue
 		}
 		if st.Uid != in.euid {
-			if err := removeAllAt(dirfd, n, in.dev); err != nil {
+			if err := beneath.RemoveAll(dirfd, n, in.dev); err != nil {
 				return in.failed("remove", p, fmt.Errorf("owned by uid %d, which could change it after the install: %w", st.Uid, err))
 			}
 			in.note("removed %s: owned by uid %d, not by uid %d that installs, which could change it after the install", in.at(p), st.Uid, in.euid)
@@ -375,7 +376,7 @@ func (in *installer) secure(dirfd int, rel string) error {
 		if !isDirMode(st.Mode) {
 			continue
 		}
-		sub, err := openDirAt(dirfd, n)
+		sub, err := beneath.OpenAt(dirfd, n)
 		if err != nil {
 			return in.failed("open", p, err)
 		}
@@ -508,7 +509,7 @@ func (in *installer) placeDirs() error {
 		}
 		st, err := lstatAt(pfd, name)
 		if err == nil && (!isDirMode(st.Mode) || st.Uid != in.euid) {
-			if err := removeAllAt(pfd, name, in.dev); err != nil {
+			if err := beneath.RemoveAll(pfd, name, in.dev); err != nil {
 				return in.failed("remove", e.Path, err)
 			}
 			err = unix.ENOENT
@@ -559,7 +560,7 @@ func (in *installer) placeStaged(stage int, todo []Entry) error {
 			return in.failed("open", dir, err)
 		}
 		if st, err := lstatAt(dfd, name); err == nil && isDirMode(st.Mode) {
-			if err := removeAllAt(dfd, name, in.dev); err != nil {
+			if err := beneath.RemoveAll(dfd, name, in.dev); err != nil {
 				return in.failed("remove", e.Path, err)
 			}
 		}
