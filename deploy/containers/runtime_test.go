@@ -146,6 +146,7 @@ func TestRuntime(t *testing.T) {
 			env.Setenv("SLEEPER", `import time; print("ready", flush=True); time.sleep(600)`)
 			env.Setenv("CHECK", checkWorker)
 			env.Setenv("RESTARTER", restartWorker)
+			env.Setenv("STATEWORKER", stateWorker)
 			// The recipe's settings for a machine without GPUs, RDMA or
 			// a network the containers need.
 			env.Setenv("NOFILE", strconv.FormatUint(nofile, 10))
@@ -186,6 +187,29 @@ recorded = sorted(r["id"] for r in report["patches"]["results"] if r.get("record
 print("start mount=%d:%d recorded=%s" % (st.st_dev, st.st_ctime_ns, ",".join(recorded) or "-"), flush=True)
 print("ready", flush=True)
 time.sleep(600)
+`
+
+// stateWorker prints the identity of the container's root mount and,
+// from the report infera-exec wrote before starting it, whether the
+// payload's native tree loads and whether that verdict was taken from the
+// state directory.
+const stateWorker = `import json, os
+st = os.stat("/")
+print("root mount=%d:%d" % (st.st_dev, st.st_ctime_ns), flush=True)
+report = json.load(open("/run/infera-exec/report.json"))
+def verdicts(x):
+    if isinstance(x, dict):
+        if "tree" in x and "cached" in x and "checked" in x:
+            yield x
+        for v in x.values():
+            yield from verdicts(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from verdicts(v)
+found = list(verdicts(report))
+assert found, "no native load verdict in the report"
+for v in found:
+    print("native-load ok=%s cached=%s" % (not v.get("failed") and not v.get("error"), v["cached"]), flush=True)
 `
 
 // fastpath CONTAINER: in the log of a container started by restartWorker
@@ -267,24 +291,33 @@ func fastPath(podman string) func(ts *testscript.TestScript, neg bool, args []st
 	}
 }
 
-// holddev CONTAINER: after the container (started by restartWorker) is
-// stopped, hold the anonymous device number its root mount had, so that
-// its next start gets another one, as a node's other mounts may take it in
-// between. The kernel hands out the lowest free number, so tmpfs mounts
-// are made until one has it; they are released when the script ends.
-// When the number is still mounted (podman kept the storage mounted) or
-// taken, nothing is held, and fastpath does not ask for a new device.
+// holddev CONTAINER | holddev -stdout: after a container (whose worker
+// printed "mount=DEV:CTIME" of its root, as restartWorker and stateWorker
+// do) has stopped, hold the anonymous device number its root mount had, so
+// that the next start gets another one, as a node's other mounts may take
+// it in between. The number is read from the container's log, or from the
+// last command's stdout. The kernel hands out the lowest free number, so
+// tmpfs mounts are made until one has it; they are released when the
+// script ends. When the number is still mounted (podman kept the storage
+// mounted) or taken, nothing is held, HELD_DEVICE stays empty, and
+// fastpath does not ask for a new device.
 func holdDevice(podman string) func(ts *testscript.TestScript, neg bool, args []string) {
-	startRE := regexp.MustCompile(`(?m)^start mount=(\d+):\d+ `)
+	startRE := regexp.MustCompile(`(?m)\bmount=(\d+):\d+\b`)
 	return func(ts *testscript.TestScript, neg bool, args []string) {
 		if neg || len(args) != 1 {
-			ts.Fatalf("usage: holddev CONTAINER")
+			ts.Fatalf("usage: holddev CONTAINER | holddev -stdout")
 		}
-		out, err := exec.Command(podman, "logs", args[0]).CombinedOutput()
-		ts.Check(err)
-		m := startRE.FindAllStringSubmatch(string(out), -1)
+		var out string
+		if args[0] == "-stdout" {
+			out = ts.ReadFile("stdout")
+		} else {
+			b, err := exec.Command(podman, "logs", args[0]).CombinedOutput()
+			ts.Check(err)
+			out = string(b)
+		}
+		m := startRE.FindAllStringSubmatch(out, -1)
 		if m == nil {
-			ts.Fatalf("no start line in the log of %s", args[0])
+			ts.Fatalf("no mount=DEV:CTIME line in %s", args[0])
 		}
 		dev, err := strconv.ParseUint(m[len(m)-1][1], 10, 64)
 		ts.Check(err)

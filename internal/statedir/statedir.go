@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/internal/beneath"
 )
 
 // Defaults are tried in order: /run is a tmpfs on most hosts and in most
@@ -38,8 +40,11 @@ func Candidates(explicit string) []string {
 // Pick returns the first candidate that Dir accepts and that this process
 // can write, or "" when none is; refused says why each candidate was
 // not used, naming the path (and its owner when that was the reason).
-func Pick(explicit string) (dir string, refused []error) {
+// A candidate that is a volume of this uid mounted open to others is
+// claimed first (see Claim); claimed says what that changed.
+func Pick(explicit string) (dir string, claimed []string, refused []error) {
 	for _, d := range Candidates(explicit) {
+		claimed = append(claimed, Claim(d)...)
 		if err := Dir(d); err != nil {
 			refused = append(refused, err)
 			continue
@@ -48,9 +53,78 @@ func Pick(explicit string) (dir string, refused []error) {
 			refused = append(refused, &Error{d, fmt.Sprintf("not writable: %v", err), false})
 			continue
 		}
-		return d, refused
+		return d, claimed, refused
 	}
-	return "", refused
+	return "", claimed, refused
+}
+
+// Claim makes path infera-exec's own when it is a volume mounted there
+// (its mount is not its parent's), owned by this uid, that group or
+// others can write: a Kubernetes emptyDir is mode 0777, and one kept as
+// the state directory carries the probe cache and the record across the
+// container's restarts. The group and other write bits are cleared
+// first, so that nobody else can add to it, and then everything in it
+// that another uid owns (planted while it was open) is removed, with
+// everything below it, from the directory's descriptor without following
+// a link; it returns one line for each change. Anything else is left as
+// it is, for Dir to judge: a directory that is not a mount of its own (a
+// directory made open on purpose), another uid's, or one below a parent
+// someone else could change.
+func Claim(path string) []string {
+	path = filepath.Clean(path)
+	if !filepath.IsAbs(path) || path == "/" {
+		return nil
+	}
+	pfd, err := openSafe(filepath.Dir(path))
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(pfd)
+	fd, err := beneath.OpenAt(pfd, filepath.Base(path))
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	euid := uint32(unix.Geteuid())
+	if unix.Fstat(fd, &st) != nil || st.Uid != euid || st.Mode&0o022 == 0 || !mountRoot(fd, pfd, &st) {
+		return nil
+	}
+	mode := st.Mode & 0o7777 &^ 0o022
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return nil
+	}
+	out := []string{fmt.Sprintf("state directory %s (a volume of uid %d mounted there) could be written by group or others (mode %04o); made it %04o, so that only uid %d can change it",
+		path, euid, st.Mode&0o7777, mode, euid)}
+	names, err := beneath.Names(fd, path)
+	if err != nil {
+		return out
+	}
+	for _, n := range names {
+		var est unix.Stat_t
+		if unix.Fstatat(fd, n, &est, unix.AT_SYMLINK_NOFOLLOW) != nil || est.Uid == euid {
+			continue
+		}
+		if err := beneath.RemoveAll(fd, n, st.Dev); err != nil {
+			out = append(out, fmt.Sprintf("state directory %s: cannot remove %s, owned by uid %d: %v", path, n, est.Uid, err))
+			continue
+		}
+		out = append(out, fmt.Sprintf("state directory %s: removed %s, owned by uid %d, not by uid %d that infera-exec runs as", path, n, est.Uid, euid))
+	}
+	return out
+}
+
+// mountRoot reports whether the directory open at fd is the root of a
+// mount other than that of its parent, open at pfd: by mount ID where
+// the kernel gives one (statx, Linux 5.8), else by device number.
+func mountRoot(fd, pfd int, st *unix.Stat_t) bool {
+	var a, b unix.Statx_t
+	if unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &a) == nil && unix.Statx(pfd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &b) == nil &&
+		a.Mask&unix.STATX_MNT_ID != 0 && b.Mask&unix.STATX_MNT_ID != 0 {
+		return a.Mnt_id != b.Mnt_id
+	}
+	var pst unix.Stat_t
+	return unix.Fstat(pfd, &pst) == nil && pst.Dev != st.Dev
 }
 
 // Sub is dir/name for every candidate, e.g. the report file or the
@@ -243,7 +317,10 @@ func Dir(path string) error {
 // (someone else's directory where ours should be), one merely unusable a
 // debug line; without a directory, why says why none was taken.
 func Choose(explicit string, log *slog.Logger) (dir, why string) {
-	dir, refused := Pick(explicit)
+	dir, claimed, refused := Pick(explicit)
+	for _, c := range claimed {
+		log.Info(c)
+	}
 	var whys []string
 	for _, err := range refused {
 		if Unsafe(err) {

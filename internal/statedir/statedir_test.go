@@ -3,6 +3,8 @@ package statedir
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -78,14 +80,14 @@ func TestPickSkipsRefusedCandidates(t *testing.T) {
 	base := t.TempDir()
 	link := filepath.Join(base, "link")
 	require.NoError(t, os.Symlink(t.TempDir(), link))
-	d, whys := Pick(link)
+	d, _, whys := Pick(link)
 	assert.Empty(t, d)
 	require.Len(t, whys, 1)
 	assert.ErrorContains(t, whys[0], link)
 	assert.True(t, Unsafe(whys[0]))
 
 	good := filepath.Join(base, "state")
-	d, whys = Pick(good)
+	d, _, whys = Pick(good)
 	assert.Equal(t, good, d)
 	assert.Empty(t, whys)
 }
@@ -124,4 +126,130 @@ func TestDirRefusesALinkOfAnotherUidOnTheWay(t *testing.T) {
 	require.NoError(t, os.Symlink("../infera-exec", rel))
 	require.NoError(t, os.Lchown(rel, 4242, 4242))
 	assert.ErrorContains(t, Dir(filepath.Join(rel, "x", "y")), "owned by uid 4242")
+}
+
+// inMountNamespace runs f on a thread of its own in a private mount
+// namespace (the thread ends with it), where it may mount what it likes.
+func inMountNamespace(t *testing.T, f func() error) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_SYS_ADMIN) for a private mount namespace of one thread; run the tests as root, as CI does")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread and its namespace end here
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			errc <- err
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
+	}()
+	require.NoError(t, <-errc)
+}
+
+// A volume of this uid mounted open to everyone (a Kubernetes emptyDir is
+// mode 0777) is claimed: closed to others first, then cleared of what
+// other uids put in it, without following their links; infera-exec's
+// own files in it stay. A directory open on purpose (no mount of its
+// own) and another uid's volume are not claimed, and stay refused.
+func TestClaimTakesAnOpenVolume(t *testing.T) {
+	base := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	require.NoError(t, os.WriteFile(victim, []byte("root's\n"), 0o644))
+	const other = 65534
+	inMountNamespace(t, func() error {
+		state := filepath.Join(base, "state")
+		if err := os.Mkdir(state, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", state, "tmpfs", 0, "mode=0777"); err != nil {
+			return err
+		}
+		defer unix.Unmount(state, unix.MNT_DETACH)
+		// What another uid of the pod put there while it was open, and
+		// what an earlier start of infera-exec wrote.
+		// (No require here: this is not the test's goroutine.)
+		for _, p := range []struct {
+			path string
+			mk   func(string) error
+		}{
+			{"planted.so", func(p string) error { return os.WriteFile(p, nil, 0o644) }},
+			{"rdma", func(p string) error { return os.Mkdir(p, 0o777) }},
+			{"rdma/libionic-rdmav34.so", func(p string) error { return os.WriteFile(p, nil, 0o644) }},
+			{"report.json", func(p string) error { return os.Symlink(victim, p) }},
+		} {
+			if err := p.mk(filepath.Join(state, p.path)); err != nil {
+				return err
+			}
+			if err := os.Lchown(filepath.Join(state, p.path), other, other); err != nil {
+				return err
+			}
+		}
+		ours := filepath.Join(state, "patches-0123456789abcdef.json")
+		if err := os.WriteFile(ours, []byte("{}"), 0o644); err != nil {
+			return err
+		}
+
+		dir, claimed, refused := Pick(state)
+		if !assert.Equal(t, state, dir, "refused: %v", refused) {
+			return nil
+		}
+		joined := strings.Join(claimed, "\n")
+		assert.Contains(t, joined, "mode 0777); made it 0755")
+		for _, n := range []string{"planted.so", "rdma", "report.json"} {
+			assert.Contains(t, joined, "removed "+n+", owned by uid 65534")
+			assert.NoFileExists(t, filepath.Join(state, n))
+			assert.NoDirExists(t, filepath.Join(state, n))
+		}
+		assert.FileExists(t, ours, "infera-exec's own file stays")
+		b, err := os.ReadFile(victim)
+		if err != nil {
+			return err
+		}
+		assert.Equal(t, "root's\n", string(b), "the link's target is untouched")
+		fi, err := os.Stat(state)
+		if err != nil {
+			return err
+		}
+		assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm())
+
+		_, claimed, _ = Pick(state)
+		assert.Empty(t, claimed, "claimed once")
+
+		// Open on purpose, no mount of its own: refused as before.
+		open := filepath.Join(base, "open")
+		if err := os.Mkdir(open, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chmod(open, 0o777); err != nil {
+			return err
+		}
+		dir, claimed, refused = Pick(open)
+		assert.Empty(t, dir)
+		assert.Empty(t, claimed)
+		if assert.Len(t, refused, 1) {
+			assert.ErrorContains(t, refused[0], "can be written by group or others (mode 0777)")
+		}
+
+		// Another uid's volume: refused as before.
+		theirs := filepath.Join(base, "theirs")
+		if err := os.Mkdir(theirs, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", theirs, "tmpfs", 0, "mode=0777,uid=65534"); err != nil {
+			return err
+		}
+		defer unix.Unmount(theirs, unix.MNT_DETACH)
+		dir, claimed, refused = Pick(theirs)
+		assert.Empty(t, dir)
+		assert.Empty(t, claimed)
+		if assert.Len(t, refused, 1) {
+			assert.ErrorContains(t, refused[0], "owned by uid 65534")
+		}
+		return nil
+	})
 }
