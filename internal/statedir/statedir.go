@@ -72,8 +72,9 @@ func Pick(explicit string) (dir string, claimed []string, refused []error) {
 // someone else could change.
 func Claim(path string) []string {
 	path = filepath.Clean(path)
-	if !filepath.IsAbs(path) || path == "/" {
-		return nil
+	var st unix.Stat_t
+	if !filepath.IsAbs(path) || path == "/" || unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Mode&0o022 == 0 {
+		return nil // the usual case, at one stat: nothing to claim (what is there is judged from descriptors below)
 	}
 	pfd, err := openSafe(filepath.Dir(path))
 	if err != nil {
@@ -85,7 +86,6 @@ func Claim(path string) []string {
 		return nil
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
 	euid := uint32(unix.Geteuid())
 	if unix.Fstat(fd, &st) != nil || st.Uid != euid || st.Mode&0o022 == 0 || !mountRoot(fd, pfd, &st) {
 		return nil
