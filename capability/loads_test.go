@@ -1,7 +1,8 @@
 package capability_test
 
 import (
-	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/capability"
-	"github.com/infera/infera-exec/internal/elfhdr"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
@@ -141,19 +141,25 @@ func TestCheckLoadsOnANewMount(t *testing.T) {
 	require.False(t, capability.CheckLoads(in).Cached, "an index with other bytes kept the verdict")
 }
 
+// largeLibrary is a real library over fileid.SmallFile with a GNU build
+// ID (libssl3's libcrypto.so.3): its bytes and that ID.
+func largeLibrary(t testing.TB) ([]byte, []byte) {
+	t.Helper()
+	const real = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
+	data, id, err := fixture.ELFBuildID(real)
+	if errors.Is(err, fs.ErrNotExist) && os.Getenv("INFERA_REQUIRE_FIXTURES") != "1" {
+		t.Skipf("fixture %s is absent (install libssl3): %v; set INFERA_REQUIRE_FIXTURES=1 to make this a failure", real, err)
+	}
+	require.NoError(t, err)
+	require.Greater(t, len(data), fileid.SmallFile)
+	return data, id
+}
+
 // A library over fileid.SmallFile is kept by its GNU build ID, not read
 // whole: a new mount of the same image keeps the verdict; another build
 // with the same size and modification time does not.
 func TestCheckLoadsKeepsALargeLibraryByItsBuildID(t *testing.T) {
-	const real = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3"
-	data, err := os.ReadFile(real)
-	if err != nil {
-		if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
-			t.Fatalf("fixture %s: %v (INFERA_REQUIRE_FIXTURES=1)", real, err)
-		}
-		t.Skipf("fixture %s is absent (install libssl3): %v; set INFERA_REQUIRE_FIXTURES=1 to make this a failure", real, err)
-	}
-	require.Greater(t, len(data), fileid.SmallFile)
+	data, id := largeLibrary(t)
 	tree, cache := t.TempDir(), t.TempDir()
 	lib := filepath.Join(tree, "lib")
 	big := filepath.Join(lib, "libcrypto.so.3")
@@ -170,12 +176,6 @@ func TestCheckLoadsKeepsALargeLibraryByItsBuildID(t *testing.T) {
 	remount(t, big, data)
 	assert.True(t, capability.CheckLoads(in).Cached, "the same library on a new mount dropped the verdict")
 
-	f, err := elfhdr.Read(bytes.NewReader(data), int64(len(data)))
-	require.NoError(t, err)
-	id, ok := f.BuildID(bytes.NewReader(data), int64(len(data)))
-	require.True(t, ok, "%s has a GNU build ID", real)
-	rebuilt := bytes.Clone(data)
-	rebuilt[bytes.Index(rebuilt, id)] ^= 0xff
-	remount(t, big, rebuilt)
+	remount(t, big, fixture.Rebuilt(data, id))
 	assert.False(t, capability.CheckLoads(in).Cached, "another build with the same size and mtime kept the verdict")
 }

@@ -1,7 +1,6 @@
 package patches
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -15,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/internal/elfhdr"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -600,7 +599,7 @@ func TestResolvedKeyTakesTheInterpreterByItsBuildID(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3)
 	stdlib, minor, real := lines[0], lines[1], lines[2]
-	binary, err := os.ReadFile(real)
+	binary, id, err := fixture.ELFBuildID(real)
 	require.NoError(t, err)
 	prefix := t.TempDir()
 	version := "3." + minor
@@ -644,13 +643,7 @@ func TestResolvedKeyTakesTheInterpreterByItsBuildID(t *testing.T) {
 	remountAs(binary)
 	assert.Equal(t, first, key(), "a new mount of the same interpreter keeps the key")
 
-	f, err := elfhdr.Read(bytes.NewReader(binary), int64(len(binary)))
-	require.NoError(t, err)
-	id, ok := f.BuildID(bytes.NewReader(binary), int64(len(binary)))
-	require.True(t, ok, "%s has a GNU build ID", real)
-	rebuilt := bytes.Clone(binary)
-	rebuilt[bytes.Index(rebuilt, id)] ^= 0xff
-	remountAs(rebuilt)
+	remountAs(fixture.Rebuilt(binary, id))
 	assert.NotEqual(t, first, key(), "another build with the same size and mtime changes the key")
 }
 

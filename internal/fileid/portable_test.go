@@ -3,15 +3,16 @@ package fileid
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/infera/infera-exec/internal/elfhdr"
 )
 
 // remount gives path a new inode and change time and its old modification
@@ -176,18 +177,12 @@ func TestSumCapsTheRead(t *testing.T) {
 func interpreterBytes(t *testing.T) ([]byte, []byte) {
 	t.Helper()
 	const exe = "/usr/bin/python3"
-	b, err := os.ReadFile(exe)
-	if err != nil {
-		if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
-			t.Fatalf("fixture %s: %v (INFERA_REQUIRE_FIXTURES=1)", exe, err)
-		}
+	b, id, err := fixture.ELFBuildID(exe)
+	if errors.Is(err, fs.ErrNotExist) && os.Getenv("INFERA_REQUIRE_FIXTURES") != "1" {
 		t.Skipf("fixture %s is absent (install python3): %v; set INFERA_REQUIRE_FIXTURES=1 to make this a failure", exe, err)
 	}
-	require.Greater(t, len(b), SmallFile, "the interpreter is a large file")
-	h, err := elfhdr.Read(bytes.NewReader(b), int64(len(b)))
 	require.NoError(t, err)
-	id, ok := h.BuildID(bytes.NewReader(b), int64(len(b)))
-	require.True(t, ok, "%s has a GNU build ID", exe)
+	require.Greater(t, len(b), SmallFile, "the interpreter is a large file")
 	return b, id
 }
 
@@ -216,11 +211,7 @@ func TestSumListTakesALargeELFByItsBuildID(t *testing.T) {
 	_, held = Check(p, true, id, read, nil)
 	assert.True(t, held, "as does the sum of the bytes read")
 
-	rebuilt := bytes.Clone(content)
-	at := bytes.Index(rebuilt, buildID)
-	require.GreaterOrEqual(t, at, 0)
-	rebuilt[at] ^= 0xff
-	remount(t, p, rebuilt)
+	remount(t, p, fixture.Rebuilt(content, buildID))
 	now, _, _, _ = SumList(p, true, LargeByBuildID, nil)
 	assert.NotEqual(t, sum, now)
 	_, held = Check(p, true, id, sum, nil)
