@@ -585,28 +585,18 @@ func ruleMicros(b *testing.B, report string) (int, int64) {
 	return n, us
 }
 
-// imageInterpreter copies Debian's interpreter into root (bin/python3.X,
-// with lib a link to /usr/lib, where its standard library is) and returns
-// its path inside root.
+// imageInterpreter copies Debian's interpreter into root
+// (fixture.PythonPrefix) and returns its path inside root.
 func imageInterpreter(b *testing.B, root string) string {
 	real, err := filepath.EvalSymlinks("/usr/bin/python3")
 	if err != nil {
 		b.Fatalf("the Kubernetes rows need Debian's python3: %v", err)
 	}
-	data, err := os.ReadFile(real)
+	exe, err := fixture.PythonPrefix(real, root)
 	if err != nil {
 		b.Fatal(err)
 	}
-	rel := filepath.Join("bin", filepath.Base(real))
-	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, rel), data, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Symlink("/usr/lib", filepath.Join(root, "lib")); err != nil {
-		b.Fatal(err)
-	}
+	rel, _ := filepath.Rel(root, exe)
 	return rel
 }
 

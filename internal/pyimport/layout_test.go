@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/stretchr/testify/require"
 )
 
@@ -59,20 +60,14 @@ func TestPthFiles(t *testing.T) {
 		require.NoError(t, os.MkdirAll(bin, 0o755))
 		real, home := base, filepath.Dir(base)
 		if copied {
-			home = filepath.Join(root, "real", "bin")
-			real = filepath.Join(home, filepath.Base(base))
-			data, err := os.ReadFile(base)
+			var err error
+			real, err = fixture.PythonPrefix(base, filepath.Join(root, "real"))
 			require.NoError(t, err)
-			mustWrite(real, string(data))
-			require.NoError(t, os.Chmod(real, 0o755))
-			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(base)), "lib"), filepath.Join(root, "real", "lib")))
+			home = filepath.Dir(real)
 		}
 		exe = filepath.Join(bin, "python3")
 		if exeCopied {
-			data, err := os.ReadFile(real)
-			require.NoError(t, err)
-			mustWrite(exe, string(data))
-			require.NoError(t, os.Chmod(exe, 0o755))
+			require.NoError(t, fixture.CopyFile(real, exe, 0o755))
 		} else {
 			require.NoError(t, os.Symlink(real, exe))
 		}
@@ -125,18 +120,14 @@ func TestPthFiles(t *testing.T) {
 // that a key holds its absence.
 func TestBuildDirectoryMarkers(t *testing.T) {
 	base := realPython(t)
-	data, err := os.ReadFile(base)
-	require.NoError(t, err)
 	for _, marker := range []string{"pybuilddir.txt", "Modules/Setup.local"} {
 		t.Run(marker, func(t *testing.T) {
 			root := t.TempDir()
-			home := filepath.Join(root, "real", "bin")
-			mustWrite(filepath.Join(home, filepath.Base(base)), string(data))
-			require.NoError(t, os.Chmod(filepath.Join(home, filepath.Base(base)), 0o755))
-			require.NoError(t, os.Symlink(filepath.Join(filepath.Dir(filepath.Dir(base)), "lib"), filepath.Join(root, "real", "lib")))
+			copied, err := fixture.PythonPrefix(base, filepath.Join(root, "real"))
+			require.NoError(t, err)
+			home := filepath.Dir(copied)
 			exe := filepath.Join(root, "venv", "bin", "python3")
-			mustWrite(exe, string(data))
-			require.NoError(t, os.Chmod(exe, 0o755))
+			require.NoError(t, fixture.CopyFile(base, exe, 0o755))
 			cfg := "home = " + home + "\ninclude-system-site-packages = false\n"
 			mustWrite(filepath.Join(root, "venv", "pyvenv.cfg"), cfg)
 			q := Query{Argv: []string{exe, "-c", "pass"}, Path: exe, Env: func(string) (string, bool) { return "", false }, Cwd: "/"}
