@@ -230,7 +230,9 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 	// part of the key (the options change it).
 	rl := *l
 	rl.Python, rl.listed = a.Interpreter, a.Listed
-	if inputs, ok := rl.probeInputs(loc); ok {
+	// No start files: the resolver looks for them itself at every start,
+	// and is not certain when one is there.
+	if inputs, ok := rl.probeInputs(loc, nil); ok {
 		loc.Fingerprint = fingerprint(settings+"\x00resolved:"+a.Interpreter+"\x00"+strings.Join(a.SysPath, "\x00"), inputs)
 	}
 	loc.Took = time.Since(start).Round(time.Microsecond).String()
@@ -269,7 +271,7 @@ func (l *engineLocator) probe(ctx context.Context, names []string, settings stri
 	if l.Dists != nil {
 		loc.fillVersions(l.Dists, l.Dir)
 	}
-	inputs, ok := l.probeInputs(loc)
+	inputs, ok := l.probeInputs(loc, pyimport.StartFiles(l.Python))
 	if ok {
 		loc.Fingerprint = fingerprint(settings, inputs)
 	}
@@ -391,9 +393,9 @@ func (l *engineLocator) settings(names []string) string {
 // probe's answer, with its identity now:
 //
 //   - the interpreter (the link and what it names), the pyvenv.cfg
-//     files beside it, which decide the site directories, and the files
-//     getpath looks for before it computes sys.path (._pth files, build
-//     directory markers: pyimport.StartFiles);
+//     files beside it, which decide the site directories, and
+//     startFiles, the files getpath looks for before it computes sys.path
+//     (._pth files, build directory markers: pyimport.StartFiles);
 //   - the working directory and each sys.path entry: adding, removing or
 //     renaming anything in a directory (a package, a .pth file, an
 //     editable finder, a dist-info) moves its mtime and ctime;
@@ -412,7 +414,7 @@ func (l *engineLocator) settings(names []string) string {
 // than read whole (fileid.SumList), which a new mount of the same image
 // keeps. ok is false when some input cannot be stat'ed (then nothing is
 // cached).
-func (l *engineLocator) probeInputs(loc *Location) ([]cachedIdentity, bool) {
+func (l *engineLocator) probeInputs(loc *Location, startFiles []string) ([]cachedIdentity, bool) {
 	var out []cachedIdentity
 	type seenKey struct {
 		path string
@@ -449,8 +451,8 @@ func (l *engineLocator) probeInputs(loc *Location) ([]cachedIdentity, bool) {
 	pyDir := filepath.Dir(l.Python)
 	add(filepath.Join(pyDir, "pyvenv.cfg"))
 	add(filepath.Join(filepath.Dir(pyDir), "pyvenv.cfg"))
-	for _, p := range pyimport.StartFiles(l.Python) {
-		add(p) // ._pth files and build markers: absent, unless the probe answered with one
+	for _, p := range startFiles {
+		add(p) // absent, unless the probe answered with one there
 	}
 	add(l.Dir)
 	scanned := map[string]bool{}
