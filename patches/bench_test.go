@@ -11,6 +11,12 @@ import (
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
+// benchMinor is the CPython minor the benchmarks' runs know, as every
+// start does (the ABI family's): without one the importer would look for
+// extension modules of any CPython tag, by a glob and a regular
+// expression per name, which no start does.
+const benchMinor = 11
+
 // benchEngine is the real-sized vLLM install of `make bench` (see
 // fixture.EngineInstall), located offline, with the built-in set.
 func benchEngine(b *testing.B) (string, map[string][]byte, *patchdef.Set, *Location) {
@@ -46,7 +52,7 @@ func BenchmarkApplyPending(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		for _, r := range applySet(set, loc, options{}) {
+		for _, r := range applySet(set, loc, options{PyMinor: benchMinor}) {
 			if r.Action == "failed" || (r.Package == "vllm" && r.State != patchdef.Applied && r.State != patchdef.NotApplicable) {
 				b.Fatalf("%s: %s %s: %s", r.ID, r.State, r.Action, r.Why)
 			}
@@ -58,10 +64,10 @@ func BenchmarkApplyPending(b *testing.B) {
 // already applied, each file read and evaluated, nothing written.
 func BenchmarkEvaluateApplied(b *testing.B) {
 	_, _, set, loc := benchEngine(b)
-	applySet(set, loc, options{})
+	applySet(set, loc, options{PyMinor: benchMinor})
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, r := range applySet(set, loc, options{DryRun: true}) {
+		for _, r := range applySet(set, loc, options{DryRun: true, PyMinor: benchMinor}) {
 			if r.Package == "vllm" && r.State != patchdef.Applied && r.State != patchdef.NotApplicable {
 				b.Fatalf("%s: %s: %s", r.ID, r.State, r.Why)
 			}
@@ -122,7 +128,7 @@ func BenchmarkScaling(b *testing.B) {
 					}
 				}
 				b.StartTimer()
-				for _, r := range applySet(set, loc, options{}) {
+				for _, r := range applySet(set, loc, options{PyMinor: benchMinor}) {
 					if r.State != patchdef.Applied || r.Action != "applied" {
 						b.Fatalf("%s: %s %s: %s", r.ID, r.State, r.Action, r.Why)
 					}
@@ -132,9 +138,9 @@ func BenchmarkScaling(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("applied/defs=%d", n), func(b *testing.B) {
 			_, set, loc := scalingTree(b, n)
-			applySet(set, loc, options{})
+			applySet(set, loc, options{PyMinor: benchMinor})
 			for b.Loop() {
-				for _, r := range applySet(set, loc, options{DryRun: true}) {
+				for _, r := range applySet(set, loc, options{DryRun: true, PyMinor: benchMinor}) {
 					if r.State != patchdef.Applied {
 						b.Fatalf("%s: %s: %s", r.ID, r.State, r.Why)
 					}
