@@ -214,10 +214,9 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		plans[i].lockErr = lockErr
 	}
 	if !opt.DryRun {
-		// One read buffer for the run's read-backs and, later, the
-		// record's confirmations (writeRecord): its pages are touched once.
-		seen.buf = make([]byte, 64<<10)
-		commitGroups(groupsOf(plans, v), set, plans, results, seen.buf)
+		// One read buffer for the run's read-backs: its pages are touched
+		// once.
+		commitGroups(groupsOf(plans, v), set, plans, results, make([]byte, 64<<10))
 	}
 	for i, p := range plans {
 		if p == nil {

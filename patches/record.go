@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -31,7 +30,7 @@ import (
 // is not ours alone) runs the full check, never a shortcut to "applied".
 
 // recordVersion changes with the record's format or meaning.
-const recordVersion = "3"
+const recordVersion = "4"
 
 // record is kept as JSON: it is read on every restart.
 type record struct {
@@ -56,12 +55,12 @@ type recordedFile struct {
 	// regular file, a directory, absent), counts: a name the import
 	// system tries before an edited module's file.
 	Type bool `json:"type,omitempty"`
-
-	// confirm reads the path again, once the clock has passed ID's change
-	// time, and says whether it still holds what this run verified, with
-	// the identity seen around that reading (see writeRecord); nil when
-	// it cannot be confirmed.
-	confirm func(buf []byte) (identity, bool)
+	// Unsettled: ID was taken before the file clock had passed its change
+	// time (fileid.SettledAt), so a second write within that tick could
+	// have left it equal: the next start confirms the path by Sum (a
+	// __pycache__ directory: checks the edited modules' bytecode again)
+	// even when its identity is unchanged.
+	Unsettled bool `json:"unsettled,omitempty"`
 }
 
 // typeOnly is the part of an identity a Type entry compares.
@@ -80,41 +79,9 @@ type observed struct {
 	files      []recordedFile
 	seen       map[string]bool
 	incomplete bool
-	// The __pycache__ entries: their index in files, and the edited
-	// modules whose bytecode is in each.
-	pycIndex   map[string]int
-	pycModules map[string][]string
 	// results are what the record keeps when they differ from the run's
 	// (a patch the run wrote, as a restart would find it); nil: the run's.
 	results []Result
-	// buf is the run's read buffer (its read-backs'), for the record's
-	// confirmations; nil for a run that wrote nothing.
-	buf []byte
-}
-
-// confirmSum confirms a path by its Sum.
-func confirmSum(path, sum string) func([]byte) (identity, bool) {
-	return func([]byte) (identity, bool) {
-		got, id, ok := fileid.Sum(path, false, nil)
-		return id, ok && got == sum
-	}
-}
-
-// confirmPyCache confirms a __pycache__ directory: between two equal
-// identities of it, no bytecode of the modules that could run instead of
-// their edited source (what a start removes) is in it.
-func confirmPyCache(dir string, modules []string) (identity, bool) {
-	before, ok := fileid.Lstat(dir)
-	if !ok {
-		return before, false
-	}
-	for _, m := range modules {
-		if _, stuck := removePycs(m, false, true, nil); len(stuck) > 0 {
-			return before, false
-		}
-	}
-	after, ok := fileid.Lstat(dir)
-	return after, ok && after == before
 }
 
 func (o *observed) add(pkg Package, r Result, fs *files) {
@@ -132,7 +99,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		return
 	}
 	if o.seen == nil {
-		o.seen, o.pycIndex, o.pycModules = map[string]bool{}, map[string]int{}, map[string][]string{}
+		o.seen = map[string]bool{}
 	}
 	paths := make([]string, 0, len(fs.m))
 	for p := range fs.m {
@@ -151,9 +118,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			if d := t.disk; d != nil {
 				// A verified identity is the one of the content the run
 				// planned last: what it read, or wrote and read back.
-				content := d.cur
 				f.Sum = d.sum()
-				f.confirm = func(buf []byte) (identity, bool) { return readsAs(p, content, buf) }
 			}
 			o.files = append(o.files, f)
 		}
@@ -184,7 +149,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		if !ok {
 			o.incomplete = true
 		}
-		o.files = append(o.files, recordedFile{Path: d, ID: id, Sum: sum, confirm: confirmSum(d, sum)})
+		o.files = append(o.files, recordedFile{Path: d, ID: id, Sum: sum})
 	}
 	for _, e := range r.Edits {
 		if e.State == patchdef.NotApplicable || !strings.HasSuffix(e.Path, ".py") {
@@ -197,14 +162,8 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			if !ok {
 				o.incomplete = true
 			}
-			o.pycIndex[pc] = len(o.files)
 			o.files = append(o.files, recordedFile{Path: pc, ID: id, PyCache: true})
 		}
-		// The bytecode of every edited module in it is checked again.
-		f := &o.files[o.pycIndex[pc]]
-		modules := append(o.pycModules[pc], e.Path)
-		o.pycModules[pc] = modules
-		f.confirm = func([]byte) (identity, bool) { return confirmPyCache(pc, modules) }
 	}
 }
 
@@ -252,52 +211,29 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		if seen.results != nil {
 			kept = seen.results
 		}
-		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start, seen.buf)
+		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start)
 	}
 	return res
 }
 
-// settleWait bounds how long a start waits for the clock to pass the
-// change times of the files it has just written, so that it can record
-// them: a few ticks of the coarse clock, whatever the kernel's HZ.
-const settleWait = 25 * time.Millisecond
-
-// writeRecord keeps rec. An identity taken by a read that began at start
-// or later vouches for the bytes read only when the clock had passed the
-// file's change time then (fileid.SettledAt): otherwise a second write
-// within the same tick could leave every field equal. Such a file (this
-// very run's writes, a __pycache__ it cleaned) is read again once the
-// clock has passed it (a bounded wait), and recorded with the identity
-// seen around that confirming read; one that cannot be confirmed leaves
-// the run unrecorded, and the next start runs the full check. Best
-// effort: without a record the next start runs the full check. buf is a
-// read buffer to confirm through (nil: one is made when needed).
-func writeRecord(file string, rec record, start fileid.Tick, buf []byte) {
-	var racy []int
-	var ids []identity
-	for i, f := range rec.Files {
-		if !f.ID.SettledAt(start) {
-			if f.confirm == nil {
-				return
-			}
-			racy = append(racy, i)
-			ids = append(ids, f.ID)
-		}
-	}
-	if len(racy) > 0 {
-		if _, ok := fileid.WaitSettled(ids, settleWait); !ok {
+// writeRecord keeps rec, without waiting for the clock. An identity
+// taken by a read that began at start or later vouches for the bytes read
+// only when the clock had passed the file's change time then
+// (fileid.SettledAt): otherwise a second write within the same tick could
+// leave every field equal. Such an entry (this very run's writes, a
+// __pycache__ it cleaned, a file changed just before the start) is kept
+// Unsettled, with the Sum that stands for its content, and the next start
+// confirms it by reading it (a __pycache__: by checking the edited
+// modules' bytecode) and renews the record; a run that consulted an
+// unsettled path it cannot confirm that way is not recorded. Best effort:
+// without a record the next start runs the full check.
+func writeRecord(file string, rec record, start fileid.Tick) {
+	rec.Files = append([]recordedFile(nil), rec.Files...)
+	for i := range rec.Files {
+		f := &rec.Files[i]
+		f.Unsettled = !f.ID.SettledAt(start)
+		if f.Unsettled && !f.PyCache && f.Sum == "" {
 			return
-		}
-		if buf == nil {
-			buf = make([]byte, 64<<10)
-		}
-		for _, i := range racy {
-			f := &rec.Files[i]
-			at := fileid.Now()
-			id, ok := f.confirm(buf)
-			if !ok || id != f.ID || !id.SettledAt(at) {
-				return
-			}
 		}
 	}
 	rec.Results = append([]Result(nil), rec.Results...)
@@ -350,7 +286,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		switch {
 		case !ok:
 			return nil, false
-		case id == f.ID:
+		case id == f.ID && !f.Unsettled:
 		case f.PyCache:
 			if pycDirs == nil {
 				pycDirs = map[string]bool{}
@@ -358,13 +294,18 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			pycDirs[f.Path] = true
 			rec.Files[i].ID = id
 		default:
-			id, ok := fileid.Check(f.Path, false, f.ID, f.Sum, buf)
+			if id == f.ID {
+				id, ok = fileid.Confirm(f.Path, false, f.Sum, buf) // unsettled
+			} else {
+				id, ok = fileid.Check(f.Path, false, f.ID, f.Sum, buf)
+			}
 			if !ok {
 				return nil, false
 			}
-			// Confirmed by content: renewed only when settled, as any
-			// identity written to a record (no confirming read here).
-			rec.Files[i].ID, renew = id, true
+			// Confirmed by content: kept as seen, and unsettled again
+			// when the clock had not passed it at this start.
+			rec.Files[i].ID = id
+			renew = renew || id != f.ID || id.SettledAt(start)
 		}
 	}
 	res := rec.Results
@@ -396,7 +337,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 				rec.Files[i].ID, _ = fileid.Lstat(f.Path)
 			}
 		}
-		writeRecord(file, rec, start, nil)
+		writeRecord(file, rec, start)
 	}
 	return res, true
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -333,6 +332,19 @@ func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Id
 	if sum == "" || cur.Portable() != want.Portable() {
 		return cur, false
 	}
+	id, ok := Confirm(path, follow, sum, buf)
+	return id, ok && id.Portable() == want.Portable()
+}
+
+// Confirm reports whether path holds what sum (its Sum) was taken of,
+// reading it now whatever its identity, and returns the identity it had
+// while it was read: for an identity that cannot vouch for the bytes by
+// itself (a new mount's, or one taken within its change time's clock
+// tick, see SettledAt).
+func Confirm(path string, follow bool, sum string, buf *Buffer) (Identity, bool) {
+	if sum == "" {
+		return Identity{}, false
+	}
 	// Summed now as it was then: by its build ID when that was kept.
 	kept := sum
 	if _, after, found := strings.Cut(sum, "\x00"); found {
@@ -343,7 +355,7 @@ func Check(path string, follow bool, want Identity, sum string, buf *Buffer) (Id
 		large = LargeByBuildID
 	}
 	got, id, _, ok := SumList(path, follow, large, buf)
-	return id, ok && got == sum && id.Portable() == want.Portable()
+	return id, ok && got == sum
 }
 
 // Tick is a reading of the clock file times are taken from
@@ -387,43 +399,6 @@ func granularity(t int64) int64 {
 func (id Identity) SettledAt(at Tick) bool {
 	return id.Absent || int64(at) >= id.Ctime+granularity(id.Ctime)
 }
-
-// WaitSettled waits until the clock has passed the change time of every
-// id by its granularity, or for no more than limit; the tick it reached,
-// and whether all are settled at it. The answer is always decided on a
-// reading of the clock taken after the last look at the deadline: a
-// process descheduled past the deadline between the two (a loaded
-// machine) reads the clock again rather than giving up on a stale tick.
-func WaitSettled(ids []Identity, limit time.Duration) (Tick, bool) {
-	var need int64
-	for _, id := range ids {
-		if !id.Absent {
-			need = maxInt(need, id.Ctime+granularity(id.Ctime))
-		}
-	}
-	deadline := wallNow().Add(limit)
-	for {
-		expired := wallNow().After(deadline)
-		now := Now()
-		if int64(now) >= need {
-			return now, true
-		}
-		left := time.Duration(need - int64(now))
-		if expired || left > limit {
-			return now, false
-		}
-		// The coarse clock moves a tick at a time (1 to 10 ms): poll it
-		// a few times a tick, not in a spin.
-		time.Sleep(min(max(left, settlePoll), time.Millisecond))
-	}
-}
-
-// wallNow is time.Now; a variable so tests can deschedule WaitSettled.
-var wallNow = time.Now
-
-// settlePoll is the shortest sleep between two readings of the clock in
-// WaitSettled.
-const settlePoll = 200 * time.Microsecond
 
 func maxInt(a, b int64) int64 {
 	if a > b {

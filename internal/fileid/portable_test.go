@@ -117,44 +117,24 @@ func TestGranularity(t *testing.T) {
 	}
 }
 
-// A file just written is settled once the clock passes its change time;
-// WaitSettled waits for that, and no longer than it is allowed to.
-func TestWaitSettled(t *testing.T) {
+// Confirm reads the path whatever its identity: content changed within
+// one clock tick, with every field of the identity equal, is told apart
+// by its Sum alone.
+func TestConfirmReadsEvenAnUnchangedIdentity(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	id, _ := Lstat(p)
-	at, ok := WaitSettled([]Identity{id}, time.Second)
-	if !ok || !id.SettledAt(at) {
-		t.Fatalf("not settled at %d (ctime %d)", at, id.Ctime)
-	}
-	far := Identity{Ctime: int64(Now()) + int64(time.Hour) + 1}
-	if _, ok := WaitSettled([]Identity{far}, time.Millisecond); ok {
-		t.Error("an hour ahead is settled within a millisecond")
-	}
-}
+	require.NoError(t, os.WriteFile(p, []byte("planned"), 0o644))
+	sum, id, ok := Sum(p, false, nil)
+	require.True(t, ok)
+	got, ok := Confirm(p, false, sum, nil)
+	assert.True(t, ok)
+	assert.Equal(t, id, got)
 
-// A process descheduled past the deadline, between reading the clock and
-// looking at the deadline, decides on a fresh reading of the clock, not
-// on the one from before it was descheduled (a loaded machine, where a
-// first start's record was otherwise skipped now and then).
-func TestWaitSettledRereadsTheClockPastTheDeadline(t *testing.T) {
-	calls := 0
-	wallNow = func() time.Time {
-		calls++
-		if calls == 1 {
-			return time.Now() // the deadline is set
-		}
-		time.Sleep(20 * time.Millisecond) // descheduled: the coarse clock moves on meanwhile
-		return time.Now().Add(time.Hour)
-	}
-	t.Cleanup(func() { wallNow = time.Now })
-	id := Identity{Ctime: int64(Now()) | 1} // changed in this very tick (an odd stamp: a granularity of 1 ns)
-	at, ok := WaitSettled([]Identity{id}, 10*time.Millisecond)
-	if !ok || !id.SettledAt(at) {
-		t.Fatalf("gave up at %d on a change at %d that the clock has passed", at, id.Ctime)
-	}
+	other := SumBytes([]byte("written"))
+	got, ok = Confirm(p, false, other, nil)
+	assert.False(t, ok, "the bytes are not those of the sum, though the identity is the same")
+	assert.Equal(t, id, got)
+	_, ok = Confirm(p, false, "", nil)
+	assert.False(t, ok, "no sum confirms nothing")
 }
 
 // A file larger than maxSum has no Sum (what depends on it is checked in
