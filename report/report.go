@@ -106,35 +106,70 @@ func (r *Report) Has(s Section) bool {
 // fields in pass order, then what the pass did (env_changes to outcome).
 // Secrets are redacted by the types that hold them (Argv, Env, Changes).
 func (r *Report) MarshalJSON() ([]byte, error) {
-	head, err := json.Marshal(&reportHead{r.Schema, r.Tool, r.Mode, r.Started, r.PID, r.UID, r.GID, r.Args, r.Config})
-	if err != nil {
-		return nil, err
-	}
-	tail, err := json.Marshal(&reportTail{r.EnvChanges, r.Log, r.Timings, r.Resources, r.Outcome})
-	if err != nil {
-		return nil, err
-	}
 	var b bytes.Buffer
-	b.Write(head[:len(head)-1]) // without its closing brace
+	if err := r.encode(&b, false); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// encode writes MarshalJSON's document to b, or, when indent is set,
+// the document json.MarshalIndent(r, "", "  ") gives, and a newline.
+// Every member goes through one encoder straight into b, which therefore
+// holds the only copy of the document: no member is encoded into a buffer
+// of its own, and the whole is not compacted and indented again.
+func (r *Report) encode(b *bytes.Buffer, indent bool) error {
+	enc := json.NewEncoder(b)
+	top, member, colon := func() {}, func() {}, ":"
+	if indent {
+		top = func() { enc.SetIndent("", "  ") }      // the head's and tail's members
+		member = func() { enc.SetIndent("  ", "  ") } // a section's value, one level down
+		colon = ": "
+	}
+	// The head's members end the object's first part: its closing
+	// brace goes, with the newlines the encoder put before and after it.
+	top()
+	if err := enc.Encode(&reportHead{r.Schema, r.Tool, r.Mode, r.Started, r.PID, r.UID, r.GID, r.Args, r.Config}); err != nil {
+		return err
+	}
+	b.Truncate(b.Len() - len("}\n"))
+	if indent {
+		b.Truncate(b.Len() - len("\n"))
+	}
+	member()
 	for _, s := range r.Sections {
 		for _, f := range s.Fields() {
 			if isNil(f.Value) {
 				continue
 			}
-			v, err := json.Marshal(f.Value)
-			if err != nil {
-				return nil, fmt.Errorf("report field %s: %w", f.Key, err)
-			}
 			k, _ := json.Marshal(f.Key)
 			b.WriteByte(',')
+			if indent {
+				b.WriteString("\n  ")
+			}
 			b.Write(k)
-			b.WriteByte(':')
-			b.Write(v)
+			b.WriteString(colon)
+			if err := enc.Encode(f.Value); err != nil {
+				return fmt.Errorf("report field %s: %w", f.Key, err)
+			}
+			b.Truncate(b.Len() - len("\n"))
 		}
 	}
+	// The tail's members follow, without its opening brace ("log" is
+	// always there).
+	top()
 	b.WriteByte(',')
-	b.Write(tail[1:]) // without its opening brace; "log" is always there
-	return b.Bytes(), nil
+	at := b.Len()
+	if err := enc.Encode(&reportTail{r.EnvChanges, r.Log, r.Timings, r.Resources, r.Outcome}); err != nil {
+		return err
+	}
+	tail := b.Bytes()[at:]
+	copy(tail, tail[1:])
+	b.Truncate(b.Len() - 1)
+	if !indent {
+		b.Truncate(b.Len() - len("\n"))
+	}
+	return nil
 }
 
 // reportHead is the report's first members, before the sections.
@@ -270,12 +305,17 @@ const (
 // Marshal renders r as indented JSON, secrets redacted (see RedactArgs),
 // and a newline.
 func Marshal(r *Report) ([]byte, error) {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	b.Grow(reportSize)
+	if err := r.encode(&b, true); err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	return b.Bytes(), nil
 }
+
+// reportSize is room for a start's report (about 26 KB with the engine
+// patches): one buffer, whose pages are touched only as far as written.
+const reportSize = 64 << 10
 
 // Write stores r for operators at path, or, when path is empty, as
 // report.json in stateDir, the state directory the run picked (noState

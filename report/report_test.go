@@ -404,3 +404,60 @@ func TestReadResources(t *testing.T) {
 	require.NotNil(t, r)
 	assert.Positive(t, r.PeakRSSKB)
 }
+
+// TestMarshalIsTheIndentedDocument: the report file, written member by
+// member through one encoder into one buffer, is byte for byte what
+// encoding/json's MarshalIndent makes of the compact document
+// (MarshalJSON), and each section's member holds what json.Marshal makes
+// of its value, in pass order between the head's and the tail's members.
+func TestMarshalIsTheIndentedDocument(t *testing.T) {
+	for name, r := range map[string]*Report{"realistic": realisticReport(), "sample": sampleReport(), "explain": withExplainEnv(sampleReport())} {
+		t.Run(name, func(t *testing.T) {
+			got, err := Marshal(r)
+			require.NoError(t, err)
+			want, err := json.MarshalIndent(r, "", "  ")
+			require.NoError(t, err)
+			assert.Equal(t, string(want)+"\n", string(got))
+
+			var keys []string
+			members := map[string]json.RawMessage{}
+			dec := json.NewDecoder(bytes.NewReader(got))
+			_, err = dec.Token() // {
+			require.NoError(t, err)
+			for dec.More() {
+				k, err := dec.Token()
+				require.NoError(t, err)
+				var v json.RawMessage
+				require.NoError(t, dec.Decode(&v))
+				keys = append(keys, k.(string))
+				members[k.(string)] = v
+			}
+			wantKeys := []string{"schema", "tool", "mode", "started", "pid", "uid", "gid", "args"}
+			if r.Config != nil {
+				wantKeys = append(wantKeys, "config")
+			}
+			for _, s := range r.Sections {
+				for _, f := range s.Fields() {
+					v, err := json.Marshal(f.Value)
+					require.NoError(t, err)
+					if string(v) == "null" {
+						continue
+					}
+					wantKeys = append(wantKeys, f.Key)
+					var compact bytes.Buffer
+					require.NoError(t, json.Compact(&compact, members[f.Key]))
+					assert.Equal(t, string(v), compact.String(), f.Key)
+				}
+			}
+			if len(r.EnvChanges) > 0 {
+				wantKeys = append(wantKeys, "env_changes")
+			}
+			wantKeys = append(wantKeys, "log", "timings")
+			if r.Resources != nil {
+				wantKeys = append(wantKeys, "resources")
+			}
+			wantKeys = append(wantKeys, "outcome")
+			assert.Equal(t, wantKeys, keys)
+		})
+	}
+}
