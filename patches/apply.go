@@ -46,6 +46,10 @@ type Result struct {
 	// Recorded: decided from the record of an earlier verified run, every
 	// file's identity unchanged since; no file was read.
 	Recorded bool `json:"recorded,omitempty"`
+	// Replayed: written with the content the record kept, on files that
+	// hold again what the recorded run read (a new container layer of
+	// the same image), without planning; see replay.go.
+	Replayed bool `json:"replayed,omitempty"`
 	// Caveat and Upstream are the definition's: what to know about
 	// keeping the fix on, and where it stands upstream.
 	Caveat   string                   `json:"caveat,omitempty"`
@@ -217,6 +221,11 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		// One read buffer for the run's read-backs: its pages are touched
 		// once.
 		commitGroups(groupsOf(plans, v), set, plans, results, make([]byte, 64<<10))
+		for _, d := range v.changed {
+			if d.finalOK && d.cur != d.data {
+				seen.wrote = append(seen.wrote, d)
+			}
+		}
 	}
 	for i, p := range plans {
 		if p == nil {

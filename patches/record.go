@@ -3,6 +3,7 @@ package patches
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +39,11 @@ type record struct {
 	Key     string         `json:"key"`
 	Files   []recordedFile `json:"files"`
 	Results []Result       `json:"results"`
+	// Wrote: where, in the blob beside the record, the results of the
+	// run that wrote the files that have a Pristine are, as it reported
+	// them, for a start that writes the same again (see replay.go); kept
+	// out of the record, which every restart reads.
+	Wrote *blobRange `json:"wrote,omitempty"`
 }
 
 type recordedFile struct {
@@ -61,6 +67,9 @@ type recordedFile struct {
 	// __pycache__ directory: checks the edited modules' bytecode again)
 	// even when its identity is unchanged.
 	Unsettled bool `json:"unsettled,omitempty"`
+	// Pristine: what the file held before the recorded run wrote it, and
+	// where what it wrote is kept (see replay.go).
+	Pristine *pristineFile `json:"pristine,omitempty"`
 }
 
 // typeOnly is the part of an identity a Type entry compares.
@@ -82,6 +91,8 @@ type observed struct {
 	// results are what the record keeps when they differ from the run's
 	// (a patch the run wrote, as a restart would find it); nil: the run's.
 	results []Result
+	// wrote are the files the run wrote and read back.
+	wrote []*diskFile
 }
 
 func (o *observed) add(pkg Package, r Result, fs *files) {
@@ -211,7 +222,9 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		if seen.results != nil {
 			kept = seen.results
 		}
-		writeRecord(file, record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}, start)
+		rec := record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}
+		keepReplay(&rec, file, res, seen.wrote)
+		writeRecord(file, rec, start)
 	}
 	return res
 }
@@ -236,19 +249,29 @@ func writeRecord(file string, rec record, start fileid.Tick) {
 			return
 		}
 	}
-	rec.Results = append([]Result(nil), rec.Results...)
-	for i := range rec.Results {
-		rec.Results[i].Edits = append([]EditResult(nil), rec.Results[i].Edits...)
-		for j := range rec.Results[i].Edits {
-			rec.Results[i].Edits[j].PycsRemoved = nil
-		}
-	}
+	rec.Results = withoutPycs(rec.Results)
 	b, err := json.Marshal(&rec)
 	if err != nil {
 		return
 	}
 	// No fsync: a record lost or torn by a crash is simply not used.
 	statedir.WriteCache(filepath.Dir(file), filepath.Base(file), b)
+}
+
+// withoutPycs is a copy of results without the bytecode removed, which
+// is the run's own.
+func withoutPycs(results []Result) []Result {
+	if results == nil {
+		return nil
+	}
+	results = append([]Result(nil), results...)
+	for i := range results {
+		results[i].Edits = append([]EditResult(nil), results[i].Edits...)
+		for j := range results[i].Edits {
+			results[i].Edits[j].PycsRemoved = nil
+		}
+	}
+	return results
 }
 
 // fromRecord returns the recorded results when the record is trusted, has
@@ -272,6 +295,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		return nil, false
 	}
 	var pycDirs map[string]bool
+	var replays []int // files that may hold again what the recorded run read
 	buf := &fileid.Buffer{}
 	renew := false
 	for i, f := range rec.Files {
@@ -294,10 +318,17 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			pycDirs[f.Path] = true
 			rec.Files[i].ID = id
 		default:
+			cur := id
 			if id == f.ID {
 				id, ok = fileid.Confirm(f.Path, false, f.Sum, buf) // unsettled
 			} else {
 				id, ok = fileid.Check(f.Path, false, f.ID, f.Sum, buf)
+			}
+			if !ok && f.Pristine != nil && rec.Wrote != nil && cur.Portable() == f.Pristine.ID {
+				// Maybe what the recorded run read (a new container
+				// layer of the same image): replay checks its content.
+				replays = append(replays, i)
+				continue
 			}
 			if !ok {
 				return nil, false
@@ -307,6 +338,19 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			rec.Files[i].ID = id
 			renew = renew || id != f.ID || id.SettledAt(start)
 		}
+	}
+	if replays != nil {
+		// Every file the recorded run wrote holds what it read, or none.
+		for i, f := range rec.Files {
+			if f.Pristine != nil && !slices.Contains(replays, i) {
+				return nil, false
+			}
+		}
+		res, ok, renew := replay(file, &rec, replays, loc, set, opt)
+		if renew {
+			writeRecord(file, rec, start)
+		}
+		return res, ok
 	}
 	res := rec.Results
 	for i, d := range set.Defs {

@@ -283,7 +283,11 @@ func logResult(log *slog.Logger, r Result) {
 				files = append(files, e.Path)
 			}
 		}
-		log.Info(fmt.Sprintf("patch %s applied to %s (%s)", r.ID, strings.Join(files, ", "), r.Summary))
+		from := ""
+		if r.Replayed {
+			from = ", as recorded"
+		}
+		log.Info(fmt.Sprintf("patch %s applied to %s (%s%s)", r.ID, strings.Join(files, ", "), r.Summary, from))
 	case r.Action == "would-apply":
 		log.Info(fmt.Sprintf("patch %s would be applied (%s)", r.ID, r.Summary))
 	case r.Action == "failed":

@@ -3,6 +3,7 @@ package statedir
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,10 +32,16 @@ const KeepPerKind = 8
 // that cannot be written or pruned costs the next start a full check,
 // never a wrong answer, so it reports nothing.
 func WriteCache(dir, name string, b []byte) {
+	WriteCacheFrom(dir, name, bytes.NewReader(b))
+}
+
+// WriteCacheFrom is WriteCache of what r reads: a cache made of several
+// pieces is written without being gathered into one buffer first.
+func WriteCacheFrom(dir, name string, r io.Reader) {
 	if Dir(dir) != nil {
 		return
 	}
-	if atomicfile.WriteBytes(filepath.Join(dir, name), b, atomicfile.Options{Mode: 0o644, NoSync: true}) != nil {
+	if atomicfile.Write(filepath.Join(dir, name), r, atomicfile.Options{Mode: 0o644, NoSync: true}) != nil {
 		return
 	}
 	i := strings.LastIndexByte(name, '-')
