@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,7 +95,7 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile) {
 	for i, f := range rec.Files {
 		at[f.Path] = i
 	}
-	var blob pieces
+	var blob []string
 	kept := map[int]*pristineFile{}
 	off := 0
 	for _, d := range wrote {
@@ -115,40 +114,11 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile) {
 	h := sha256.Sum256(results)
 	rec.Wrote = &blobRange{Off: off, Len: len(results), Sum: hex.EncodeToString(h[:])}
 	blob = append(blob, unsafe.String(unsafe.SliceData(results), len(results)))
-	statedir.WriteCacheFrom(filepath.Dir(file), blobName(file), &blob)
+	statedir.WriteBlob(filepath.Dir(file), blobName(file), blob)
 	rec.Files = slices.Clone(rec.Files)
 	for i, p := range kept {
 		rec.Files[i].Pristine = p
 	}
-}
-
-// pieces reads as its strings one after another; written to a file, each
-// goes from where it is, not through a buffer.
-type pieces []string
-
-func (p *pieces) Read(b []byte) (int, error) {
-	for len(*p) > 0 && (*p)[0] == "" {
-		*p = (*p)[1:]
-	}
-	if len(*p) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(b, (*p)[0])
-	(*p)[0] = (*p)[0][n:]
-	return n, nil
-}
-
-func (p *pieces) WriteTo(w io.Writer) (int64, error) {
-	var sum int64
-	for len(*p) > 0 {
-		n, err := io.WriteString(w, (*p)[0])
-		sum += int64(n)
-		if err != nil {
-			return sum, err
-		}
-		*p = (*p)[1:]
-	}
-	return sum, nil
 }
 
 // replay writes again, as one group, the recorded files at idx, which
@@ -157,7 +127,7 @@ func (p *pieces) WriteTo(w io.Writer) (int64, error) {
 // not write them all (the full check then decides, on the files as they
 // are). renew says whether rec, updated with what it wrote, may be kept.
 func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Set, opt options) (res []Result, ok, renew bool) {
-	blob, ok := statedir.ReadCache(opt.StateDir, blobName(file), maxBlobBytes)
+	blob, ok := statedir.ReadBlob(opt.StateDir, blobName(file), maxBlobBytes)
 	if !ok {
 		return nil, false, false
 	}

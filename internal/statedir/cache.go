@@ -32,12 +32,62 @@ const KeepPerKind = 8
 // that cannot be written or pruned costs the next start a full check,
 // never a wrong answer, so it reports nothing.
 func WriteCache(dir, name string, b []byte) {
-	WriteCacheFrom(dir, name, bytes.NewReader(b))
+	writeCache(dir, name, bytes.NewReader(b))
 }
 
-// WriteCacheFrom is WriteCache of what r reads: a cache made of several
-// pieces is written without being gathered into one buffer first.
-func WriteCacheFrom(dir, name string, r io.Reader) {
+// blobHeader begins every blob infera-exec writes: for a cache file that
+// is not JSON (name.blob), what proves it is infera-exec's own, as a JSON
+// object does for the others.
+const blobHeader = "infera-exec blob\n"
+
+// WriteBlob is WriteCache of a blob, name ending in ".blob": blobHeader,
+// then parts one after another, each written from where it is rather
+// than gathered into one buffer first.
+func WriteBlob(dir, name string, parts []string) {
+	p := pieces(append([]string{blobHeader}, parts...))
+	writeCache(dir, name, &p)
+}
+
+// ReadBlob is ReadCache of a blob: its parts as WriteBlob wrote them,
+// one after another.
+func ReadBlob(dir, name string, max int64) ([]byte, bool) {
+	b, ok := ReadCache(dir, name, max)
+	if !ok || !bytes.HasPrefix(b, []byte(blobHeader)) {
+		return nil, false
+	}
+	return b[len(blobHeader):], true
+}
+
+// pieces reads as its strings one after another; copied to a file, each
+// is written from where it is.
+type pieces []string
+
+func (p *pieces) Read(b []byte) (int, error) {
+	for len(*p) > 0 && (*p)[0] == "" {
+		*p = (*p)[1:]
+	}
+	if len(*p) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, (*p)[0])
+	(*p)[0] = (*p)[0][n:]
+	return n, nil
+}
+
+func (p *pieces) WriteTo(w io.Writer) (int64, error) {
+	var sum int64
+	for len(*p) > 0 {
+		n, err := io.WriteString(w, (*p)[0])
+		sum += int64(n)
+		if err != nil {
+			return sum, err
+		}
+		*p = (*p)[1:]
+	}
+	return sum, nil
+}
+
+func writeCache(dir, name string, r io.Reader) {
 	if Dir(dir) != nil {
 		return
 	}
@@ -97,12 +147,23 @@ func isKey(k string) bool {
 }
 
 // ours reports whether the file at path, with info fi, is one infera-exec
-// wrote: owned by this process's user and holding a JSON object. A name is
-// no proof: a user's own probe-*.json in a shared directory is left alone.
+// wrote: owned by this process's user and holding a JSON object (a blob:
+// beginning with blobHeader). A name is no proof: a user's own
+// probe-*.json in a shared directory is left alone.
 func ours(path string, fi os.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || int(st.Uid) != os.Geteuid() {
 		return false
+	}
+	if strings.HasSuffix(path, ".blob") {
+		f, err := boundedread.Open(path, unix.O_NOFOLLOW)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		head := make([]byte, len(blobHeader))
+		n, _ := io.ReadFull(f, head)
+		return string(head[:n]) == blobHeader
 	}
 	data, err := boundedread.FileNoFollow(path, maxOurs)
 	if err != nil {
@@ -158,7 +219,8 @@ func ourName(name string) bool {
 		return true
 	}
 	i := strings.LastIndexByte(name, '-')
-	return i > 0 && strings.HasSuffix(name, ".json") && isKey(strings.TrimSuffix(name[i+1:], ".json"))
+	ext := filepath.Ext(name)
+	return i > 0 && (ext == ".json" || ext == ".blob") && isKey(strings.TrimSuffix(name[i+1:], ext))
 }
 
 func allDigits(s string) bool {

@@ -96,14 +96,16 @@ func TestSweepRemovesOnlyStaleTempFilesOfOurs(t *testing.T) {
 		mk(".report.json.tmp-123456", true),
 		mk(".probe-0123456789abcdef.json.tmp-42", true),
 		mk(".native-load-0123456789abcdef.json.tmp-7", true),
+		mk(".patches-0123456789abcdef.blob.tmp-8", true),
 	}
 	kept := []string{
-		mk(".report.json.tmp-99", false),         // young: a start may be writing it now
-		mk(".notes.txt.tmp-1", true),             // not a name of ours
-		mk(".probe-notes.json.tmp-1", true),      // no key
-		mk("report.json.tmp-1", true),            // not hidden: not how we name them
-		mk(".report.json.tmp-abc", true),         // not the random suffix CreateTemp gives
-		mk(".probe-0123456789abcdef.json", true), // not a temporary file
+		mk(".report.json.tmp-99", false),                // young: a start may be writing it now
+		mk(".notes.txt.tmp-1", true),                    // not a name of ours
+		mk(".probe-notes.json.tmp-1", true),             // no key
+		mk("report.json.tmp-1", true),                   // not hidden: not how we name them
+		mk(".report.json.tmp-abc", true),                // not the random suffix CreateTemp gives
+		mk(".probe-0123456789abcdef.json", true),        // not a temporary file
+		mk(".patches-0123456789abcdef.txt.tmp-8", true), // neither .json nor .blob
 	}
 	removed := Sweep(dir)
 	assert.Len(t, removed, len(gone))
@@ -166,4 +168,50 @@ func TestReadCache(t *testing.T) {
 	require.NoError(t, os.Chmod(dir, 0o777))
 	_, ok = ReadCache(dir, "probe-a.json", 100)
 	assert.False(t, ok, "a directory others can write")
+}
+
+// A blob is read back as written, parts one after another; one without
+// the header is not taken, and pruning removes only blobs that begin with
+// it (a blob is not JSON, so the header is what proves it ours), never a
+// record of the same kind.
+func TestBlobs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, Dir(dir))
+	key := func(i int) string { return fmt.Sprintf("%016x", i) }
+	WriteBlob(dir, "patches-"+key(0)+".blob", []string{"first\n", "", "second"})
+	b, ok := ReadBlob(dir, "patches-"+key(0)+".blob", 1<<20)
+	require.True(t, ok)
+	assert.Equal(t, "first\nsecond", string(b))
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "patches-"+key(1)+".blob"), []byte("first\nsecond"), 0o644))
+	_, ok = ReadBlob(dir, "patches-"+key(1)+".blob", 1<<20)
+	assert.False(t, ok, "no header: not a blob of ours")
+
+	old := time.Now().Add(-time.Hour)
+	for i := 2; i < KeepPerKind+4; i++ {
+		p := filepath.Join(dir, "patches-"+key(i)+".blob")
+		WriteBlob(dir, filepath.Base(p), []string{"x"})
+		require.NoError(t, os.Chtimes(p, old.Add(time.Duration(i)*time.Minute), old.Add(time.Duration(i)*time.Minute)))
+		WriteCache(dir, "patches-"+key(i)+".json", []byte("{}"))
+	}
+	for _, n := range []string{"patches-" + key(0) + ".blob", "patches-" + key(1) + ".blob"} {
+		m := old.Add(-time.Hour)
+		require.NoError(t, os.Chtimes(filepath.Join(dir, n), m, m))
+	}
+	WriteBlob(dir, "patches-"+key(100)+".blob", []string{"new"})
+	var blobs, records int
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range ents {
+		switch filepath.Ext(e.Name()) {
+		case ".blob":
+			blobs++
+		case ".json":
+			records++
+		}
+	}
+	assert.Equal(t, KeepPerKind+1, blobs, "the newest of ours, and the one without the header")
+	assert.FileExists(t, filepath.Join(dir, "patches-"+key(1)+".blob"), "not provably ours: kept")
+	assert.NoFileExists(t, filepath.Join(dir, "patches-"+key(0)+".blob"), "the oldest of ours: pruned")
+	assert.Equal(t, KeepPerKind, records, "records are pruned as their own kind")
 }
