@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"os"
 	"path/filepath"
@@ -85,7 +86,12 @@ var writeFile = atomicWrite
 // variable so tests can make it fail or count the writes. It runs in
 // several goroutines at once.
 var stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
-	return atomicfile.Stage(path, strings.NewReader(content), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
+	return stageFrom(path, strings.NewReader(content), was)
+}
+
+// stageFrom is stageFile of what r reads.
+func stageFrom(path string, r io.Reader, was identity) (*atomicfile.Staged, error) {
+	return atomicfile.Stage(path, r, atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
 }
 
 // renameFile puts a staged file in place (see atomicfile.Staged.Commit);

@@ -4,15 +4,21 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
+	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"golang.org/x/sys/unix"
 )
 
 // A Kubernetes restart is a new container from the same image: the
@@ -48,20 +54,26 @@ type blobRange struct {
 	Sum string `json:"sum,omitempty"` // its SHA-256, when no other field holds it
 }
 
-// in returns the part of blob r names when its SHA-256 is sum; a blob
-// torn by a crash (it is written without fsync) or another run's is not
-// taken.
-func (r blobRange) in(blob []byte, sum string) ([]byte, bool) {
-	if r.Off < 0 || r.Len < 0 || r.Off > len(blob)-r.Len {
+// read hashes the part r names of parts (a blob's) into h, through buf,
+// and reports whether its SHA-256 is sum: a blob torn by a crash (it is
+// written without fsync) or another run's is not taken. With keep, the
+// part is returned too (only the results, a few kilobytes, are kept).
+func (r blobRange) read(parts *io.SectionReader, sum string, keep bool, buf []byte) ([]byte, bool) {
+	if r.Off < 0 || r.Len < 0 || int64(r.Off) > parts.Size()-int64(r.Len) {
 		return nil, false
 	}
-	b := blob[r.Off : r.Off+r.Len]
-	h := sha256.Sum256(b)
-	return b, hex.EncodeToString(h[:]) == sum
+	h := sha256.New()
+	var kept []byte
+	if keep {
+		kept = make([]byte, r.Len)
+		buf = kept
+	}
+	sec := io.NewSectionReader(parts, int64(r.Off), int64(r.Len))
+	if _, err := io.CopyBuffer(h, io.LimitReader(sec, int64(r.Len)), buf); err != nil {
+		return nil, false
+	}
+	return kept, hex.EncodeToString(h.Sum(nil)) == sum
 }
-
-// maxBlobBytes caps the blob read back: the written engine files.
-const maxBlobBytes = 64 << 20
 
 // blobName is the name of the blob beside the record file.
 func blobName(recordFile string) string {
@@ -121,18 +133,37 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile) {
 	}
 }
 
+// replayFile is one file replay writes: the file read (kept open: what a
+// failed group is restored from), and the part of the blob it gets.
+type replayFile struct {
+	path    string
+	read    *os.File
+	id      identity // of read, as it was read
+	part    *io.SectionReader
+	sum     string // of part, the record entry's Sum
+	staged  *atomicfile.Staged
+	renamed identity // right after the rename
+	final   identity // read back
+}
+
 // replay writes again, as one group, the recorded files at idx, which
 // hold by their portable identity what the recorded run read, and
 // returns that run's results as this start's, or ok false when it did
 // not write them all (the full check then decides, on the files as they
 // are). renew says whether rec, updated with what it wrote, may be kept.
+//
+// Every byte goes through one small buffer (and the kernel's copies): a
+// file is hashed as it is read, the blob's part as it is staged, the
+// written file as it is read back; no file is held in memory whole.
 func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Set, opt options) (res []Result, ok, renew bool) {
-	blob, ok := statedir.ReadBlob(opt.StateDir, blobName(file), maxBlobBytes)
+	parts, closeBlob, ok := statedir.OpenBlob(opt.StateDir, blobName(file))
 	if !ok {
 		return nil, false, false
 	}
+	defer closeBlob()
+	buf := make([]byte, 64<<10)
 	var wrote []Result
-	if b, ok := rec.Wrote.in(blob, rec.Wrote.Sum); !ok || json.Unmarshal(b, &wrote) != nil || len(wrote) != len(set.Defs) {
+	if b, ok := rec.Wrote.read(parts, rec.Wrote.Sum, true, buf); !ok || json.Unmarshal(b, &wrote) != nil || len(wrote) != len(set.Defs) {
 		return nil, false, false
 	}
 	for i, d := range set.Defs {
@@ -153,30 +184,33 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	if len(dirs) == 0 || len(unlocked) > 0 {
 		return nil, false, false
 	}
-	g := &group{}
-	for _, i := range idx {
+	files := make([]*replayFile, len(idx))
+	defer func() {
+		for _, r := range files {
+			if r != nil && r.read != nil {
+				r.read.Close()
+			}
+		}
+	}()
+	for k, i := range idx {
 		f := rec.Files[i]
 		p := f.Pristine
-		b, ok := p.Written.in(blob, f.Sum)
-		if !ok {
+		if _, ok := p.Written.read(parts, f.Sum, false, buf); !ok {
 			return nil, false, false
 		}
-		// The blob is this call's own and never written: the content
-		// shares its bytes.
-		cur := unsafe.String(unsafe.SliceData(b), len(b))
-		data, id, sum, err := readSource(f.Path, maxSourceBytes)
+		read, id, sum, err := hashOpen(f.Path, buf)
+		files[k] = &replayFile{path: f.Path, read: read, id: id, sum: f.Sum,
+			part: io.NewSectionReader(parts, int64(p.Written.Off), int64(p.Written.Len))}
 		if err != nil || sum != p.Sum || id.Portable() != p.ID {
 			return nil, false, false
 		}
 		atomicfile.RemoveStale(f.Path)
-		g.files = append(g.files, &diskFile{path: f.Path, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id, cur: cur, changed: true})
 	}
-	commit([]*group{g}, nil, make([]byte, 64<<10))
-	if g.err != nil {
+	if !writeAgain(files, buf) {
 		return nil, false, false
 	}
 	for k, i := range idx {
-		rec.Files[i].ID = g.files[k].final
+		rec.Files[i].ID = files[k].final
 	}
 	renew = true
 
@@ -185,8 +219,8 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	// unchecked-hash ones of the others; one that cannot go makes its
 	// patch shadowed, and the run unrecorded.
 	written := map[string]*target{}
-	for _, d := range g.files {
-		written[d.path] = &target{path: d.path, id: d.final, verified: true}
+	for _, r := range files {
+		written[r.path] = &target{path: r.path, id: r.final, verified: true}
 	}
 	res = wrote
 	for i, d := range set.Defs {
@@ -204,4 +238,97 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 		}
 	}
 	return res, true, renew
+}
+
+// hashOpen opens path as readSource does, hashes it through buf, and
+// returns it open, with the identity it had while it was read (a file
+// that changed meanwhile is an error) and its SHA-256.
+func hashOpen(path string, buf []byte) (*os.File, identity, string, error) {
+	f, err := boundedread.Open(path, 0)
+	if err != nil {
+		return nil, identity{}, "", err
+	}
+	var before, after unix.Stat_t
+	h := sha256.New()
+	err = unix.Fstat(int(f.Fd()), &before)
+	if err == nil {
+		_, err = io.CopyBuffer(h, io.LimitReader(f, maxSourceBytes+1), buf)
+	}
+	if err == nil {
+		err = unix.Fstat(int(f.Fd()), &after)
+	}
+	if err == nil && fileid.Of(&after) != fileid.Of(&before) {
+		err = fmt.Errorf("%s changed while it was read", path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, identity{}, "", err
+	}
+	return f, fileid.Of(&after), hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeAgain commits files as a first start's commit does (see commit):
+// each staged (a few at a time, fsynced) with its part of the blob,
+// checked against its sum as it is written; then renamed into place in
+// order, each only while it is still the file read; then read back. A
+// failed stage or rename restores the files renamed, from the files read.
+func writeAgain(files []*replayFile, buf []byte) bool {
+	var failed atomic.Bool
+	inParallel(len(files), func(k int) {
+		r := files[k]
+		h := sha256.New()
+		staged, err := stageFrom(r.path, io.TeeReader(r.part, h), r.id)
+		switch {
+		case err != nil:
+			failed.Store(true)
+		case hex.EncodeToString(h.Sum(nil)) != r.sum:
+			staged.Discard()
+			failed.Store(true)
+		default:
+			r.staged = staged
+		}
+	})
+	var renamed []*replayFile
+	for _, r := range files {
+		if failed.Load() {
+			break
+		}
+		if err := renameFile(r.staged); err != nil {
+			failed.Store(true)
+			break
+		}
+		r.renamed, _ = fileid.Lstat(r.path)
+		renamed = append(renamed, r)
+	}
+	if failed.Load() {
+		for _, r := range files {
+			if r.staged != nil {
+				r.staged.Discard() // no-op for the ones renamed
+			}
+		}
+		for i := len(renamed) - 1; i >= 0; i-- {
+			r := renamed[i]
+			atomicfile.Write(r.path, io.NewSectionReader(r.read, 0, r.id.Size), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(r.path, r.renamed)})
+		}
+		return false
+	}
+	for _, r := range files {
+		id, ok := hashesAs(r.path, r.sum, buf)
+		if !ok {
+			return false // another writer's now: not restored
+		}
+		r.final = id
+	}
+	return true
+}
+
+// hashesAs reports whether the regular file at path has the SHA-256 sum,
+// read through buf, and its identity when it has.
+func hashesAs(path, sum string, buf []byte) (identity, bool) {
+	f, id, got, err := hashOpen(path, buf)
+	if err != nil {
+		return identity{}, false
+	}
+	f.Close()
+	return id, got == sum
 }

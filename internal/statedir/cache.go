@@ -48,14 +48,26 @@ func WriteBlob(dir, name string, parts []string) {
 	writeCache(dir, name, &p)
 }
 
-// ReadBlob is ReadCache of a blob: its parts as WriteBlob wrote them,
-// one after another.
-func ReadBlob(dir, name string, max int64) ([]byte, bool) {
-	b, ok := ReadCache(dir, name, max)
-	if !ok || !bytes.HasPrefix(b, []byte(blobHeader)) {
-		return nil, false
+// OpenBlob opens a blob that can be believed, as ReadCache reads a cache
+// file: parts reads its parts as WriteBlob wrote them, one after another,
+// in place (the caller reads what it needs, through buffers of its own);
+// close closes the file.
+func OpenBlob(dir, name string) (parts *io.SectionReader, close func(), ok bool) {
+	f, ok := openCache(dir, name)
+	if !ok {
+		return nil, nil, false
 	}
-	return b[len(blobHeader):], true
+	var st unix.Stat_t
+	head := make([]byte, len(blobHeader))
+	if unix.Fstat(int(f.Fd()), &st) != nil || st.Size < int64(len(head)) {
+		f.Close()
+		return nil, nil, false
+	}
+	if _, err := f.ReadAt(head, 0); err != nil || string(head) != blobHeader {
+		f.Close()
+		return nil, nil, false
+	}
+	return io.NewSectionReader(f, int64(len(head)), st.Size-int64(len(head))), func() { f.Close() }, true
 }
 
 // pieces reads as its strings one after another; copied to a file, each
@@ -238,24 +250,33 @@ func allDigits(s string) bool {
 // cache that fails any of this is not used, and the caller runs the full
 // check instead; which of them failed does not matter to it.
 func ReadCache(dir, name string, max int64) ([]byte, bool) {
-	var st unix.Stat_t
-	if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || !believed(&st) {
-		return nil, false
-	}
-	path := filepath.Join(dir, name)
-	f, err := boundedread.Open(path, unix.O_NOFOLLOW)
-	if err != nil {
+	f, ok := openCache(dir, name)
+	if !ok {
 		return nil, false
 	}
 	defer f.Close()
-	if unix.Fstat(int(f.Fd()), &st) != nil || !believed(&st) {
-		return nil, false
-	}
-	data, err := boundedread.ReadAll(f, path, max)
+	data, err := boundedread.ReadAll(f, f.Name(), max)
 	if err != nil {
 		return nil, false
 	}
 	return data, true
+}
+
+// openCache opens dir/name when it can be believed (see ReadCache).
+func openCache(dir, name string) (*os.File, bool) {
+	var st unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || !believed(&st) {
+		return nil, false
+	}
+	f, err := boundedread.Open(filepath.Join(dir, name), unix.O_NOFOLLOW)
+	if err != nil {
+		return nil, false
+	}
+	if unix.Fstat(int(f.Fd()), &st) != nil || !believed(&st) {
+		f.Close()
+		return nil, false
+	}
+	return f, true
 }
 
 // believed: owned by this user or root, and writable by nobody else.

@@ -2,6 +2,7 @@ package statedir
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -179,13 +180,23 @@ func TestBlobs(t *testing.T) {
 	require.NoError(t, Dir(dir))
 	key := func(i int) string { return fmt.Sprintf("%016x", i) }
 	WriteBlob(dir, "patches-"+key(0)+".blob", []string{"first\n", "", "second"})
-	b, ok := ReadBlob(dir, "patches-"+key(0)+".blob", 1<<20)
+	parts, closeBlob, ok := OpenBlob(dir, "patches-"+key(0)+".blob")
 	require.True(t, ok)
+	b, err := io.ReadAll(parts)
+	closeBlob()
+	require.NoError(t, err)
 	assert.Equal(t, "first\nsecond", string(b))
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "patches-"+key(1)+".blob"), []byte("first\nsecond"), 0o644))
-	_, ok = ReadBlob(dir, "patches-"+key(1)+".blob", 1<<20)
+	_, _, ok = OpenBlob(dir, "patches-"+key(1)+".blob")
 	assert.False(t, ok, "no header: not a blob of ours")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "patches-"+key(2)+".blob"), []byte("infera"), 0o644))
+	_, _, ok = OpenBlob(dir, "patches-"+key(2)+".blob")
+	assert.False(t, ok, "shorter than the header")
+	require.NoError(t, os.Chmod(filepath.Join(dir, "patches-"+key(0)+".blob"), 0o666))
+	_, _, ok = OpenBlob(dir, "patches-"+key(0)+".blob")
+	assert.False(t, ok, "writable by others: not believed")
+	require.NoError(t, os.Remove(filepath.Join(dir, "patches-"+key(2)+".blob")))
 
 	old := time.Now().Add(-time.Hour)
 	for i := 2; i < KeepPerKind+4; i++ {
