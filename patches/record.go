@@ -212,7 +212,8 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		return res
 	}
 	file := filepath.Join(opt.StateDir, "patches-"+key[:16]+".json")
-	if res, ok := fromRecord(file, key, set, loc, opt); ok {
+	res, ok, again := fromRecord(file, key, set, loc, opt)
+	if ok {
 		return res
 	}
 	start := fileid.Now()
@@ -223,7 +224,7 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 			kept = seen.results
 		}
 		rec := record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}
-		keepReplay(&rec, file, res, seen.wrote)
+		keepReplay(&rec, file, res, seen.wrote, again)
 		writeRecord(file, rec, start)
 	}
 	return res
@@ -284,15 +285,15 @@ func withoutPycs(results []Result) []Result {
 // removed runs the full check. A record confirmed by content is renewed
 // with the identities seen, so that the next start in the same container
 // reads nothing.
-func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) ([]Result, bool) {
+func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) (res []Result, ok, again bool) {
 	start := fileid.Now()
 	data, ok := statedir.ReadCache(opt.StateDir, filepath.Base(file), maxStateBytes)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	var rec record
 	if json.Unmarshal(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
-		return nil, false
+		return nil, false, false
 	}
 	var pycDirs map[string]bool
 	var replays []int // files that may hold again what the recorded run read
@@ -302,14 +303,14 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		if f.Type {
 			id, ok := fileid.Stat(f.Path)
 			if !ok || typeOnly(id) != f.ID {
-				return nil, false
+				return nil, false, false
 			}
 			continue
 		}
 		id, ok := fileid.Lstat(f.Path)
 		switch {
 		case !ok:
-			return nil, false
+			return nil, false, false
 		case id == f.ID && !f.Unsettled:
 		case f.PyCache:
 			if pycDirs == nil {
@@ -324,14 +325,14 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			} else {
 				id, ok = fileid.Check(f.Path, false, f.ID, f.Sum, buf)
 			}
-			if !ok && f.Pristine != nil && rec.Wrote != nil && cur.Portable() == f.Pristine.ID {
+			if !ok && f.Pristine != nil && cur.Portable() == f.Pristine.ID {
 				// Maybe what the recorded run read (a new container
 				// layer of the same image): replay checks its content.
 				replays = append(replays, i)
 				continue
 			}
 			if !ok {
-				return nil, false
+				return nil, false, false
 			}
 			// Confirmed by content: kept as seen, and unsettled again
 			// when the clock had not passed it at this start.
@@ -343,20 +344,23 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		// Every file the recorded run wrote holds what it read, or none.
 		for i, f := range rec.Files {
 			if f.Pristine != nil && !slices.Contains(replays, i) {
-				return nil, false
+				return nil, false, false
 			}
+		}
+		if rec.Wrote == nil {
+			return nil, false, true // no blob yet: this run writes one
 		}
 		res, ok, renew := replay(file, &rec, replays, loc, set, opt)
 		if renew {
 			writeRecord(file, rec, start)
 		}
-		return res, ok
+		return res, ok, !ok
 	}
-	res := rec.Results
+	res = rec.Results
 	for i, d := range set.Defs {
 		r := &res[i]
 		if r.ID != d.ID {
-			return nil, false
+			return nil, false, false
 		}
 		r.Required = d.Required || opt.Require[d.ID]
 		r.Before, r.Action, r.Recorded = r.State, "none", true
@@ -370,7 +374,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			}
 			removed, stuck := removePycs(e.Path, false, false, nil)
 			if len(stuck) > 0 {
-				return nil, false
+				return nil, false, false
 			}
 			e.PycsRemoved = removed
 		}
@@ -383,5 +387,5 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		}
 		writeRecord(file, rec, start)
 	}
-	return res, true
+	return res, true, false
 }

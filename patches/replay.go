@@ -80,12 +80,19 @@ func blobName(recordFile string) string {
 	return strings.TrimSuffix(filepath.Base(recordFile), ".json") + ".blob"
 }
 
-// keepReplay adds to rec what a start needs to write again what this run
-// wrote (wrote, with res its results): each written file's content, in a
-// blob written beside the record first, and what the file held before.
-// It adds nothing when some file a patch of the run applied is not among
-// them, or not in the record.
-func keepReplay(rec *record, file string, res []Result, wrote []*diskFile) {
+// keepReplay adds to rec what the run wrote (wrote, with res its
+// results): what each written file held before and, with blob, what a
+// start needs to write it again: each written file's content and the
+// results, in a blob written beside the record first. It adds nothing
+// when some file a patch of the run applied is not among them, or not in
+// the record.
+//
+// The blob (the engine files' size) is written only by a run that found
+// the files pristine again under a record of their writing (a new
+// container layer of the same image: what a replay is for); a first start
+// keeps what they held before, which costs it nothing, so that the first
+// such restart knows it is one.
+func keepReplay(rec *record, file string, res []Result, wrote []*diskFile, blob bool) {
 	if len(wrote) == 0 {
 		return
 	}
@@ -107,7 +114,7 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile) {
 	for i, f := range rec.Files {
 		at[f.Path] = i
 	}
-	var blob []string
+	var parts []string
 	kept := map[int]*pristineFile{}
 	off := 0
 	for _, d := range wrote {
@@ -116,17 +123,19 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile) {
 			return
 		}
 		kept[i] = &pristineFile{ID: d.id.Portable(), Sum: d.sums.of(d.data), Written: blobRange{Off: off, Len: len(d.cur)}}
-		blob = append(blob, d.cur)
+		parts = append(parts, d.cur)
 		off += len(d.cur)
 	}
-	results, err := json.Marshal(withoutPycs(res))
-	if err != nil {
-		return
+	if blob {
+		results, err := json.Marshal(withoutPycs(res))
+		if err != nil {
+			return
+		}
+		h := sha256.Sum256(results)
+		rec.Wrote = &blobRange{Off: off, Len: len(results), Sum: hex.EncodeToString(h[:])}
+		parts = append(parts, unsafe.String(unsafe.SliceData(results), len(results)))
+		statedir.WriteBlob(filepath.Dir(file), blobName(file), parts)
 	}
-	h := sha256.Sum256(results)
-	rec.Wrote = &blobRange{Off: off, Len: len(results), Sum: hex.EncodeToString(h[:])}
-	blob = append(blob, unsafe.String(unsafe.SliceData(results), len(results)))
-	statedir.WriteBlob(filepath.Dir(file), blobName(file), blob)
 	rec.Files = slices.Clone(rec.Files)
 	for i, p := range kept {
 		rec.Files[i].Pristine = p

@@ -27,10 +27,12 @@ const (
 
 // replayed runs a first start on package demo (two modules, one patch
 // editing both) with a state directory, then puts the pristine files back
-// as a new container layer of the same image shows them: new inodes,
-// the same sizes, modes, mtimes and bytes. The definition then asks for
-// another replacement under the same digest: a start that plans writes
-// replayPlanned, one that replays the record writes replayRecorded.
+// as a new container layer of the same image shows them (new inodes, the
+// same sizes, modes, mtimes and bytes), starts there once (which plans,
+// writes, and keeps the blob), and puts them back again. The definition
+// then asks for another replacement under the same digest: a start that
+// plans writes replayPlanned, one that replays the record writes
+// replayRecorded.
 func replayed(t *testing.T) (site string, set *patchdef.Set, loc *Location, opt options) {
 	t.Helper()
 	site, loc = pkgTree(t, map[string]string{"a.py": replayPristine, "b.py": "# b\n" + replayPristine})
@@ -51,17 +53,23 @@ func replayed(t *testing.T) (site string, set *patchdef.Set, loc *Location, opt 
 	}
 	r := applySet(set, loc, opt)[0]
 	require.Equal(t, "applied", r.Action, r.Why)
-
-	for i, name := range []string{"a.py", "b.py"} {
-		p := filepath.Join(site, "demo", name)
-		content := replayPristine
-		if name == "b.py" {
-			content = "# b\n" + replayPristine
+	newLayer := func() {
+		for i, name := range []string{"a.py", "b.py"} {
+			p := filepath.Join(site, "demo", name)
+			content := replayPristine
+			if name == "b.py" {
+				content = "# b\n" + replayPristine
+			}
+			require.NoError(t, os.WriteFile(p+".layer", []byte(content), 0o644))
+			require.NoError(t, os.Chtimes(p+".layer", before[i].ModTime(), before[i].ModTime()))
+			require.NoError(t, os.Rename(p+".layer", p))
 		}
-		require.NoError(t, os.WriteFile(p+".layer", []byte(content), 0o644))
-		require.NoError(t, os.Chtimes(p+".layer", before[i].ModTime(), before[i].ModTime()))
-		require.NoError(t, os.Rename(p+".layer", p))
 	}
+	newLayer()
+	r = applySet(set, loc, opt)[0]
+	require.Equal(t, "applied", r.Action, r.Why)
+	require.False(t, r.Replayed, "the first restart on a new layer has no blob yet")
+	newLayer()
 	set.Defs[0] = def(t, "fix", edit("    a = x[1]\n")...)
 	return site, set, loc, opt
 }
@@ -202,12 +210,15 @@ func TestReplayChecksBytecode(t *testing.T) {
 	assert.Equal(t, patchdef.Shadowed, r.State)
 }
 
-// The record of a run that wrote nothing has nothing to replay, and a
-// start whose record keeps a Pristine only replays on the content read.
+// A first start keeps what the files it wrote held before, but no blob:
+// only a start that finds them pristine again under the record writes
+// one. The record of a run that wrote nothing has nothing to replay.
 func TestReplayKeptOnlyForWrites(t *testing.T) {
 	site, set, loc, opt := recorded(t)
 	_, rec := readRecord(t, opt)
-	assert.NotNil(t, rec.Wrote, "the first start wrote")
+	assert.Nil(t, rec.Wrote, "a first start writes no blob")
+	blobs, _ := filepath.Glob(filepath.Join(opt.StateDir, "*.blob"))
+	assert.Empty(t, blobs)
 	var pristine int
 	for _, f := range rec.Files {
 		if f.Pristine != nil {
@@ -229,8 +240,20 @@ func TestReplayKeptOnlyForWrites(t *testing.T) {
 	for _, f := range rec.Files {
 		assert.Nil(t, f.Pristine, f.Path)
 	}
-	blobs, _ := filepath.Glob(filepath.Join(opt.StateDir, "*.blob"))
+	blobs, _ = filepath.Glob(filepath.Join(opt.StateDir, "*.blob"))
 	assert.Empty(t, blobs)
+}
+
+// The first start on a pristine layer under a record without a blob plans
+// and writes, and keeps the blob; the next one replays.
+func TestReplayBlobWrittenWhenPristineAgain(t *testing.T) {
+	site, set, loc, opt := replayed(t)
+	file, rec := readRecord(t, opt)
+	require.NotNil(t, rec.Wrote)
+	assert.FileExists(t, filepath.Join(opt.StateDir, blobName(file)))
+	r := applySet(set, loc, opt)[0]
+	assert.True(t, r.Replayed, r.Why)
+	assert.Equal(t, replayRecorded, read(t, filepath.Join(site, "demo/a.py")))
 }
 
 // flipBlob changes one byte of the blob beside the record in opt's state
