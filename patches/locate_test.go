@@ -528,6 +528,16 @@ func TestLocateCacheSurvivesNewMount(t *testing.T) {
 	assert.True(t, loc.Cached, "a new mount of the same files keeps the answer")
 	assert.Equal(t, first.Fingerprint, loc.Fingerprint, "and the record's key")
 
+	// A directory copied up to a new container layer (the root, where
+	// the runtime adds its files) has a new mtime and the same entries:
+	// what it holds for imports is its entries.
+	later := time.Now().Add(time.Hour)
+	require.NoError(t, os.Chtimes(site, later, later))
+	loc, err = l.locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.True(t, loc.Cached, "a directory's mtime alone changes no answer")
+	assert.Equal(t, first.Fingerprint, loc.Fingerprint, "nor the record's key")
+
 	fi, err := os.Stat(pth)
 	require.NoError(t, err)
 	f, err := os.OpenFile(pth, os.O_WRONLY, 0)

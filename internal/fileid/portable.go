@@ -30,8 +30,15 @@ import (
 // the path holds and compares its Sum with the one recorded.
 
 // Portable is the part of id that a new mount of the same image keeps:
-// size, mode, modification time, absence.
+// size, mode, modification time, absence; of a directory, only its mode.
+// A directory's size and mtime are its layer's: one copied up to a new
+// container layer (the root, where the runtime adds its mount points and
+// files) gets new ones with the same entries, and its entries (names and
+// types) are what its Sum holds.
 func (id Identity) Portable() Identity {
+	if id.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return Identity{Mode: id.Mode}
+	}
 	return Identity{Size: id.Size, Mode: id.Mode, Mtime: id.Mtime, Absent: id.Absent}
 }
 

@@ -80,6 +80,21 @@ func TestCheckOnANewMount(t *testing.T) {
 	if _, ok := Check(dir, false, did, dsum, nil); ok {
 		t.Error("a directory with a new entry and its old mtime must not hold")
 	}
+	// A directory copied up to a new layer: new mtime (and inode), the same
+	// entries. It holds by its entries, whatever its mtime.
+	if err := os.Remove(filepath.Join(dir, "b.pth")); err != nil {
+		t.Fatal(err)
+	}
+	later := fi.ModTime().Add(time.Hour)
+	if err := os.Chtimes(dir, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := Lstat(dir); now.Mtime == did.Mtime || now.Portable() != did.Portable() {
+		t.Fatalf("a directory's portable identity is its mode alone: %+v against %+v", now.Portable(), did.Portable())
+	}
+	if _, ok := Check(dir, false, did, dsum, nil); !ok {
+		t.Error("a directory with the same entries and another mtime must hold")
+	}
 	// A link, followed: where it leads is part of the sum.
 	other := filepath.Join(dir, "c.py")
 	if err := os.WriteFile(other, []byte("two\n"), 0o644); err != nil {
