@@ -161,12 +161,7 @@ func TestRecordSurvivesNewMount(t *testing.T) {
 	r := applySet(set, loc, opt)[0]
 	assert.True(t, r.Recorded, r.Why)
 	assert.Equal(t, patchdef.Applied, r.State)
-	files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
-	require.Len(t, files, 1)
-	b, err := os.ReadFile(files[0])
-	require.NoError(t, err)
-	var rec record
-	require.NoError(t, json.Unmarshal(b, &rec))
+	_, rec := readRecord(t, opt)
 	var renewed bool
 	for _, f := range rec.Files {
 		if f.Path == p {
