@@ -54,25 +54,13 @@ type blobRange struct {
 	Sum string `json:"sum,omitempty"` // its SHA-256, when no other field holds it
 }
 
-// read hashes the part r names of parts (a blob's) into h, through buf,
-// and reports whether its SHA-256 is sum: a blob torn by a crash (it is
-// written without fsync) or another run's is not taken. With keep, the
-// part is returned too (only the results, a few kilobytes, are kept).
-func (r blobRange) read(parts *io.SectionReader, sum string, keep bool, buf []byte) ([]byte, bool) {
+// section is the part of parts (a blob's) that r names; false when r
+// reaches past it (a blob torn by a crash: it is written without fsync).
+func (r blobRange) section(parts *io.SectionReader) (*io.SectionReader, bool) {
 	if r.Off < 0 || r.Len < 0 || int64(r.Off) > parts.Size()-int64(r.Len) {
 		return nil, false
 	}
-	h := sha256.New()
-	var kept []byte
-	if keep {
-		kept = make([]byte, r.Len)
-		buf = kept
-	}
-	sec := io.NewSectionReader(parts, int64(r.Off), int64(r.Len))
-	if _, err := io.CopyBuffer(h, io.LimitReader(sec, int64(r.Len)), buf); err != nil {
-		return nil, false
-	}
-	return kept, hex.EncodeToString(h.Sum(nil)) == sum
+	return io.NewSectionReader(parts, int64(r.Off), int64(r.Len)), true
 }
 
 // blobName is the name of the blob beside the record file.
@@ -170,9 +158,19 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 		return nil, false, false
 	}
 	defer closeBlob()
-	buf := make([]byte, 64<<10)
+	// The results, a few kilobytes, are read whole; a torn blob, or
+	// another run's, fails their SHA-256 (a written file's part, staged
+	// below, its own).
 	var wrote []Result
-	if b, ok := rec.Wrote.read(parts, rec.Wrote.Sum, true, buf); !ok || json.Unmarshal(b, &wrote) != nil || len(wrote) != len(set.Defs) {
+	sec, ok := rec.Wrote.section(parts)
+	if !ok {
+		return nil, false, false
+	}
+	b := make([]byte, rec.Wrote.Len)
+	if _, err := io.ReadFull(sec, b); err != nil {
+		return nil, false, false
+	}
+	if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != rec.Wrote.Sum || json.Unmarshal(b, &wrote) != nil || len(wrote) != len(set.Defs) {
 		return nil, false, false
 	}
 	for i, d := range set.Defs {
@@ -201,15 +199,16 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 			}
 		}
 	}()
+	buf := make([]byte, 64<<10)
 	for k, i := range idx {
 		f := rec.Files[i]
 		p := f.Pristine
-		if _, ok := p.Written.read(parts, f.Sum, false, buf); !ok {
+		part, ok := p.Written.section(parts)
+		if !ok {
 			return nil, false, false
 		}
 		read, id, sum, err := hashOpen(f.Path, buf)
-		files[k] = &replayFile{path: f.Path, read: read, id: id, sum: f.Sum,
-			part: io.NewSectionReader(parts, int64(p.Written.Off), int64(p.Written.Len))}
+		files[k] = &replayFile{path: f.Path, read: read, id: id, sum: f.Sum, part: part}
 		if err != nil || sum != p.Sum || id.Portable() != p.ID {
 			return nil, false, false
 		}
