@@ -406,10 +406,3 @@ func granularity(t int64) int64 {
 func (id Identity) SettledAt(at Tick) bool {
 	return id.Absent || int64(at) >= id.Ctime+granularity(id.Ctime)
 }
-
-func maxInt(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
-}
