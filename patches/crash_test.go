@@ -29,6 +29,7 @@ import (
 // concurrency tests: INFERA_PATCHES_CHILD names a package directory;
 // INFERA_PATCHES_DIE_AFTER_RENAMES=N makes it die right after its Nth
 // rename, as a start killed between two files of a group;
+// INFERA_PATCHES_STATE names a state directory, for the record;
 // INFERA_PATCHES_HOLD_AFTER=N makes it say "held" on stderr after its Nth
 // write step (a file staged, or a staged file renamed) and wait there to
 // be killed. It says "go" on stderr as it starts patching.
@@ -65,8 +66,17 @@ func TestMain(m *testing.M) {
 			}
 		}
 		loc := &Location{Packages: map[string]Package{"demo": {Name: "demo", Found: true, Dir: dir, Dirs: []string{dir}}}}
+		opt := options{LockTimeout: 30 * time.Second}
+		if state := os.Getenv("INFERA_PATCHES_STATE"); state != "" {
+			set := crashSet()
+			set.Digest = "crash-defs"
+			loc.Fingerprint, opt.StateDir, opt.PyMinor = "crash-probe", state, 12
+			os.Stderr.WriteString("go\n")
+			json.NewEncoder(os.Stdout).Encode(applySet(set, loc, opt))
+			os.Exit(0)
+		}
 		os.Stderr.WriteString("go\n")
-		res := applySet(crashSet(), loc, options{LockTimeout: 30 * time.Second})
+		res := applySet(crashSet(), loc, opt)
 		json.NewEncoder(os.Stdout).Encode(res)
 		os.Exit(0)
 	}

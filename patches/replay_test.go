@@ -1,8 +1,14 @@
 package patches
 
 import (
+	"encoding/json"
+	"errors"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -268,4 +274,91 @@ func flipBlob(t *testing.T, opt options, at func([]byte) int) {
 	require.Positive(t, i)
 	b[i] ^= 1
 	require.NoError(t, os.WriteFile(blobs[0], b, 0o644))
+}
+
+// A start killed between two renames of a replay leaves each file the
+// image's or the recorded one, never torn, and the next start finishes
+// the job: every file patched, no temporary file left.
+func TestReplayKilledBetweenTwoRenames(t *testing.T) {
+	dir, valid := crashTree(t)
+	state := t.TempDir()
+	mtimes := map[string]time.Time{}
+	for name := range crashOriginals {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		mtimes[name] = fi.ModTime()
+	}
+	newLayer := func() {
+		for name := range crashOriginals {
+			p := filepath.Join(dir, name)
+			require.NoError(t, os.WriteFile(p+".layer", []byte(valid[name][0]), 0o644))
+			require.NoError(t, os.Chtimes(p+".layer", mtimes[name], mtimes[name]))
+			require.NoError(t, os.Rename(p+".layer", p))
+		}
+	}
+	start := func(dieAfter int) ([]Result, error) {
+		cmd := child(dir)
+		cmd.Env = append(cmd.Env, "INFERA_PATCHES_STATE="+state)
+		if dieAfter > 0 {
+			cmd.Env = append(cmd.Env, "INFERA_PATCHES_DIE_AFTER_RENAMES="+strconv.Itoa(dieAfter))
+		}
+		out, err := cmd.Output()
+		var res []Result
+		if err == nil {
+			err = json.Unmarshal(out, &res)
+		}
+		return res, err
+	}
+	_, err := start(0) // the first start
+	require.NoError(t, err)
+	newLayer()
+	res, err := start(0) // the first new layer: planned, the blob kept
+	require.NoError(t, err)
+	require.False(t, res[0].Replayed)
+	newLayer()
+	res, err = start(0)
+	require.NoError(t, err)
+	require.True(t, res[0].Replayed, "the second new layer replays: %s", res[0].Why)
+	// The state a replay starts from, put back before each killed start
+	// (the recovery below renews it for a layer that is partly written).
+	kept := map[string][]byte{}
+	ents, err := os.ReadDir(state)
+	require.NoError(t, err)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(state, e.Name()))
+		require.NoError(t, err)
+		kept[e.Name()] = b
+	}
+	names := slices.Sorted(maps.Keys(crashOriginals)) // the record's order, which the replay renames in
+
+	for n := 1; n < len(crashOriginals); n++ {
+		for name, b := range kept {
+			require.NoError(t, os.WriteFile(filepath.Join(state, name), b, 0o644))
+		}
+		newLayer()
+		_, err = start(n)
+		var exit *exec.ExitError
+		require.True(t, errors.As(err, &exit), "the start was to die after rename %d: %v", n, err)
+		for k, name := range names {
+			got := read(t, filepath.Join(dir, name))
+			switch {
+			case k < n && got != final(valid, name):
+				t.Fatalf("after rename %d of the replay, %s is not the recorded content", n, name)
+			case k >= n && got != valid[name][0]:
+				t.Fatalf("after rename %d of the replay, %s is not the image's", n, name)
+			}
+		}
+
+		res, err = start(0)
+		require.NoError(t, err)
+		for _, r := range res {
+			assert.Equal(t, patchdef.Applied, r.State, "%s after rename %d: %s", r.ID, n, r.Why)
+		}
+		for name := range crashOriginals {
+			assert.Equal(t, final(valid, name), read(t, filepath.Join(dir, name)), "%s after rename %d", name, n)
+		}
+		left, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+		top, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
+		assert.Empty(t, append(left, top...), "temporary files after rename %d", n)
+	}
 }
