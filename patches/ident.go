@@ -113,25 +113,36 @@ func readsAs(path, want string, buf []byte) (identity, bool) {
 // returns the file's identity, or an error when read fails or the
 // identity changed while it ran.
 func stableRead(path string, read func(f *os.File, before *unix.Stat_t) error) (identity, error) {
-	f, err := boundedread.Open(path, 0)
+	f, id, err := stableOpen(path, read)
 	if err != nil {
 		return identity{}, err
 	}
-	defer f.Close()
+	f.Close()
+	return id, nil
+}
+
+// stableOpen is stableRead that returns the file still open, for a
+// caller that may read it again later (the replay restores from it).
+func stableOpen(path string, read func(f *os.File, before *unix.Stat_t) error) (*os.File, identity, error) {
+	f, err := boundedread.Open(path, 0)
+	if err != nil {
+		return nil, identity{}, err
+	}
 	fd := int(f.Fd())
 	var before, after unix.Stat_t
-	if err := unix.Fstat(fd, &before); err != nil {
-		return identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
+	err = unix.Fstat(fd, &before)
+	if err != nil {
+		err = &fs.PathError{Op: "fstat", Path: path, Err: err}
+	} else if err = read(f, &before); err == nil {
+		if err = unix.Fstat(fd, &after); err != nil {
+			err = &fs.PathError{Op: "fstat", Path: path, Err: err}
+		} else if fileid.Of(&after) != fileid.Of(&before) {
+			err = fmt.Errorf("%s changed while it was read", path)
+		}
 	}
-	if err := read(f, &before); err != nil {
-		return identity{}, err
+	if err != nil {
+		f.Close()
+		return nil, identity{}, err
 	}
-	if err := unix.Fstat(fd, &after); err != nil {
-		return identity{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	id := fileid.Of(&after)
-	if id != fileid.Of(&before) {
-		return identity{}, fmt.Errorf("%s changed while it was read", path)
-	}
-	return id, nil
+	return f, fileid.Of(&after), nil
 }

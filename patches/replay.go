@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -55,9 +54,10 @@ type blobRange struct {
 }
 
 // section is the part of parts (a blob's) that r names; false when r
-// reaches past it (a blob torn by a crash: it is written without fsync).
-func (r blobRange) section(parts *io.SectionReader) (*io.SectionReader, bool) {
-	if r.Off < 0 || r.Len < 0 || int64(r.Off) > parts.Size()-int64(r.Len) {
+// reaches past it (a blob torn by a crash: it is written without fsync)
+// or is longer than limit.
+func (r blobRange) section(parts *io.SectionReader, limit int) (*io.SectionReader, bool) {
+	if r.Off < 0 || r.Len < 0 || r.Len > limit || int64(r.Off) > parts.Size()-int64(r.Len) {
 		return nil, false
 	}
 	return io.NewSectionReader(parts, int64(r.Off), int64(r.Len)), true
@@ -162,7 +162,7 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	// another run's, fails their SHA-256 (a written file's part, staged
 	// below, its own).
 	var wrote []Result
-	sec, ok := rec.Wrote.section(parts)
+	sec, ok := rec.Wrote.section(parts, maxStateBytes)
 	if !ok {
 		return nil, false, false
 	}
@@ -203,7 +203,7 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	for k, i := range idx {
 		f := rec.Files[i]
 		p := f.Pristine
-		part, ok := p.Written.section(parts)
+		part, ok := p.Written.section(parts, maxSourceBytes)
 		if !ok {
 			return nil, false, false
 		}
@@ -248,31 +248,24 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	return res, true, renew
 }
 
-// hashOpen opens path as readSource does, hashes it through buf, and
-// returns it open, with the identity it had while it was read (a file
-// that changed meanwhile is an error) and its SHA-256.
+// hashOpen opens path as readSource does (stableOpen), hashes it through
+// buf, within maxSourceBytes, and returns it open, with the identity it
+// had while it was read and its SHA-256.
 func hashOpen(path string, buf []byte) (*os.File, identity, string, error) {
-	f, err := boundedread.Open(path, 0)
-	if err != nil {
-		return nil, identity{}, "", err
-	}
-	var before, after unix.Stat_t
 	h := sha256.New()
-	err = unix.Fstat(int(f.Fd()), &before)
-	if err == nil {
-		_, err = io.CopyBuffer(h, io.LimitReader(f, maxSourceBytes+1), buf)
-	}
-	if err == nil {
-		err = unix.Fstat(int(f.Fd()), &after)
-	}
-	if err == nil && fileid.Of(&after) != fileid.Of(&before) {
-		err = fmt.Errorf("%s changed while it was read", path)
-	}
+	f, id, err := stableOpen(path, func(f *os.File, st *unix.Stat_t) error {
+		if st.Size > maxSourceBytes {
+			return &boundedread.Error{Path: path, Cap: maxSourceBytes, Err: boundedread.ErrTooLarge}
+		}
+		// A LimitedReader, which has no WriteTo: the copy goes through
+		// buf (the file's own WriteTo would make a buffer of its own).
+		_, err := io.CopyBuffer(h, io.LimitReader(f, st.Size+1), buf)
+		return err
+	})
 	if err != nil {
-		f.Close()
 		return nil, identity{}, "", err
 	}
-	return f, fileid.Of(&after), hex.EncodeToString(h.Sum(nil)), nil
+	return f, id, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // writeAgain commits files as a first start's commit does (see commit):

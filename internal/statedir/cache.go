@@ -44,8 +44,11 @@ const blobHeader = "infera-exec blob\n"
 // then parts one after another, each written from where it is rather
 // than gathered into one buffer first.
 func WriteBlob(dir, name string, parts []string) {
-	p := pieces(append([]string{blobHeader}, parts...))
-	writeCache(dir, name, &p)
+	readers := []io.Reader{strings.NewReader(blobHeader)}
+	for _, p := range parts {
+		readers = append(readers, strings.NewReader(p))
+	}
+	writeCache(dir, name, io.MultiReader(readers...))
 }
 
 // OpenBlob opens a blob that can be believed, as ReadCache reads a cache
@@ -68,35 +71,6 @@ func OpenBlob(dir, name string) (parts *io.SectionReader, close func(), ok bool)
 		return nil, nil, false
 	}
 	return io.NewSectionReader(f, int64(len(head)), st.Size-int64(len(head))), func() { f.Close() }, true
-}
-
-// pieces reads as its strings one after another; copied to a file, each
-// is written from where it is.
-type pieces []string
-
-func (p *pieces) Read(b []byte) (int, error) {
-	for len(*p) > 0 && (*p)[0] == "" {
-		*p = (*p)[1:]
-	}
-	if len(*p) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(b, (*p)[0])
-	(*p)[0] = (*p)[0][n:]
-	return n, nil
-}
-
-func (p *pieces) WriteTo(w io.Writer) (int64, error) {
-	var sum int64
-	for len(*p) > 0 {
-		n, err := io.WriteString(w, (*p)[0])
-		sum += int64(n)
-		if err != nil {
-			return sum, err
-		}
-		*p = (*p)[1:]
-	}
-	return sum, nil
 }
 
 func writeCache(dir, name string, r io.Reader) {
