@@ -27,12 +27,10 @@ func countStats(t *testing.T) map[string]int {
 	return n
 }
 
-// A first start resolves every module it edits from the package down, for
-// each patch and again for each written patch as written (asWritten): the
-// same package directories, __init__ files and extension names, each
-// stat'ed once per run; and the record still lists every one of them with
-// its type, for the next start.
-func TestImporterStatsEachPathOncePerRun(t *testing.T) {
+// pendingTree is a copy of the vllm-pending test tree, located offline,
+// with the built-in definitions: a first start's work.
+func pendingTree(t *testing.T) (*patchdef.Set, *Location, string) {
+	t.Helper()
 	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	dir := t.TempDir()
@@ -42,6 +40,16 @@ func TestImporterStatsEachPathOncePerRun(t *testing.T) {
 	require.NoError(t, err)
 	loc.fillDistVersions(set, root)
 	loc.Fingerprint = "probe-1"
+	return set, loc, root
+}
+
+// A first start resolves every module it edits from the package down, for
+// each patch and again for each written patch as written (asWritten): the
+// same package directories, __init__ files and extension names, each
+// stat'ed once per run; and the record still lists every one of them with
+// its type, for the next start.
+func TestImporterStatsEachPathOncePerRun(t *testing.T) {
+	set, loc, _ := pendingTree(t)
 
 	stats := countStats(t)
 	opt := options{StateDir: t.TempDir(), PyMinor: 12}
@@ -108,15 +116,7 @@ func TestTypeCacheForgetsRemovedBytecode(t *testing.T) {
 // each patch's planned content, what it wrote; the edits' hashes before
 // and after, the record's sums and asWritten's re-plan share them.
 func TestEachContentHashedOncePerRun(t *testing.T) {
-	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
-	require.NoError(t, err)
-	dir := t.TempDir()
-	require.NoError(t, fixture.Trees("testdata/trees", dir))
-	root := treeRoot(filepath.Join(dir, "vllm-pending"))
-	loc, err := LocateOffline(root, set.Packages())
-	require.NoError(t, err)
-	loc.fillDistVersions(set, root)
-	loc.Fingerprint = "probe-1"
+	set, loc, root := pendingTree(t)
 	read := map[string]bool{}
 	for _, f := range snapshot(t, root) {
 		read[f] = true
