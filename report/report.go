@@ -24,6 +24,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/statedir"
+	"golang.org/x/sys/unix"
 )
 
 // Schema is bumped when a field changes meaning or disappears.
@@ -381,8 +382,8 @@ func writeOne(path string, data []byte) error {
 }
 
 // replaceable says why the file at path must not be replaced by a report:
-// it is not a regular file, belongs to another uid, or does not decode as
-// an infera-exec report. Nothing there is fine.
+// it is not a regular file, belongs to another uid, or does not begin as
+// an infera-exec report (beginsAsReport). Nothing there is fine.
 func replaceable(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -397,25 +398,45 @@ func replaceable(path string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("belongs to uid %d, not to this process (uid %d); not replacing it", st.Uid, os.Geteuid())
 	}
-	data, err := boundedread.FileNoFollow(path, maxReport)
+	f, err := boundedread.Open(path, unix.O_NOFOLLOW)
 	if err != nil {
 		return fmt.Errorf("cannot be read back to check that it is a report (%w); not replacing it", boundedread.Reason(err))
 	}
-	var head struct {
-		Schema *int            `json:"schema"`
-		Tool   *Tool           `json:"tool"`
-		Mode   string          `json:"mode"`
-		Out    json.RawMessage `json:"outcome"`
-	}
-	if json.Unmarshal(data, &head) != nil || head.Schema == nil || head.Tool == nil || head.Mode == "" || head.Out == nil {
+	defer f.Close()
+	if !beginsAsReport(io.LimitReader(f, maxReportHead)) {
 		return errors.New("is not an infera-exec report; not replacing it (point INFERA_EXEC_REPORT at a new file, or remove it)")
 	}
 	return nil
 }
 
-// maxReport bounds the read of an existing report: a real one is tens of
-// kilobytes.
-const maxReport = 4 << 20
+// beginsAsReport reports whether r begins as every report Marshal writes
+// (and every one an earlier version wrote): a JSON object whose first
+// members are "schema" (a number), "tool" (an object) and "mode" (a
+// non-empty string). Only that head is read, not the whole report.
+func beginsAsReport(r io.Reader) bool {
+	dec := json.NewDecoder(r)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	var head struct {
+		Schema *int
+		Tool   *Tool
+		Mode   string
+	}
+	for _, m := range []struct {
+		key string
+		val any
+	}{{"schema", &head.Schema}, {"tool", &head.Tool}, {"mode", &head.Mode}} {
+		if t, err := dec.Token(); err != nil || t != m.key || dec.Decode(m.val) != nil {
+			return false
+		}
+	}
+	return head.Schema != nil && head.Tool != nil && head.Mode != ""
+}
+
+// maxReportHead bounds the read of an existing report's head: a real
+// one's is a few hundred bytes.
+const maxReportHead = 16 << 10
 
 // ReportMode is the report file's mode.
 const ReportMode = 0o600

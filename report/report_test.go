@@ -172,6 +172,12 @@ func TestWriteReplacesOnlyAReport(t *testing.T) {
 		"stale.json":  "stale, not JSON",
 		"empty.json":  "",
 		"schema.json": `{"schema": 2}`,
+		// A head out of order, or with a member of the wrong kind.
+		"order.json":     `{"tool": {}, "schema": 2, "mode": "exec", "outcome": {}}`,
+		"nulltool.json":  `{"schema": 2, "tool": null, "mode": "exec", "outcome": {}}`,
+		"strschema.json": `{"schema": "2", "tool": {}, "mode": "exec", "outcome": {}}`,
+		"nomode.json":    `{"schema": 2, "tool": {}, "mode": "", "outcome": {}}`,
+		"array.json":     `[{"schema": 2, "tool": {}, "mode": "exec"}]`,
 	} {
 		path := filepath.Join(dir, name)
 		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
@@ -203,6 +209,27 @@ func TestWriteReplacesOnlyAReport(t *testing.T) {
 	require.NoError(t, os.Chown(theirs, 4242, 4242))
 	_, err = Write(sampleReport(), theirs, "", "")
 	assert.ErrorContains(t, err, "belongs to uid 4242")
+}
+
+// A report is recognized by its head alone: the rest is not read, so a
+// report of any size, even one cut short, is replaced.
+func TestWriteReadsOnlyTheReportsHead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report.json")
+	_, err := Write(sampleReport(), path, "", "")
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for name, content := range map[string][]byte{
+		"cut short":        data[:len(data)/2],
+		"larger than 4 MB": append(data[:len(data)-len("}\n")], []byte(`, "pad": "`+strings.Repeat("x", 5<<20)+`"}`)...),
+	} {
+		require.NoError(t, os.WriteFile(path, content, 0o600))
+		_, err = Write(sampleReport(), path, "", "")
+		require.NoError(t, err, name)
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.True(t, json.Valid(got), "%s: replaced by a whole report", name)
+	}
 }
 
 func TestWriteExplicitPathFailure(t *testing.T) {
