@@ -86,12 +86,13 @@ var writeFile = atomicWrite
 // variable so tests can make it fail or count the writes. It runs in
 // several goroutines at once.
 var stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
-	return stageFrom(path, strings.NewReader(content), was)
+	return stageFrom(path, strings.NewReader(content), &was)
 }
 
-// stageFrom is stageFile of what r reads.
-func stageFrom(path string, r io.Reader, was identity) (*atomicfile.Staged, error) {
-	return atomicfile.Stage(path, r, atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
+// stageFrom is stageFile of what r reads. The rename checks the identity
+// that was holds when it comes, not when the file is staged.
+func stageFrom(path string, r io.Reader, was *identity) (*atomicfile.Staged, error) {
+	return atomicfile.Stage(path, r, atomicfile.Options{KeepOwner: true, BeforeRename: func() error { return stillRead(path, *was)() }})
 }
 
 // renameFile puts a staged file in place (see atomicfile.Staged.Commit);

@@ -199,22 +199,36 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 			}
 		}
 	}()
-	buf := make([]byte, 64<<10)
 	for k, i := range idx {
 		f := rec.Files[i]
-		p := f.Pristine
-		part, ok := p.Written.section(parts, maxSourceBytes)
+		part, ok := f.Pristine.Written.section(parts, maxSourceBytes)
 		if !ok {
 			return nil, false, false
 		}
-		read, id, sum, err := hashOpen(f.Path, buf)
-		files[k] = &replayFile{path: f.Path, read: read, id: id, sum: f.Sum, part: part}
-		if err != nil || sum != p.Sum || id.Portable() != p.ID {
-			return nil, false, false
-		}
-		atomicfile.RemoveStale(f.Path)
+		files[k] = &replayFile{path: f.Path, sum: f.Sum, part: part}
+		atomicfile.RemoveStale(f.Path) // before this run stages its own beside it
 	}
-	if !writeAgain(files, buf) {
+	// The staging (mostly fsync waits) runs while each file is read and
+	// hashed here: nothing is renamed before both are done, and a file
+	// that is not what the recorded run read discards every stage.
+	staged := stageAgain(files)
+	buf := make([]byte, 64<<10)
+	pristine := true
+	for k, i := range idx {
+		p := rec.Files[i].Pristine
+		read, id, sum, err := hashOpen(files[k].path, buf)
+		files[k].read, files[k].id = read, id
+		if err != nil || sum != p.Sum || id.Portable() != p.ID {
+			pristine = false
+			break
+		}
+	}
+	if !staged() || !pristine || !writeAgain(files, buf) {
+		for _, r := range files {
+			if r.staged != nil {
+				r.staged.Discard() // no-op for the ones renamed
+			}
+		}
 		return nil, false, false
 	}
 	for k, i := range idx {
@@ -268,50 +282,55 @@ func hashOpen(path string, buf []byte) (*os.File, identity, string, error) {
 	return f, id, hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// writeAgain commits files as a first start's commit does (see commit):
-// each staged (a few at a time, fsynced) with its part of the blob,
-// checked against its sum as it is written; then renamed into place in
-// order, each only while it is still the file read; then read back. A
-// failed stage or rename restores the files renamed, from the files read.
-func writeAgain(files []*replayFile, buf []byte) bool {
+// stageAgain starts staging each file's part of the blob, as a first
+// start's commit stages (a few at a time, fsynced), each checked against
+// its sum as it is written, and returns the wait for them all: true when
+// every file was staged. A file's stage renames only over the identity
+// its id holds when the rename comes (set once the file is read).
+func stageAgain(files []*replayFile) (wait func() bool) {
 	var failed atomic.Bool
-	inParallel(len(files), func(k int) {
-		r := files[k]
-		h := sha256.New()
-		staged, err := stageFrom(r.path, io.TeeReader(r.part, h), r.id)
-		switch {
-		case err != nil:
-			failed.Store(true)
-		case hex.EncodeToString(h.Sum(nil)) != r.sum:
-			staged.Discard()
-			failed.Store(true)
-		default:
-			r.staged = staged
-		}
-	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		inParallel(len(files), func(k int) {
+			r := files[k]
+			h := sha256.New()
+			staged, err := stageFrom(r.path, io.TeeReader(r.part, h), &r.id)
+			switch {
+			case err != nil:
+				failed.Store(true)
+			case hex.EncodeToString(h.Sum(nil)) != r.sum:
+				staged.Discard()
+				failed.Store(true)
+			default:
+				r.staged = staged
+			}
+		})
+	}()
+	return func() bool {
+		<-done
+		return !failed.Load()
+	}
+}
+
+// writeAgain commits the staged files as a first start's commit does
+// (see commit): renamed into place in order, each only while it is still
+// the file read; then read back. A failed rename restores the files
+// renamed, from the files read.
+func writeAgain(files []*replayFile, buf []byte) bool {
 	var renamed []*replayFile
 	for _, r := range files {
-		if failed.Load() {
-			break
-		}
 		if err := renameFile(r.staged); err != nil {
-			failed.Store(true)
-			break
+			// The staged files are discarded by the caller (the
+			// renamed ones no longer exist as such).
+			for i := len(renamed) - 1; i >= 0; i-- {
+				r := renamed[i]
+				atomicfile.Write(r.path, io.NewSectionReader(r.read, 0, r.id.Size), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(r.path, r.renamed)})
+			}
+			return false
 		}
 		r.renamed, _ = fileid.Lstat(r.path)
 		renamed = append(renamed, r)
-	}
-	if failed.Load() {
-		for _, r := range files {
-			if r.staged != nil {
-				r.staged.Discard() // no-op for the ones renamed
-			}
-		}
-		for i := len(renamed) - 1; i >= 0; i-- {
-			r := renamed[i]
-			atomicfile.Write(r.path, io.NewSectionReader(r.read, 0, r.id.Size), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(r.path, r.renamed)})
-		}
-		return false
 	}
 	for _, r := range files {
 		id, ok := hashesAs(r.path, r.sum, buf)
