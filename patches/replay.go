@@ -72,8 +72,8 @@ func blobName(recordFile string) string {
 // results): what each written file held before and, with blob, what a
 // start needs to write it again: each written file's content and the
 // results, in a blob written beside the record first. It adds nothing
-// when some file a patch of the run applied is not among them, or not in
-// the record.
+// when some file an applied patch edits is neither among them nor a file
+// the record names, or when a file among them is not in the record.
 //
 // The blob (the engine files' size) is written only by a run that found
 // the files pristine again under a record of their writing (a new
@@ -88,19 +88,22 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile, blob 
 	for _, d := range wrote {
 		written[d.path] = d
 	}
+	at := map[string]int{}
+	for i, f := range rec.Files {
+		at[f.Path] = i
+	}
+	// A file an applied patch edits and the run did not write (that edit
+	// was in place already, as a v0.2.2 script left it) is a file the
+	// record vouches for by itself.
 	for _, r := range res {
 		if r.Action != "applied" {
 			continue
 		}
 		for _, e := range r.Edits {
-			if e.State != patchdef.NotApplicable && written[e.Path] == nil {
+			if i, ok := at[e.Path]; e.State != patchdef.NotApplicable && written[e.Path] == nil && (!ok || rec.Files[i].Type) {
 				return
 			}
 		}
-	}
-	at := map[string]int{}
-	for i, f := range rec.Files {
-		at[f.Path] = i
 	}
 	var parts []string
 	kept := map[int]*pristineFile{}

@@ -3,7 +3,9 @@ package patches
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,4 +134,71 @@ func TestVariantTrees(t *testing.T) {
 			assert.True(t, covered[d.ID+" "+v.Name], "no tree under testdata/trees names variant %s of %s in its EXPECTED", v.Name, d.ID)
 		}
 	}
+}
+
+// On every test tree, a new container layer of the same image is patched
+// to the bytes the full check writes, with its results: the first start
+// writes, the first restart on a new layer plans and writes again (and
+// keeps the blob), the second replays, and the restart after that takes
+// the record. A new layer is the image copied back with its sizes, modes
+// and mtimes (cp -a: new inodes, as a new overlay mount shows them).
+func TestReplayMatchesTheFullCheckOnEveryTree(t *testing.T) {
+	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
+	require.NoError(t, err)
+	images := t.TempDir()
+	require.NoError(t, fixture.Trees("testdata/trees", images))
+	trees, err := filepath.Glob(filepath.Join(images, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, trees)
+	var replayedTrees []string
+	for _, image := range trees {
+		name := filepath.Base(image)
+		t.Run(name, func(t *testing.T) {
+			tree := filepath.Join(t.TempDir(), name)
+			layer := func() {
+				require.NoError(t, os.RemoveAll(tree))
+				out, err := exec.Command("cp", "-a", image, tree).CombinedOutput()
+				require.NoError(t, err, "%s", out)
+			}
+			layer()
+			opt := options{StateDir: t.TempDir()}
+			start := func() []Result {
+				loc, err := LocateOffline(treeRoot(tree), set.Packages())
+				require.NoError(t, err)
+				loc.fillDistVersions(set, treeRoot(tree))
+				loc.Fingerprint = "probe of " + name
+				return applySet(set, loc, opt)
+			}
+			first := start()
+			if !slices.ContainsFunc(first, func(r Result) bool { return r.Action == "applied" }) {
+				return // nothing written: nothing to replay
+			}
+			written := snapshot(t, tree)
+
+			layer()
+			planned := start()
+			assert.Equal(t, written, snapshot(t, tree), "the first restart on a new layer writes what the first start wrote")
+			layer()
+			again := start()
+			assert.Equal(t, written, snapshot(t, tree), "a replay writes what the full check wrote")
+			require.Len(t, again, len(planned))
+			replays := false
+			for i, r := range again {
+				assert.False(t, planned[i].Replayed, "%s: no blob yet on the first new layer", r.ID)
+				replays = replays || r.Replayed
+				assert.Equal(t, r.Action == "applied", r.Replayed, "%s: replayed exactly when written", r.ID)
+				r.Replayed = false
+				assert.Equal(t, planned[i], r, "%s: the results of the full check", r.ID)
+			}
+			if replays {
+				replayedTrees = append(replayedTrees, name)
+			}
+			for _, r := range start() {
+				assert.Equal(t, "none", r.Action, r.ID)
+			}
+			assert.Equal(t, written, snapshot(t, tree), "the restart after a replay changes no byte")
+		})
+	}
+	t.Logf("replayed on: %s", strings.Join(replayedTrees, " "))
+	assert.Contains(t, replayedTrees, "vllm-pending")
 }
