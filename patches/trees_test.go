@@ -136,13 +136,15 @@ func TestVariantTrees(t *testing.T) {
 	}
 }
 
-// On every test tree, a new container layer of the same image is patched
-// to the bytes the full check writes, with its results: the first start
-// writes, the first restart on a new layer plans and writes again (and
-// keeps the blob), the second replays, and the restart after that takes
-// the record. A new layer is the image copied back with its sizes, modes
-// and mtimes (cp -a: new inodes, as a new overlay mount shows them).
-func TestReplayMatchesTheFullCheckOnEveryTree(t *testing.T) {
+// On every test tree, each kind of restart ends where the full check
+// would, by its fast path: a restart in the same container takes the
+// record; on a new container layer of the same image (the image copied
+// back with its sizes, modes and mtimes, as cp -a does: new inodes, as a
+// new overlay mount shows them), a tree the first start left alone takes
+// the record too, and one it wrote is planned and written again once
+// (keeping the blob), then replayed: the same bytes and results as the
+// full check, and the restart after it takes the record.
+func TestRestartsMatchTheFullCheckOnEveryTree(t *testing.T) {
 	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	images := t.TempDir()
@@ -160,7 +162,6 @@ func TestReplayMatchesTheFullCheckOnEveryTree(t *testing.T) {
 				out, err := exec.Command("cp", "-a", image, tree).CombinedOutput()
 				require.NoError(t, err, "%s", out)
 			}
-			layer()
 			opt := options{StateDir: t.TempDir()}
 			start := func() []Result {
 				loc, err := LocateOffline(treeRoot(tree), set.Packages())
@@ -169,11 +170,23 @@ func TestReplayMatchesTheFullCheckOnEveryTree(t *testing.T) {
 				loc.Fingerprint = "probe of " + name
 				return applySet(set, loc, opt)
 			}
-			first := start()
-			if !slices.ContainsFunc(first, func(r Result) bool { return r.Action == "applied" }) {
-				return // nothing written: nothing to replay
+			fromRecord := func(what string) {
+				t.Helper()
+				for _, r := range start() {
+					assert.Equal(t, "none", r.Action, "%s: %s", what, r.ID)
+					assert.True(t, r.Recorded, "%s takes the record: %s", what, r.ID)
+				}
 			}
+			layer()
+			first := start()
 			written := snapshot(t, tree)
+			fromRecord("a restart in the same container")
+			assert.Equal(t, written, snapshot(t, tree), "a restart changes no byte")
+			if !slices.ContainsFunc(first, func(r Result) bool { return r.Action == "applied" }) {
+				layer()
+				fromRecord("a new layer the first start did not write")
+				return
+			}
 
 			layer()
 			planned := start()
@@ -193,9 +206,7 @@ func TestReplayMatchesTheFullCheckOnEveryTree(t *testing.T) {
 			if replays {
 				replayedTrees = append(replayedTrees, name)
 			}
-			for _, r := range start() {
-				assert.Equal(t, "none", r.Action, r.ID)
-			}
+			fromRecord("the restart after a replay")
 			assert.Equal(t, written, snapshot(t, tree), "the restart after a replay changes no byte")
 		})
 	}
