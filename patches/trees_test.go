@@ -66,12 +66,10 @@ func snapshot(t *testing.T, root string) map[string]string {
 	return files
 }
 
-// Every test tree, shaped like the upstream files of one revision (see
-// testdata/ANCHORS.md), against the built-in definitions: the dry run finds
-// the states and variants of its EXPECTED file; applying turns every
-// pending patch into applied with the same variant and leaves the others
-// alone; the result evaluates as applied, and a second run writes nothing.
-func TestVariantTrees(t *testing.T) {
+// builtinTrees is the built-in definitions, and every test tree laid down
+// in a directory of the test's.
+func builtinTrees(t *testing.T) (*patchdef.Set, []string) {
+	t.Helper()
 	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	dir := t.TempDir()
@@ -79,6 +77,26 @@ func TestVariantTrees(t *testing.T) {
 	trees, err := filepath.Glob(filepath.Join(dir, "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, trees)
+	return set, trees
+}
+
+// locateTree is where set's packages are under root, found as --check
+// finds them.
+func locateTree(t *testing.T, set *patchdef.Set, root string) *Location {
+	t.Helper()
+	loc, err := LocateOffline(root, set.Packages())
+	require.NoError(t, err)
+	loc.fillDistVersions(set, root)
+	return loc
+}
+
+// Every test tree, shaped like the upstream files of one revision (see
+// testdata/ANCHORS.md), against the built-in definitions: the dry run finds
+// the states and variants of its EXPECTED file; applying turns every
+// pending patch into applied with the same variant and leaves the others
+// alone; the result evaluates as applied, and a second run writes nothing.
+func TestVariantTrees(t *testing.T) {
+	set, trees := builtinTrees(t)
 
 	// Each variant of every built-in definition is decided by some tree.
 	covered := map[string]bool{}
@@ -87,11 +105,8 @@ func TestVariantTrees(t *testing.T) {
 			want := readExpected(t, filepath.Join(tree, "EXPECTED"))
 			root := treeRoot(tree)
 			evaluate := func(dry bool) map[string]Result {
-				loc, err := LocateOffline(root, set.Packages())
-				require.NoError(t, err)
-				loc.fillDistVersions(set, root)
 				got := map[string]Result{}
-				for _, r := range applySet(set, loc, options{DryRun: dry}) {
+				for _, r := range applySet(set, locateTree(t, set, root), options{DryRun: dry}) {
 					got[r.ID] = r
 				}
 				return got
@@ -145,13 +160,7 @@ func TestVariantTrees(t *testing.T) {
 // (keeping the blob), then replayed: the same bytes and results as the
 // full check, and the restart after it takes the record.
 func TestRestartsMatchTheFullCheckOnEveryTree(t *testing.T) {
-	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
-	require.NoError(t, err)
-	images := t.TempDir()
-	require.NoError(t, fixture.Trees("testdata/trees", images))
-	trees, err := filepath.Glob(filepath.Join(images, "*"))
-	require.NoError(t, err)
-	require.NotEmpty(t, trees)
+	set, trees := builtinTrees(t)
 	var replayedTrees []string
 	for _, image := range trees {
 		name := filepath.Base(image)
@@ -164,9 +173,7 @@ func TestRestartsMatchTheFullCheckOnEveryTree(t *testing.T) {
 			}
 			opt := options{StateDir: t.TempDir()}
 			start := func() []Result {
-				loc, err := LocateOffline(treeRoot(tree), set.Packages())
-				require.NoError(t, err)
-				loc.fillDistVersions(set, treeRoot(tree))
+				loc := locateTree(t, set, treeRoot(tree))
 				loc.Fingerprint = "probe of " + name
 				return applySet(set, loc, opt)
 			}
