@@ -102,6 +102,9 @@ var renameFile = (*atomicfile.Staged).Commit
 // beforeRenameHook lets tests act as another writer at the last moment.
 var beforeRenameHook func(path string)
 
+// planningHook lets tests see the run about to plan definition i.
+var planningHook func(i int)
+
 // errChanged: the file is no longer the one that was read and evaluated.
 var errChanged = errors.New("changed by another writer since it was read")
 
@@ -213,6 +216,7 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		defer release()
 	}
 	v := newView(!opt.DryRun, opt.PyMinor, needlesOf(set))
+	last := lastEditors(set, pkgs)
 	for i, d := range set.Defs {
 		if !pkgs[i].Found {
 			continue
@@ -221,13 +225,22 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		// decides it: what is in force stays so; what would need writing
 		// is not written.
 		lockErr := unlocked[pkgs[i].Dir]
+		if planningHook != nil {
+			planningHook(i)
+		}
 		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil, &results[i])
 		plans[i].lockErr = lockErr
+		if plans[i].kind == writes && v.compose {
+			stageFinal(plans[i], last, i)
+		}
 	}
 	if !opt.DryRun {
 		// One read buffer for the run's read-backs: its pages are touched
 		// once.
 		commitGroups(groupsOf(plans, v), set, plans, results, make([]byte, 64<<10))
+		for _, d := range v.changed {
+			d.settleEarly() // one the commit did not take: discarded
+		}
 		for _, d := range v.changed {
 			if d.finalOK && d.cur != d.data {
 				seen.wrote = append(seen.wrote, d)
@@ -482,9 +495,10 @@ type diskFile struct {
 
 	staged    *atomicfile.Staged
 	stageErr  error
-	renamedID identity // right after this run renamed it into place
-	final     identity // on disk after the commit
-	finalOK   bool     // final is known to be the identity of cur
+	early     *earlyStage // staged while later patches were planned (see stageFinal)
+	renamedID identity    // right after this run renamed it into place
+	final     identity    // on disk after the commit
+	finalOK   bool        // final is known to be the identity of cur
 
 	sumOf, sumCur string // fileid.SumBytes of a cur over fileid.SmallFile, once computed (sumOf: the cur it is of)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -721,4 +722,73 @@ func TestReadBackMismatchIsNotApplied(t *testing.T) {
 	assert.Equal(t, "theirs\n", read(t, filepath.Join(site, "demo/a.py")))
 	records, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
 	assert.Empty(t, records)
+}
+
+// A file whose content no later patch of the run may change is staged
+// while the later patches are planned: the second patch's planning begins
+// only once the first patch's file is being staged. Each file is staged
+// once, with its final content.
+func TestFinalFileStagedWhileLaterPatchesArePlanned(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n", "b.py": "    register()\n"})
+	set := &patchdef.Set{Defs: []*patchdef.Definition{
+		def(t, "first", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "second", patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"}),
+	}}
+	started := make(chan struct{})
+	var mu sync.Mutex
+	staged := map[string]string{}
+	stage := stageFile
+	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+		mu.Lock()
+		staged[filepath.Base(path)] += content
+		mu.Unlock()
+		if filepath.Base(path) == "a.py" {
+			close(started)
+		}
+		return stage(path, content, was)
+	}
+	planningHook = func(i int) {
+		if i == 1 {
+			select {
+			case <-started:
+			case <-time.After(time.Minute): // a guard against a hang, not a budget
+				t.Error("a.py was not staged while the second patch was planned")
+			}
+		}
+	}
+	t.Cleanup(func() { stageFile, planningHook = stage, nil })
+	for _, r := range applySet(set, loc, options{}) {
+		assert.Equal(t, "applied", r.Action, r.Why)
+	}
+	assert.Equal(t, map[string]string{"a.py": "    a = x[0]\n", "b.py": "    pass\n"}, staged, "each file staged once, with what is written")
+	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
+	assert.Equal(t, "    pass\n", read(t, filepath.Join(site, "demo/b.py")))
+	assert.Empty(t, temporaries(t, site))
+}
+
+// A file staged early that a later patch changes after all (it reaches the
+// file by another path, through a link in the package) is staged again
+// with the content the run writes; the early stage leaves nothing behind.
+func TestEarlyStageOfAFileChangedAgainIsDiscarded(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"real/m.py": "    a, _ = x\n    register()\n"})
+	require.NoError(t, os.Symlink("real", filepath.Join(site, "demo", "alias")))
+	set := &patchdef.Set{Defs: []*patchdef.Definition{
+		def(t, "first", patchdef.Edit{File: "real/m.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
+		def(t, "second", patchdef.Edit{File: "alias/m.py", Anchor: "    register()\n", Replacement: "    pass\n"}),
+	}}
+	var mu sync.Mutex
+	var contents []string
+	stage := stageFile
+	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+		mu.Lock()
+		contents = append(contents, content)
+		mu.Unlock()
+		return stage(path, content, was)
+	}
+	t.Cleanup(func() { stageFile = stage })
+	res := applySet(set, loc, options{})
+	want := "    a = x[0]\n    pass\n"
+	assert.Equal(t, want, read(t, filepath.Join(site, "demo/real/m.py")), "both edits, as the run planned them: %+v", res)
+	assert.Equal(t, []string{"    a = x[0]\n    register()\n", want}, contents, "staged early after the first patch, then again with what is written")
+	assert.Empty(t, temporaries(t, site))
 }

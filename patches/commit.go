@@ -3,6 +3,7 @@ package patches
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -137,8 +138,14 @@ func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
 // group's outcome in its writers' plans.
 func commit(groups []*group, plans []*plan, buf []byte) {
 	// Temporary files left by a start killed mid-write go first (we hold
-	// the lock), before this run stages its own beside them.
+	// the lock), before this run stages its own beside them; the path of
+	// a file staged early was cleaned before that stage began.
 	stale := map[string]bool{}
+	for _, g := range groups {
+		for _, d := range g.files {
+			stale[d.path] = stale[d.path] || d.early != nil
+		}
+	}
 	var todo []*diskFile
 	for _, g := range groups {
 		for _, i := range g.pats {
@@ -153,6 +160,7 @@ func commit(groups []*group, plans []*plan, buf []byte) {
 		}
 		for _, d := range g.files {
 			if d.cur == d.data {
+				d.settleEarly()                 // not taken: discarded
 				d.final, d.finalOK = d.id, true // changed and changed back: not written
 				continue
 			}
@@ -161,6 +169,9 @@ func commit(groups []*group, plans []*plan, buf []byte) {
 	}
 	inParallel(len(todo), func(k int) {
 		d := todo[k]
+		if d.settleEarly() {
+			return
+		}
 		d.staged, d.stageErr = stageFile(d.path, d.cur, d.id)
 	})
 	for _, g := range groups {
@@ -236,6 +247,83 @@ func restore(renamed []*diskFile) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// earlyStage is a file staged while the run was still planning: after
+// the last patch that may edit it (see stageFinal), its content was final.
+type earlyStage struct {
+	content string
+	done    chan struct{}
+	staged  *atomicfile.Staged
+	err     error
+}
+
+// lastEditors is, for each file some definition may edit (any variant's
+// edits, joined to its package's directory), the last definition that
+// may: once that one is planned, the file's content is final.
+func lastEditors(set *patchdef.Set, pkgs []Package) map[string]int {
+	last := map[string]int{}
+	for i, d := range set.Defs {
+		if !pkgs[i].Found {
+			continue
+		}
+		for _, v := range d.EditSets() {
+			for _, e := range v.Edits {
+				last[filepath.Join(pkgs[i].Dir, e.File)] = i
+			}
+		}
+	}
+	return last
+}
+
+// stageFinal starts staging, beside the planning of the patches after
+// patch i, each file p changes whose content no later patch may change
+// (a few files at a time, as commit stages): the commit then finds them
+// staged, or still being fsynced. A file whose path lastEditors does not
+// know (the package reached through a link) waits for the commit. The
+// commit takes an early stage only for the content it would write: any
+// other is discarded (settleEarly).
+func stageFinal(p *plan, last map[string]int, i int) {
+	for _, path := range p.fs.order {
+		d := p.fs.m[path].disk
+		if j, ok := last[path]; d == nil || !d.changed || d.early != nil || d.cur == d.data || !ok || j > i {
+			continue
+		}
+		atomicfile.RemoveStale(d.path) // under the lock, before this run stages beside it
+		e := &earlyStage{content: d.cur, done: make(chan struct{})}
+		d.early = e
+		path, was := d.path, d.id
+		go func() {
+			defer close(e.done)
+			earlySlots <- struct{}{}
+			defer func() { <-earlySlots }()
+			e.staged, e.err = stageFile(path, e.content, was)
+		}()
+	}
+}
+
+// earlySlots bounds the early stages running at once, as stagers bounds
+// the commit's.
+var earlySlots = make(chan struct{}, stagers)
+
+// settleEarly waits for the file's early stage, if it has one, and
+// reports whether it staged the content the file will be written with
+// (d.staged and d.stageErr are then its outcome); any other is discarded.
+func (d *diskFile) settleEarly() bool {
+	e := d.early
+	if e == nil {
+		return false
+	}
+	d.early = nil
+	<-e.done
+	if e.content == d.cur && d.cur != d.data {
+		d.staged, d.stageErr = e.staged, e.err
+		return true
+	}
+	if e.staged != nil {
+		e.staged.Discard()
+	}
+	return false
 }
 
 // stagers bounds how many files are staged (written and fsynced) at
