@@ -230,8 +230,8 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		}
 		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil, &results[i])
 		plans[i].lockErr = lockErr
-		if plans[i].kind == writes && v.compose {
-			stageFinal(plans[i], last, i)
+		if v.compose {
+			v.stageFinal(last, i)
 		}
 	}
 	if !opt.DryRun {

@@ -725,14 +725,16 @@ func TestReadBackMismatchIsNotApplied(t *testing.T) {
 }
 
 // A file whose content no later patch of the run may change is staged
-// while the later patches are planned: the second patch's planning begins
-// only once the first patch's file is being staged. Each file is staged
-// once, with its final content.
+// while the later patches are planned: here a.py, once the second patch
+// (which may edit it, but finds nothing to do) is planned, so the third
+// patch's planning begins only once a.py is being staged. Each file is
+// staged once, with its final content.
 func TestFinalFileStagedWhileLaterPatchesArePlanned(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n", "b.py": "    register()\n"})
 	set := &patchdef.Set{Defs: []*patchdef.Definition{
 		def(t, "first", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"}),
-		def(t, "second", patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"}),
+		def(t, "second", patchdef.Edit{File: "a.py", Anchor: "    b, _ = y\n", Replacement: "    b = y[0]\n"}),
+		def(t, "third", patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"}),
 	}}
 	started := make(chan struct{})
 	var mu sync.Mutex
@@ -748,18 +750,19 @@ func TestFinalFileStagedWhileLaterPatchesArePlanned(t *testing.T) {
 		return stage(path, content, was)
 	}
 	planningHook = func(i int) {
-		if i == 1 {
+		if i == 2 {
 			select {
 			case <-started:
 			case <-time.After(time.Minute): // a guard against a hang, not a budget
-				t.Error("a.py was not staged while the second patch was planned")
+				t.Error("a.py was not staged while the third patch was planned")
 			}
 		}
 	}
 	t.Cleanup(func() { stageFile, planningHook = stage, nil })
-	for _, r := range applySet(set, loc, options{}) {
-		assert.Equal(t, "applied", r.Action, r.Why)
-	}
+	res := applySet(set, loc, options{})
+	assert.Equal(t, "applied", res[0].Action, res[0].Why)
+	assert.Equal(t, "none", res[1].Action, "%s: %s", res[1].State, res[1].Why)
+	assert.Equal(t, "applied", res[2].Action, res[2].Why)
 	assert.Equal(t, map[string]string{"a.py": "    a = x[0]\n", "b.py": "    pass\n"}, staged, "each file staged once, with what is written")
 	assert.Equal(t, "    a = x[0]\n", read(t, filepath.Join(site, "demo/a.py")))
 	assert.Equal(t, "    pass\n", read(t, filepath.Join(site, "demo/b.py")))

@@ -277,16 +277,15 @@ func lastEditors(set *patchdef.Set, pkgs []Package) map[string]int {
 }
 
 // stageFinal starts staging, beside the planning of the patches after
-// patch i, each file p changes whose content no later patch may change
-// (a few files at a time, as commit stages): the commit then finds them
-// staged, or still being fsynced. A file whose path lastEditors does not
-// know (the package reached through a link) waits for the commit. The
-// commit takes an early stage only for the content it would write: any
-// other is discarded (settleEarly).
-func stageFinal(p *plan, last map[string]int, i int) {
-	for _, path := range p.fs.order {
-		d := p.fs.m[path].disk
-		if j, ok := last[path]; d == nil || !d.changed || d.early != nil || d.cur == d.data || !ok || j > i {
+// patch i, each file the run changes whose content no later patch may
+// change (a few files at a time, as commit stages): the commit then finds
+// them staged, or still being fsynced. A file whose path lastEditors does
+// not know (the package reached through a link) waits for the commit.
+// The commit takes an early stage only for the content it would write:
+// any other is discarded (settleEarly).
+func (v *view) stageFinal(last map[string]int, i int) {
+	for _, d := range v.changed {
+		if j, ok := last[d.path]; d.early != nil || d.cur == d.data || !ok || j > i {
 			continue
 		}
 		atomicfile.RemoveStale(d.path) // under the lock, before this run stages beside it
