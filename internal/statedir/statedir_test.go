@@ -128,6 +128,15 @@ func TestDirRefusesALinkOfAnotherUidOnTheWay(t *testing.T) {
 	assert.ErrorContains(t, Dir(filepath.Join(rel, "x", "y")), "owned by uid 4242")
 }
 
+// tmpfsAt mounts a tmpfs with opts on path, a new directory; the caller
+// unmounts it.
+func tmpfsAt(path, opts string) error {
+	if err := os.Mkdir(path, 0o755); err != nil {
+		return err
+	}
+	return unix.Mount("tmpfs", path, "tmpfs", 0, opts)
+}
+
 // inMountNamespace runs f on a thread of its own in a private mount
 // namespace (the thread ends with it), where it may mount what it likes.
 func inMountNamespace(t *testing.T, f func() error) {
@@ -163,10 +172,7 @@ func TestClaimTakesAnOpenVolume(t *testing.T) {
 	const other = 65534
 	inMountNamespace(t, func() error {
 		state := filepath.Join(base, "state")
-		if err := os.Mkdir(state, 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mount("tmpfs", state, "tmpfs", 0, "mode=0777"); err != nil {
+		if err := tmpfsAt(state, "mode=0777"); err != nil {
 			return err
 		}
 		defer unix.Unmount(state, unix.MNT_DETACH)
@@ -237,10 +243,7 @@ func TestClaimTakesAnOpenVolume(t *testing.T) {
 
 		// Another uid's volume: refused as before.
 		theirs := filepath.Join(base, "theirs")
-		if err := os.Mkdir(theirs, 0o755); err != nil {
-			return err
-		}
-		if err := unix.Mount("tmpfs", theirs, "tmpfs", 0, "mode=0777,uid=65534"); err != nil {
+		if err := tmpfsAt(theirs, "mode=0777,uid=65534"); err != nil {
 			return err
 		}
 		defer unix.Unmount(theirs, unix.MNT_DETACH)
