@@ -183,16 +183,43 @@ func SyncDir(dir string) error {
 
 // RemoveStale deletes the temporary files a writer of path left behind when
 // it was killed between creating and renaming them. Call it only while no
-// other writer can be at work on path (under the caller's lock).
+// other writer can be at work on path (under the caller's lock). A file
+// is such a leftover by its name (.NAME.tmp-*) and by proof: a regular
+// file owned by this process's user, or by path's own owner (a stage with
+// KeepOwner takes the owner of the file it replaces); anything else there
+// (a link, a directory, another user's file) stays.
 func RemoveStale(path string) []string {
 	matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+globEscape(filepath.Base(path))+".tmp-*"))
+	if len(matches) == 0 {
+		return nil
+	}
+	owners := map[uint32]bool{uint32(os.Geteuid()): true}
+	if uid, ok := ownerOf(path); ok {
+		owners[uid] = true
+	}
 	var removed []string
 	for _, m := range matches {
+		if uid, ok := ownerOf(m); !ok || !owners[uid] {
+			continue
+		}
 		if os.Remove(m) == nil {
 			removed = append(removed, m)
 		}
 	}
 	return removed
+}
+
+// ownerOf is the owner of the regular file at path, not following a link.
+func ownerOf(path string) (uint32, bool) {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Uid, true
 }
 
 func globEscape(s string) string {

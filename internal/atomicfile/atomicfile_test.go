@@ -402,3 +402,35 @@ func TestWriteSourceErrorNamesTheSource(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.EIO)
 	assert.Empty(t, names(t, dir))
 }
+
+// RemoveStale removes a writer's leftovers by name and by proof: regular
+// files of this user or of the replaced file's owner. A link, a directory
+// or another user's file with such a name stays.
+func TestRemoveStaleOnlyWhatAWriterLeft(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give files to other uids (chown); run the tests as root, as CI does")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.py")
+	require.NoError(t, os.WriteFile(path, []byte("x\n"), 0o644))
+	require.NoError(t, os.Chown(path, 1000, 1000))
+	stale := func(name string, uid int) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, nil, 0o600))
+		require.NoError(t, os.Chown(p, uid, uid))
+		return p
+	}
+	ours := stale(".m.py.tmp-1", 0)
+	owners := stale(".m.py.tmp-2", 1000) // staged with KeepOwner, then killed
+	theirs := stale(".m.py.tmp-3", 4242)
+	link := filepath.Join(dir, ".m.py.tmp-4")
+	require.NoError(t, os.Symlink(path, link))
+	sub := filepath.Join(dir, ".m.py.tmp-5")
+	require.NoError(t, os.Mkdir(sub, 0o755))
+
+	assert.ElementsMatch(t, []string{ours, owners}, RemoveStale(path))
+	for _, p := range []string{theirs, link, sub, path} {
+		_, err := os.Lstat(p)
+		assert.NoError(t, err, "%s stays", p)
+	}
+}
