@@ -18,6 +18,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/heappages"
 	"github.com/infera/infera-exec/internal/inheritfd"
 	"github.com/infera/infera-exec/overlay"
 )
@@ -86,6 +87,12 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
+	// A start's heap on huge pages (package heappages), before the start
+	// touches it; not the heap of an init that stays for the worker's life.
+	heap := heappages.Outcome{Skipped: "not a start that execs its worker"}
+	if !o.Doctor && o.Check == "" && o.Install == "" && cfg.Init == config.InitOff {
+		heap = heappages.Back(e.Value("GODEBUG"))
+	}
 	probe := fsprobe.New(cfg.PreflightTimeoutDuration()) // one for the run: a mount that did not answer is not asked again
 	warns = append(config.UnknownNames(e, overlay.EnvNamesAnswering(cfg.PayloadRoot, probe.AllAnswer)), warns...)
 	if o.Doctor || o.Check != "" || o.Install != "" {
@@ -111,5 +118,6 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	defer restore()
 	p := newPass(o, e, cfg, warns, err, probe, stdout, stderr)
 	p.restoreGC = restore
+	p.log.Debug("heap pages: " + heap.String())
 	return p.run()
 }
