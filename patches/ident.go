@@ -13,6 +13,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/internal/heappages"
 )
 
 // identity is a file's identity (package fileid), the key of the record
@@ -43,6 +44,7 @@ func readSource(path string, limit int64) (data []byte, id identity, sum string,
 			return &boundedread.Error{Path: path, Cap: limit, Err: boundedread.ErrTooLarge}
 		}
 		data = make([]byte, st.Size+1) // one byte more: a file that grew reads into it
+		heappages.Fresh(data)          // fresh pages, all written now: huge ones where the kernel allows
 		h := sha256.New()
 		n := 0
 		for {

@@ -80,6 +80,20 @@ func Back(godebug string) Outcome {
 	return o
 }
 
+// Fresh marks the heap chunks under b for huge pages on first touch. A
+// buffer of fresh heap about to be written whole (a file read into
+// memory) calls it: a large buffer gets pages of its own, often in a
+// chunk mapped after Back ran.
+func Fresh(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	lo := uintptr(unsafe.Pointer(&b[0]))
+	hi := lo + uintptr(len(b))
+	lo &^= chunk - 1
+	advise(lo, (hi-lo+chunk-1)&^(chunk-1), unix.MADV_HUGEPAGE)
+}
+
 // advise is madvise(2) over the runtime's own memory, which no Go slice
 // describes: the range is given as addresses.
 func advise(addr, n uintptr, advice int) error {

@@ -57,18 +57,24 @@ func hugeKB(t *testing.T, addr uintptr) int {
 	return 0
 }
 
+// inFreshProcess runs test name alone in a new process of this test
+// binary, and passes on its result.
+func inFreshProcess(t *testing.T, name string) {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v")
+	cmd.Env = append(os.Environ(), "HEAPPAGES_FRESH_PROCESS=1")
+	out, err := cmd.CombinedOutput()
+	if i := bytes.Index(out, []byte("--- SKIP")); i >= 0 {
+		t.Skip(string(out[i:]))
+	}
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "--- PASS")
+}
+
 // TestBackPutsTheHeapStartOnAHugePage runs in a process of its own, as a
 // start does: nothing has asked for huge pages there before Back.
 func TestBackPutsTheHeapStartOnAHugePage(t *testing.T) {
 	if os.Getenv("HEAPPAGES_FRESH_PROCESS") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestBackPutsTheHeapStartOnAHugePage$", "-test.v")
-		cmd.Env = append(os.Environ(), "HEAPPAGES_FRESH_PROCESS=1")
-		out, err := cmd.CombinedOutput()
-		if bytes.Contains(out, []byte("--- SKIP")) {
-			t.Skip(string(out[bytes.Index(out, []byte("--- SKIP")):]))
-		}
-		require.NoError(t, err, "%s", out)
-		require.Contains(t, string(out), "--- PASS")
+		inFreshProcess(t, "TestBackPutsTheHeapStartOnAHugePage")
 		return
 	}
 	switch thpMode(t) {
@@ -100,4 +106,24 @@ func TestBackAsksNothingWhenTheRuntimeIsToldNotTo(t *testing.T) {
 	require.Zero(t, o.Region)
 	require.Equal(t, "not asked: GODEBUG=disablethp=1", o.String())
 	require.Empty(t, Back("disablethp=0").Skipped)
+}
+
+// TestFreshPutsALargeBufferOnHugePages runs in a process of its own: the
+// buffer's pages are fresh from the kernel, as in a start.
+func TestFreshPutsALargeBufferOnHugePages(t *testing.T) {
+	if os.Getenv("HEAPPAGES_FRESH_PROCESS") == "" {
+		inFreshProcess(t, "TestFreshPutsALargeBufferOnHugePages")
+		return
+	}
+	if thpMode(t) != "madvise" {
+		t.Skip("needs /sys/kernel/mm/transparent_hugepage/enabled set to madvise (huge pages only where asked for)")
+	}
+	b := make([]byte, 5<<20) // holds at least one whole aligned 2 MB region
+	at := uintptr(unsafe.Pointer(&b[0]))
+	require.Zero(t, hugeKB(t, at), "huge pages before any hint")
+	Fresh(b)
+	for i := range b {
+		b[i] = 1
+	}
+	require.GreaterOrEqual(t, hugeKB(t, at)+hugeKB(t, at+uintptr(len(b))-1), huge>>10, "no huge page under the buffer")
 }
