@@ -15,7 +15,6 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/infera/infera-exec/internal/heappages"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/internal/testsupport/sandbox"
 	"github.com/infera/infera-exec/overlay"
@@ -222,11 +221,6 @@ func TestScripts(t *testing.T) {
 				return ok, nil
 			case "root":
 				return os.Geteuid() == 0, nil
-			case "thp":
-				// Transparent huge pages on request and MADV_COLLAPSE
-				// (Linux 6.1): asked of the kernel for this process's heap.
-				o := heappages.Back("")
-				return o.Skipped == "" && o.Hint == nil && o.Collapse == nil, nil
 			case "rdma":
 				// Debian's rdma-core 44: libibverbs1, ibverbs-providers.
 				_, err := os.Stat("/usr/lib/x86_64-linux-gnu/libmlx5.so.1.24.44.0")

@@ -15,6 +15,7 @@
 package heappages
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -76,7 +77,15 @@ func Back(godebug string) Outcome {
 	p := uintptr(unsafe.Pointer(probe))
 	o := Outcome{Region: p &^ (huge - 1), Chunk: p &^ (chunk - 1)}
 	o.Hint = advise(o.Chunk, chunk, unix.MADV_HUGEPAGE)
-	o.Collapse = advise(o.Region, huge, unix.MADV_COLLAPSE)
+	// EAGAIN: a page of the region had a user the collapse did not expect
+	// (one another thread was faulting in, held in a CPU's batch), which
+	// passes; the kernel asks to try again, and once more is enough in
+	// practice (docs/performance.md).
+	for try := 0; try < 2; try++ {
+		if o.Collapse = advise(o.Region, huge, unix.MADV_COLLAPSE); !errors.Is(o.Collapse, unix.EAGAIN) {
+			break
+		}
+	}
 	return o
 }
 
