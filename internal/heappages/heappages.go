@@ -9,9 +9,11 @@
 // without transparent huge pages, THP set to "never", a heap laid out
 // otherwise than today's runtime lays it out, all change only the time.
 //
-// The runtime maps its heap in 4 MB chunks, each a mapping of its own,
-// and begins it at a random place in the first one. The chunk is found
-// from the address of a fresh heap object.
+// The runtime maps its heap in 4 MB chunks, each a mapping of its own
+// (a mark made on one is not carried to the next), and begins it at a
+// random page of the first one, so that a start finds between 0 and 4 MB
+// of that chunk ahead of it. Where the heap is comes from the address of
+// a fresh heap object.
 package heappages
 
 import (
@@ -33,15 +35,21 @@ const (
 // answers to hints, reported for --verbose, never a reason to stop.
 type Outcome struct {
 	Skipped  string  // why nothing was asked ("" when something was)
-	Region   uintptr // the 2 MB the heap began in, collapsed into one page
-	Chunk    uintptr // the 4 MB heap chunk holding Region, hinted whole
-	Collapse error   // MADV_COLLAPSE's answer
+	Chunk    uintptr // the 4 MB heap chunk the start goes on in, hinted whole
 	Hint     error   // MADV_HUGEPAGE's answer
+	Region   uintptr // the 2 MB the heap goes on in, collapsed into one page (0: none, or none touched yet)
+	Collapse error   // MADV_COLLAPSE's answer
+	Reserved uintptr // bytes of the first chunk taken by an untouched allocation (0: none)
 }
 
 func (o Outcome) String() string {
-	if o.Skipped != "" {
+	switch {
+	case o.Skipped != "":
 		return "not asked: " + o.Skipped
+	case o.Reserved != 0:
+		return fmt.Sprintf("the first chunk's last %d KB reserved, chunk %#x hinted (%s)", o.Reserved>>10, o.Chunk, answer(o.Hint))
+	case o.Region == 0:
+		return fmt.Sprintf("chunk %#x hinted (%s)", o.Chunk, answer(o.Hint))
 	}
 	return fmt.Sprintf("chunk %#x hinted (%s), region %#x collapsed (%s)", o.Chunk, answer(o.Hint), o.Region, answer(o.Collapse))
 }
@@ -53,17 +61,32 @@ func answer(err error) string {
 	return err.Error()
 }
 
-// probe is a fresh heap object whose address says where the heap is.
-var probe *[64]byte
+// probe is an allocation of pages of its own (larger than the largest
+// size class), never touched: the runtime gives it the lowest free pages
+// that fit, which in a start's heap (nothing freed yet) are where the heap
+// goes on from.
+var probe []byte
 
-// Back marks the 4 MB heap chunk the runtime allocates from for huge
-// pages on first touch (MADV_HUGEPAGE), and backs the 2 MB of it the heap
-// began in with one huge page now (MADV_COLLAPSE copies the pages already
-// touched into it, about 0.3 ms). Every later first touch in those 4 MB is
-// then free. The cost is resident memory: at most 4 MB, less what the
-// start would have touched anyway. godebug is the GODEBUG the process was
-// started with: disablethp=1 there keeps huge pages off the heap, as the
-// runtime itself does with it.
+// reserve holds the rest of a chunk too short to go on in: never touched,
+// it costs address space only.
+var reserve []byte
+
+// Back gives the heap a start allocates from here on huge pages. By
+// where in its first chunk the runtime began the heap:
+//
+//   - 2 MB or more of the chunk ahead: the chunk is marked for huge pages
+//     on first touch (MADV_HUGEPAGE), and the 2 MB the heap goes on in,
+//     if partly touched already, is made one huge page now (MADV_COLLAPSE
+//     copies those pages into it, about 0.3 ms);
+//   - less: the rest of the chunk is taken by an allocation that is never
+//     touched, so that the runtime maps the next chunk now, and that chunk,
+//     untouched, is marked (the start then has most of 4 MB of it ahead).
+//
+// Every first touch in the marked memory after that is free. The cost is
+// resident memory: up to 4 MB of huge pages, less what the start would
+// have touched anyway. godebug is the GODEBUG the process was started
+// with: disablethp=1 there keeps huge pages off the heap, as the runtime
+// itself does with it.
 func Back(godebug string) Outcome {
 	if os.Getpagesize() != 4<<10 {
 		return Outcome{Skipped: fmt.Sprintf("base pages of %d bytes (huge pages are not 2 MB)", os.Getpagesize())}
@@ -73,17 +96,26 @@ func Back(godebug string) Outcome {
 			return Outcome{Skipped: "GODEBUG=disablethp=1"}
 		}
 	}
-	probe = new([64]byte)
-	p := uintptr(unsafe.Pointer(probe))
-	o := Outcome{Region: p &^ (huge - 1), Chunk: p &^ (chunk - 1)}
+	probe = make([]byte, 64<<10)
+	p := uintptr(unsafe.Pointer(&probe[0]))
+	o := Outcome{Chunk: p &^ (chunk - 1)}
+	if rest := o.Chunk + chunk - p; rest < huge {
+		// 64 KB over the rest, so that the allocation cannot fit in it.
+		reserve = make([]byte, rest+64<<10)
+		o.Reserved = rest
+		o.Chunk = (uintptr(unsafe.Pointer(&reserve[0])) + uintptr(len(reserve))) &^ (chunk - 1)
+	}
 	o.Hint = advise(o.Chunk, chunk, unix.MADV_HUGEPAGE)
-	// EAGAIN: a page of the region had a user the collapse did not expect
-	// (one another thread was faulting in, held in a CPU's batch), which
-	// passes; the kernel asks to try again, and once more is enough in
-	// practice (docs/performance.md).
-	for try := 0; try < 2; try++ {
-		if o.Collapse = advise(o.Region, huge, unix.MADV_COLLAPSE); !errors.Is(o.Collapse, unix.EAGAIN) {
-			break
+	if r := p &^ (huge - 1); o.Reserved == 0 && touched(r) {
+		o.Region = r
+		// EAGAIN: a page of the region had a user the collapse did not
+		// expect (one another thread was faulting in, held in a CPU's
+		// batch), which passes; the kernel asks to try again, and once
+		// more is enough in practice (docs/performance.md).
+		for try := 0; try < 2; try++ {
+			if o.Collapse = advise(o.Region, huge, unix.MADV_COLLAPSE); !errors.Is(o.Collapse, unix.EAGAIN) {
+				break
+			}
 		}
 	}
 	return o
@@ -101,6 +133,21 @@ func Fresh(b []byte) {
 	hi := lo + uintptr(len(b))
 	lo &^= chunk - 1
 	advise(lo, (hi-lo+chunk-1)&^(chunk-1), unix.MADV_HUGEPAGE)
+}
+
+// touched says whether any page of the 2 MB at addr is resident
+// (mincore(2)): a region without one has nothing to collapse.
+func touched(addr uintptr) bool {
+	var vec [huge >> 12]byte
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, addr, huge, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		return true // unknown: let the collapse answer
+	}
+	for _, v := range vec {
+		if v&1 != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // advise is madvise(2) over the runtime's own memory, which no Go slice

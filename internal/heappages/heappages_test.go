@@ -3,6 +3,7 @@ package heappages
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -29,12 +30,13 @@ func thpMode(t *testing.T) string {
 	return s[i+1 : j]
 }
 
-// hugeKB is the AnonHugePages of the mapping that holds addr, from
-// /proc/self/smaps.
-func hugeKB(t *testing.T, addr uintptr) int {
-	t.Helper()
+// hugeKBOf is the AnonHugePages of the mapping that holds addr, from
+// /proc/self/smaps (-1: no mapping holds it).
+func hugeKBOf(addr uintptr) int {
 	b, err := os.ReadFile("/proc/self/smaps")
-	require.NoError(t, err)
+	if err != nil {
+		return -1
+	}
 	in := false
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -51,59 +53,144 @@ func hugeKB(t *testing.T, addr uintptr) int {
 		}
 		if in && f[0] == "AnonHugePages:" {
 			kb, err := strconv.Atoi(f[1])
-			require.NoError(t, err)
+			if err != nil {
+				return -1
+			}
 			return kb
 		}
 	}
-	t.Fatalf("no mapping holds %#x in /proc/self/smaps", addr)
-	return 0
+	return -1
 }
 
-// inFreshProcess runs test name alone in a new process of this test
-// binary, and passes on its result.
-func inFreshProcess(t *testing.T, name string) {
-	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v")
-	cmd.Env = append(os.Environ(), "HEAPPAGES_FRESH_PROCESS=1")
-	out, err := cmd.CombinedOutput()
-	if i := bytes.Index(out, []byte("--- SKIP")); i >= 0 {
-		t.Skip(string(out[i:]))
+// TestMain runs a scenario in a process of its own when asked to, as a
+// start does: before anything but the test binary's own start, with
+// nothing in the process having asked for huge pages.
+func TestMain(m *testing.M) {
+	switch os.Getenv("HEAPPAGES_SCENARIO") {
+	case "":
+		os.Exit(m.Run())
+	case "back":
+		json.NewEncoder(os.Stdout).Encode(afterBack())
+	case "fresh":
+		json.NewEncoder(os.Stdout).Encode(afterFresh())
 	}
-	require.NoError(t, err, "%s", out)
-	require.Contains(t, string(out), "--- PASS")
+	os.Exit(0)
 }
 
-// TestBackPutsTheHeapStartOnAHugePage runs in a process of its own, as a
-// start does: nothing has asked for huge pages there before Back.
-func TestBackPutsTheHeapStartOnAHugePage(t *testing.T) {
-	if os.Getenv("HEAPPAGES_FRESH_PROCESS") == "" {
-		inFreshProcess(t, "TestBackPutsTheHeapStartOnAHugePage")
-		return
+// seen is what a scenario found.
+type seen struct {
+	Before   int // AnonHugePages under a fresh object before any hint, KB
+	Outcome  Outcome
+	Hint     string // the kernel's answers, as Outcome.String gives them
+	Collapse string
+	Last     uintptr
+	LastKB   int // AnonHugePages under the last allocation after the hint, KB
+	RegionKB int // AnonHugePages under Outcome.Region, KB
+	ChunkKB  int // AnonHugePages under Outcome.Chunk after the allocations, KB
+}
+
+func afterBack() (s seen) {
+	s.Before = hugeKBOf(uintptr(unsafe.Pointer(new([64]byte))))
+	s.Outcome = Back("")
+	for i := 0; i < 20 && errors.Is(s.Outcome.Collapse, unix.EAGAIN); i++ {
+		s.Outcome.Collapse = advise(s.Outcome.Region, huge, unix.MADV_COLLAPSE) // a page busy for a moment: the kernel's answer, not Back's
 	}
-	switch thpMode(t) {
+	s.Hint, s.Collapse = answer(s.Outcome.Hint), answer(s.Outcome.Collapse)
+	s.Outcome.Hint, s.Outcome.Collapse = nil, nil // errors do not encode
+	if s.Outcome.Region != 0 {
+		s.RegionKB = hugeKBOf(s.Outcome.Region)
+	}
+	// What the start allocates next: 3 MB of small objects, written.
+	for i := 0; i < 768; i++ {
+		b := new([4096]byte)
+		b[0] = 1
+		keep = append(keep, b)
+	}
+	s.ChunkKB = hugeKBOf(s.Outcome.Chunk)
+	return s
+}
+
+func afterFresh() (s seen) {
+	b := make([]byte, 5<<20) // holds at least one whole aligned 2 MB region
+	s.Last = uintptr(unsafe.Pointer(&b[0]))
+	s.Before = hugeKBOf(s.Last)
+	Fresh(b)
+	for i := range b {
+		b[i] = 1
+	}
+	s.LastKB = hugeKBOf(s.Last) + hugeKBOf(s.Last+uintptr(len(b))-1)
+	return s
+}
+
+// keep holds what a scenario allocated, as a start holds its heap.
+var keep []*[4096]byte
+
+// scenario runs one in a new process of this test binary.
+func scenario(t *testing.T, name string) seen {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "HEAPPAGES_SCENARIO="+name)
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	var s seen
+	require.NoError(t, json.Unmarshal(out, &s), "%s", out)
+	return s
+}
+
+// needsTHP skips where the kernel gives no huge pages on request, and
+// says whether it gives them only on request.
+func needsTHP(t *testing.T) (onRequestOnly bool) {
+	switch m := thpMode(t); m {
 	case "", "never":
 		t.Skip("needs transparent huge pages: /sys/kernel/mm/transparent_hugepage/enabled set to madvise or always")
-	case "always":
-		// The heap may be on huge pages already; only the end state is checked.
-	case "madvise":
-		// Nothing in this process asked for huge pages before Back.
-		probe = new([64]byte)
-		require.Zero(t, hugeKB(t, uintptr(unsafe.Pointer(probe))), "huge pages before any hint")
+	default:
+		return m == "madvise"
 	}
-	o := Back("")
-	require.Empty(t, o.Skipped)
-	require.NoError(t, o.Hint)
-	for i := 0; i < 20 && errors.Is(o.Collapse, unix.EAGAIN); i++ {
-		o.Collapse = advise(o.Region, huge, unix.MADV_COLLAPSE) // a page busy for a moment: the kernel's answer, not Back's
+	return false
+}
+
+// TestTheHeapAfterBackIsOnHugePages runs starts of its own until each of
+// Back's two ways has been taken (the runtime begins the heap at a random
+// place: each is taken about every other time).
+func TestTheHeapAfterBackIsOnHugePages(t *testing.T) {
+	onRequestOnly := needsTHP(t)
+	ways := map[string]int{}
+	for i := 0; i < 64 && (ways["reserved"] == 0 || ways["collapsed"] == 0); i++ {
+		s := scenario(t, "back")
+		o := s.Outcome
+		if onRequestOnly {
+			require.Zero(t, s.Before, "huge pages before any hint")
+		}
+		require.Empty(t, o.Skipped)
+		require.Equal(t, "ok", s.Hint)
+		require.Zero(t, o.Chunk%chunk)
+		if o.Reserved != 0 {
+			// The next chunk, mapped for the reservation and marked
+			// untouched, is where the heap goes on: on huge pages.
+			ways["reserved"]++
+			require.Less(t, o.Reserved, uintptr(huge), "reserved only when less than 2 MB of the chunk is ahead")
+			require.Zero(t, o.Region)
+			require.GreaterOrEqual(t, s.ChunkKB, huge>>10, "no huge page in the chunk the heap went on in (%v)", o)
+			continue
+		}
+		if o.Region == 0 {
+			// The 2 MB the heap goes on in had nothing yet: marked, its
+			// first touch was a huge page.
+			ways["hinted"]++
+			require.GreaterOrEqual(t, s.ChunkKB, huge>>10)
+			continue
+		}
+		ways["collapsed"]++
+		if strings.HasSuffix(s.Collapse, "invalid argument") {
+			t.Skipf("needs MADV_COLLAPSE (Linux 6.1 or later): %s", s.Collapse)
+		}
+		require.Equal(t, "ok", s.Collapse)
+		require.Zero(t, o.Region%huge)
+		require.True(t, o.Region >= o.Chunk && o.Region < o.Chunk+chunk, "region %#x outside chunk %#x", o.Region, o.Chunk)
+		require.GreaterOrEqual(t, s.RegionKB, huge>>10, "the 2 MB the heap began in is one huge page")
+		require.GreaterOrEqual(t, s.ChunkKB, huge>>10)
 	}
-	if errors.Is(o.Collapse, unix.EINVAL) {
-		t.Skipf("needs MADV_COLLAPSE (Linux 6.1 or later): %v", o.Collapse)
-	}
-	require.NoError(t, o.Collapse)
-	require.Zero(t, o.Region%huge)
-	require.Zero(t, o.Chunk%chunk)
-	require.True(t, o.Region >= o.Chunk && o.Region < o.Chunk+chunk, "region %#x outside chunk %#x", o.Region, o.Chunk)
-	require.GreaterOrEqual(t, hugeKB(t, o.Region), huge>>10, "the 2 MB the heap began in is one huge page")
-	require.Contains(t, o.String(), "collapsed (ok)")
+	require.True(t, ways["reserved"] > 0 && ways["collapsed"] > 0, "both ways taken in 64 starts: %v", ways)
 }
 
 func TestBackAsksNothingWhenTheRuntimeIsToldNotTo(t *testing.T) {
@@ -117,19 +204,10 @@ func TestBackAsksNothingWhenTheRuntimeIsToldNotTo(t *testing.T) {
 // TestFreshPutsALargeBufferOnHugePages runs in a process of its own: the
 // buffer's pages are fresh from the kernel, as in a start.
 func TestFreshPutsALargeBufferOnHugePages(t *testing.T) {
-	if os.Getenv("HEAPPAGES_FRESH_PROCESS") == "" {
-		inFreshProcess(t, "TestFreshPutsALargeBufferOnHugePages")
-		return
+	onRequestOnly := needsTHP(t)
+	s := scenario(t, "fresh")
+	if onRequestOnly {
+		require.Zero(t, s.Before, "huge pages before any hint")
 	}
-	if thpMode(t) != "madvise" {
-		t.Skip("needs /sys/kernel/mm/transparent_hugepage/enabled set to madvise (huge pages only where asked for)")
-	}
-	b := make([]byte, 5<<20) // holds at least one whole aligned 2 MB region
-	at := uintptr(unsafe.Pointer(&b[0]))
-	require.Zero(t, hugeKB(t, at), "huge pages before any hint")
-	Fresh(b)
-	for i := range b {
-		b[i] = 1
-	}
-	require.GreaterOrEqual(t, hugeKB(t, at)+hugeKB(t, at+uintptr(len(b))-1), huge>>10, "no huge page under the buffer")
+	require.GreaterOrEqual(t, s.LastKB, huge>>10, "no huge page under the buffer")
 }
