@@ -206,10 +206,23 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 	q := pyimport.Query{Argv: l.Argv, Path: l.Path, Env: l.Env.Get, Cwd: l.Dir, Home: func() string { return pyimport.HomeOf(os.Geteuid()) },
 		SetID: os.Getuid() != os.Geteuid() || os.Getgid() != os.Getegid(), Version: version}
 	a := pyimport.Resolve(q, names)
+	how := a.Reason
+	if a.NotPython && l.Python != "" {
+		// The worker does not say which interpreter imports the engine
+		// (a shell, a script of one): the probe would ask l.Python, with
+		// -c, in the worker's directory and environment. Its question,
+		// read the same way.
+		q.Argv, q.Path = []string{l.Python, "-c", ""}, l.Python
+		b := pyimport.Resolve(q, names)
+		if !b.Certain {
+			return nil, "not certain without it: " + a.Reason + "; and for the probe's own command: " + b.Reason
+		}
+		a, how = b, b.Reason+", as the probe asks it ("+a.Reason+")"
+	}
 	if !a.Certain {
 		return nil, "not certain without it: " + a.Reason
 	}
-	loc := &Location{Interpreter: l.Python, SysPath: a.SysPath, SiteDirs: a.SiteDirs, Packages: map[string]Package{}, Located: "without starting Python: " + a.Reason}
+	loc := &Location{Interpreter: l.Python, SysPath: a.SysPath, SiteDirs: a.SiteDirs, Packages: map[string]Package{}, Located: "without starting Python: " + how}
 	for _, n := range names {
 		s, p := a.Specs[n], Package{Name: n, Others: a.Specs[n].Others}
 		switch {

@@ -664,3 +664,44 @@ func TestSettingsTakeThePathVariables(t *testing.T) {
 		assert.NotEqual(t, without, l.settings([]string{"vllm"}), k)
 	}
 }
+
+// A worker that is not a Python interpreter (a shell, a script of one)
+// does not say which interpreter imports the engine; the probe asks the
+// configured one with -c in the worker's directory. The locator reads
+// that same question without starting Python when its answer is certain,
+// and gives the probe's own answer; when it is not, the probe runs.
+func TestLocateANonPythonWorkerReadsTheProbesQuestion(t *testing.T) {
+	py, site := venv(t, false)
+	write(t, filepath.Join(site, "demo/__init__.py"), "")
+	cwd := t.TempDir()
+	write(t, filepath.Join(cwd, "demo/__init__.py"), "") // -c: the working directory comes first
+	script := filepath.Join(t.TempDir(), "start.sh")
+	write(t, script, "#!/bin/sh\nexec true\n")
+	require.NoError(t, os.Chmod(script, 0o755))
+
+	for _, argv := range [][]string{{"/bin/true"}, {script, "serve"}} {
+		l := &engineLocator{Python: py, Env: envWith(), Dir: cwd, Argv: argv, Path: argv[0]}
+		loc, err := l.locate(context.Background(), []string{"demo", "absent_pkg"})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(loc.Located, "without starting Python: "), "%v: %s", argv, loc.Located)
+		require.Contains(t, loc.Located, "as the probe asks it")
+		assert.Equal(t, filepath.Join(cwd, "demo"), loc.Packages["demo"].Dir, "%v", argv)
+
+		// The interpreter itself, asked as the probe asks it, agrees.
+		asked, err := l.run(context.Background(), []string{"demo", "absent_pkg"})
+		require.NoError(t, err)
+		for _, n := range []string{"demo", "absent_pkg"} {
+			got := loc.Packages[n]
+			got.Others = nil // the resolver also lists the copies it shadows
+			assert.Equal(t, asked.Packages[n], got, "%v %s", argv, n)
+		}
+		assert.Equal(t, asked.SysPath, loc.SysPath, "%v", argv)
+	}
+
+	// Code at the probe's start-up: not certain; the interpreter is asked.
+	write(t, filepath.Join(site, "sitecustomize.py"), "import sys\n")
+	l := &engineLocator{Python: py, Env: envWith(), Dir: cwd, Argv: []string{"/bin/true"}, Path: "/bin/true"}
+	loc, err := l.locate(context.Background(), []string{"demo"})
+	require.NoError(t, err)
+	assert.Equal(t, "by the interpreter: not certain without it: the worker's command /bin/true is not a Python interpreter (its name is not python, python3 or python3.N); and for the probe's own command: sitecustomize runs at start-up ("+filepath.Join(site, "sitecustomize.py")+")", loc.Located)
+}

@@ -51,6 +51,14 @@ type Command struct {
 	Script     string // the script's path, for MainScript
 }
 
+// NotPythonError is ParseCommand's answer for a command that is not a
+// Python interpreter and does not run one itself by its #! line (a shell,
+// a shell script, /bin/true): which interpreter imports the engine is then
+// not the command's to say.
+type NotPythonError struct{ msg string }
+
+func (e *NotPythonError) Error() string { return e.msg }
+
 // isPythonName says whether a file name is python, python3 or python3.N
 // (N decimal digits).
 func isPythonName(n string) bool {
@@ -80,10 +88,10 @@ func ParseCommand(argv []string, path string, env Env, cwd string) (Command, err
 		return fromShebang(head, argv, path, env, cwd)
 	}
 	if !bytes.HasPrefix(head, []byte("\x7fELF")) {
-		return Command{}, fmt.Errorf("the worker's command %s is neither an ELF executable nor a #! script", path)
+		return Command{}, &NotPythonError{fmt.Sprintf("the worker's command %s is neither an ELF executable nor a #! script", path)}
 	}
 	if !isPythonName(filepath.Base(path)) {
-		return Command{}, fmt.Errorf("the worker's command %s is not a Python interpreter (its name is not python, python3 or python3.N)", path)
+		return Command{}, &NotPythonError{fmt.Sprintf("the worker's command %s is not a Python interpreter (its name is not python, python3 or python3.N)", path)}
 	}
 	return parseOptions(Command{Executable: path}, argv[1:], cwd)
 }
@@ -112,7 +120,10 @@ func fromShebang(head []byte, argv []string, path string, env Env, cwd string) (
 	if err != nil {
 		return Command{}, err
 	}
-	if !bytes.HasPrefix(ihead, []byte("\x7fELF")) || !isPythonName(filepath.Base(interp)) {
+	if !isPythonName(filepath.Base(interp)) {
+		return Command{}, &NotPythonError{fmt.Sprintf("the #! line of %s names %s, not a CPython interpreter executable", path, interp)}
+	}
+	if !bytes.HasPrefix(ihead, []byte("\x7fELF")) {
 		return Command{}, fmt.Errorf("the #! line of %s names %s, not a CPython interpreter executable", path, interp)
 	}
 	// The kernel runs: interp [opt] path args...

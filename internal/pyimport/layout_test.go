@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -203,6 +204,45 @@ func TestPythonExecutableNamesAnotherVenv(t *testing.T) {
 			a := Resolve(q, []string{"json"})
 			require.False(t, a.Certain, "%s %v", k, opts)
 			require.Contains(t, a.Reason, k)
+		}
+	}
+}
+
+// NotPython marks a command that runs no interpreter by itself (an
+// executable of another name, a #! script of a shell, a file of neither
+// kind); a Python interpreter, a console script of one and a wrapper
+// named like an interpreter are Python, certain or not.
+func TestNotPythonIsACommandThatRunsNoInterpreter(t *testing.T) {
+	base := realPython(t)
+	dir := t.TempDir()
+	script := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		mustWrite(p, content)
+		require.NoError(t, os.Chmod(p, 0o755))
+		return p
+	}
+	cases := []struct {
+		path      string
+		notPython bool
+	}{
+		{"/bin/true", true},
+		{script("start.sh", "#!/bin/sh\nexec true\n"), true},
+		{script("start-env.sh", "#!/usr/bin/env sh\nexec true\n"), true},
+		{script("plain.txt", "echo no interpreter line\n"), true},
+		{base, false},
+		{script("console", "#!"+base+"\nimport sys\n"), false},
+		{script("python3", "#!/bin/sh\nexec "+base+" \"$@\"\n"), false}, // a wrapper: Python, not readable
+	}
+	for _, c := range cases {
+		a := Resolve(Query{Argv: []string{c.path}, Path: c.path, Env: func(k string) (string, bool) {
+			if k == "PATH" {
+				return "/usr/bin:/bin", true
+			}
+			return "", false
+		}, Cwd: "/"}, []string{"json"})
+		assert.Equal(t, c.notPython, a.NotPython, "%s: %s", c.path, a.Reason)
+		if c.notPython {
+			assert.False(t, a.Certain, c.path)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package pyimport
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -46,8 +47,11 @@ type Spec struct {
 // input of the interpreter's start was read and none can run code that
 // changes imports; Reason then says what was read, else why not.
 type Answer struct {
-	Certain     bool
-	Reason      string
+	Certain bool
+	Reason  string
+	// NotPython: the command is not a Python interpreter, nor a script
+	// one runs (see NotPythonError).
+	NotPython   bool
 	Interpreter string // sys.executable
 	Version     string
 	SysPath     []string // sys.path as the worker's main module sees it ("" = the working directory)
@@ -69,7 +73,8 @@ type Answer struct {
 func Resolve(q Query, names []string) *Answer {
 	a := &Answer{Specs: map[string]Spec{}}
 	if err := resolve(q, names, a); err != nil {
-		a.Certain, a.Reason = false, err.Error()
+		var np *NotPythonError
+		a.Certain, a.Reason, a.NotPython = false, err.Error(), errors.As(err, &np)
 		a.Specs = map[string]Spec{}
 		return a
 	}
