@@ -12,8 +12,8 @@
 // The runtime maps its heap in 4 MB chunks, each a mapping of its own
 // (a mark made on one is not carried to the next), and begins it at a
 // random page of the first one, so that a start finds between 0 and 4 MB
-// of that chunk ahead of it. Where the heap is comes from the address of
-// a fresh heap object.
+// of that chunk ahead of it. Where the heap goes on from is the address
+// of a fresh allocation of pages of its own, never touched.
 package heappages
 
 import (
