@@ -87,15 +87,16 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
+	noWorker := o.Doctor || o.Check != "" || o.Install != ""
 	// A start's heap on huge pages (package heappages), before the start
 	// touches it; not the heap of an init that stays for the worker's life.
 	heap := heappages.Outcome{Skipped: "not a start that execs its worker"}
-	if !o.Doctor && o.Check == "" && o.Install == "" && cfg.Init == config.InitOff {
+	if !noWorker && cfg.Init == config.InitOff {
 		heap = heappages.Back(e.Value("GODEBUG"))
 	}
 	probe := fsprobe.New(cfg.PreflightTimeoutDuration()) // one for the run: a mount that did not answer is not asked again
 	warns = append(config.UnknownNames(e, overlay.EnvNamesAnswering(cfg.PayloadRoot, probe.AllAnswer)), warns...)
-	if o.Doctor || o.Check != "" || o.Install != "" {
+	if noWorker {
 		// The modes that run no worker log plainly to stderr.
 		for _, w := range warns {
 			fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)

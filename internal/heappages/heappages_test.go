@@ -83,10 +83,10 @@ type seen struct {
 	Outcome  Outcome
 	Hint     string // the kernel's answers, as Outcome.String gives them
 	Collapse string
-	Last     uintptr
-	LastKB   int // AnonHugePages under the last allocation after the hint, KB
-	RegionKB int // AnonHugePages under Outcome.Region, KB
-	ChunkKB  int // AnonHugePages under Outcome.Chunk after the allocations, KB
+	Buffer   uintptr // Fresh's buffer
+	BufferKB int     // AnonHugePages under its first and last byte after it was written, KB
+	RegionKB int     // AnonHugePages under Outcome.Region, KB
+	ChunkKB  int     // AnonHugePages under Outcome.Chunk after the allocations, KB
 }
 
 func afterBack() (s seen) {
@@ -112,13 +112,13 @@ func afterBack() (s seen) {
 
 func afterFresh() (s seen) {
 	b := make([]byte, 5<<20) // holds at least one whole aligned 2 MB region
-	s.Last = uintptr(unsafe.Pointer(&b[0]))
-	s.Before = hugeKBOf(s.Last)
+	s.Buffer = uintptr(unsafe.Pointer(&b[0]))
+	s.Before = hugeKBOf(s.Buffer)
 	Fresh(b)
 	for i := range b {
 		b[i] = 1
 	}
-	s.LastKB = hugeKBOf(s.Last) + hugeKBOf(s.Last+uintptr(len(b))-1)
+	s.BufferKB = hugeKBOf(s.Buffer) + hugeKBOf(s.Buffer+uintptr(len(b))-1)
 	return s
 }
 
@@ -209,5 +209,5 @@ func TestFreshPutsALargeBufferOnHugePages(t *testing.T) {
 	if onRequestOnly {
 		require.Zero(t, s.Before, "huge pages before any hint")
 	}
-	require.GreaterOrEqual(t, s.LastKB, huge>>10, "no huge page under the buffer")
+	require.GreaterOrEqual(t, s.BufferKB, huge>>10, "no huge page under the buffer")
 }
