@@ -71,6 +71,11 @@ var probe []byte
 // it costs address space only.
 var reserve []byte
 
+// asked is set by a Back that asked the kernel: Fresh hints only in such
+// a process (a start that execs its worker), never in one Back was not
+// called for or declined (an init that stays, GODEBUG=disablethp=1).
+var asked bool
+
 // Back gives the heap a start allocates from here on huge pages. By
 // where in its first chunk the runtime began the heap:
 //
@@ -96,6 +101,7 @@ func Back(godebug string) Outcome {
 			return Outcome{Skipped: "GODEBUG=disablethp=1"}
 		}
 	}
+	asked = true
 	probe = make([]byte, 64<<10)
 	p := uintptr(unsafe.Pointer(&probe[0]))
 	o := Outcome{Chunk: p &^ (chunk - 1)}
@@ -121,12 +127,13 @@ func Back(godebug string) Outcome {
 	return o
 }
 
-// Fresh marks the heap chunks under b for huge pages on first touch. A
+// Fresh marks the heap chunks under b for huge pages on first touch, in a
+// process where Back asked the kernel for them (and nowhere else). A
 // buffer of fresh heap about to be written whole (a file read into
 // memory) calls it: a large buffer gets pages of its own, often in a
 // chunk mapped after Back ran.
 func Fresh(b []byte) {
-	if len(b) == 0 {
+	if !asked || len(b) == 0 {
 		return
 	}
 	lo := uintptr(unsafe.Pointer(&b[0]))

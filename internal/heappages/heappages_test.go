@@ -72,6 +72,9 @@ func TestMain(m *testing.M) {
 	case "back":
 		json.NewEncoder(os.Stdout).Encode(afterBack())
 	case "fresh":
+		asked = true // as Back leaves it, without Back's own hints
+		json.NewEncoder(os.Stdout).Encode(afterFresh())
+	case "fresh-unasked":
 		json.NewEncoder(os.Stdout).Encode(afterFresh())
 	}
 	os.Exit(0)
@@ -210,4 +213,15 @@ func TestFreshPutsALargeBufferOnHugePages(t *testing.T) {
 		require.Zero(t, s.Before, "huge pages before any hint")
 	}
 	require.GreaterOrEqual(t, s.BufferKB, huge>>10, "no huge page under the buffer")
+}
+
+// TestFreshAsksNothingWhereBackDidNot: an init that stays for the
+// worker's life, or a process told GODEBUG=disablethp=1, gets no huge
+// pages under the files it reads.
+func TestFreshAsksNothingWhereBackDidNot(t *testing.T) {
+	if !needsTHP(t) {
+		t.Skip("needs transparent huge pages on request only (madvise): with always, every buffer may get them unasked")
+	}
+	s := scenario(t, "fresh-unasked")
+	require.Zero(t, s.BufferKB, "huge pages under a buffer Fresh was not to hint")
 }
