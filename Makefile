@@ -11,6 +11,10 @@ PAYLOAD   := build/payload
 OCI       := build/overlay-oci
 ARCHIVE   := build/overlay.tar
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
+# Debian's busybox-static (apt-get install busybox-static): sh and cp of
+# the v0.2.2 init container line in the overlay image, with its copyright.
+BUSYBOX   ?= /bin/busybox
+BUSYBOX_COPYRIGHT ?= /usr/share/doc/busybox-static/copyright
 TREES     ?=
 
 .PHONY: all build demo payload overlay-image test test-long test-runtime bench fuzz vet clean
@@ -62,13 +66,16 @@ payload: build
 	$(PAYLOAD_TOOL) index -out $(PAYLOAD) -bin $(BIN) $(foreach t,$(TREES),-tree $(t)) $(if $(PATCHES),-patches $(PATCHES))
 
 # The overlay image, without a Docker daemon: FROM scratch, the payload as
-# its root filesystem, ENTRYPOINT infera-exec --install, CMD /overlay.
+# its root filesystem, ENTRYPOINT infera-exec --install, CMD /overlay; the
+# payload also at /payload and BUSYBOX as sh and cp, so v0.2.2's init
+# container `sh -c "cp -a /payload/. /overlay/"` runs unchanged.
 # Written as an OCI image layout (oci:$(OCI):latest) and a docker-archive
 # tarball (docker load -i $(ARCHIVE)). Reproducible: set SOURCE_DATE_EPOCH
 # to stamp another time than the epoch. Dockerfile.overlay builds the same.
 overlay-image: payload
 	$(PAYLOAD_TOOL) image -payload $(PAYLOAD) -oci $(OCI) -archive $(ARCHIVE) \
-		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH)
+		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH) \
+		-busybox $(BUSYBOX) -busybox-copyright $(BUSYBOX_COPYRIGHT)
 
 # The main module, the tools module, then the Kubernetes examples' checks
 # (a module of their own, so k8s.io/api never enters the shim's build).

@@ -93,7 +93,7 @@ func TestDockerfileInStep(t *testing.T) {
 	require.True(t, ok, "COPY --from the build stage, got %q", words[0])
 	build := stageNamed(stages, from)
 	require.NotNil(t, build, "COPY --from=%s: no such stage", from)
-	assert.Equal(t, "/", words[2], "the payload is the image's root filesystem")
+	assert.Equal(t, "/", words[2], "the layer is the image's root filesystem")
 	assert.True(t, strings.HasSuffix(words[1], "/"), "COPY %s: copy the directory's contents, with a trailing /", words[1])
 
 	tool := mk.vars["PAYLOAD_TOOL"]
@@ -101,9 +101,22 @@ func TestDockerfileInStep(t *testing.T) {
 	index := build.run(t, tool+" index")
 	require.NotNil(t, index, "the build stage runs %s index", tool)
 	out, bin := flagValue(index, "-out"), flagValue(index, "-bin")
-	assert.Equal(t, path.Join(build.workdir, out), path.Clean(words[1]), "COPY copies what %s index made (-out %s in %s)", tool, out, build.workdir)
 	assert.Equal(t, mk.vars["PAYLOAD"], out, "%s index -out: the Makefile's PAYLOAD", tool)
 	assert.Equal(t, mk.vars["BIN"], bin, "%s index -bin: the Makefile's BIN", tool)
+
+	// What COPY copies is the layer of `infera-payload image` over that
+	// payload, with the Makefile's busybox, unpacked by tar.
+	image := build.run(t, tool+" image")
+	require.NotNil(t, image, "the build stage runs %s image", tool)
+	assert.Equal(t, out, flagValue(image, "-payload"), "%s image -payload: what %s index made", tool, tool)
+	assert.Equal(t, mk.vars["BUSYBOX"], flagValue(image, "-busybox"), "%s image -busybox: the Makefile's BUSYBOX", tool)
+	assert.Equal(t, mk.vars["BUSYBOX_COPYRIGHT"], flagValue(image, "-busybox-copyright"), "%s image -busybox-copyright: the Makefile's BUSYBOX_COPYRIGHT", tool)
+	layer := flagValue(image, "-layer")
+	require.NotEmpty(t, layer, "%s image writes -layer", tool)
+	root := flagValue(image, "-C")
+	assert.Equal(t, layer, flagValue(image, "-xzf"), "the RUN unpacks the layer it wrote: tar -xzf %s -C DIR", layer)
+	assert.Equal(t, path.Join(build.workdir, root), path.Clean(words[1]), "COPY copies the unpacked layer (-C %s in %s)", root, build.workdir)
+	assert.Contains(t, build.ins[0].args, "busybox-static", "the build stage installs Debian's busybox-static first")
 	assert.Equal(t, "/"+binaryPath, cf.Config.Entrypoint[0], "the entrypoint is the payload's binary")
 
 	// The binary and the payload tool: the same commands as `make build`,

@@ -205,7 +205,8 @@ func copyPayload(t *testing.T, src string) string {
 }
 
 // snapshot describes every entry under root: type, permission bits and
-// content hash or link target. Names in ignore (relative) are left out.
+// content hash or link target. Names in ignore (relative) are left out,
+// directories with all they hold.
 func snapshot(t *testing.T, root string, ignore ...string) map[string]string {
 	m := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -215,6 +216,9 @@ func snapshot(t *testing.T, root string, ignore ...string) map[string]string {
 		rel, _ := filepath.Rel(root, p)
 		rel = filepath.ToSlash(rel)
 		for _, ig := range ignore {
+			if rel == ig && d.IsDir() {
+				return filepath.SkipDir // and all under it
+			}
 			if rel == ig {
 				return nil
 			}
@@ -257,10 +261,21 @@ func buildTo(t *testing.T, payload, dir string) (*Result, Options) {
 		Payload: payload, OCI: filepath.Join(dir, "oci"), Archive: filepath.Join(dir, "overlay.tar"),
 		Tag: "latest", Name: "infera/overlay:test", Version: "test", Revision: "0123456789ab",
 		Arch: runtime.GOARCH, OS: "linux", Created: time.Unix(0, 0).UTC(),
+		Busybox: shim(t), BusyboxCopyright: testCopyright(t),
 	}
 	r, err := Build(o)
 	require.NoError(t, err)
 	return r, o
+}
+
+// testCopyright is a copyright file for -busybox-copyright. The tests
+// give the static shim as -busybox: what the builder checks of it (a
+// static executable for the image's architecture) holds for both; the
+// runtime tests (deploy/containers) run Debian's busybox-static.
+func testCopyright(t *testing.T) string {
+	p := filepath.Join(tempDir(t), "copyright")
+	require.NoError(t, os.WriteFile(p, []byte("busybox test copyright: GPL-2\n"), 0o644))
+	return p
 }
 
 // tool finds a command-line tool the test needs. Missing, it skips the

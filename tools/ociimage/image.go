@@ -3,19 +3,24 @@
 //
 //	FROM scratch
 //	one layer whose root filesystem is the payload: /bin/infera-exec,
-//	/py3XX/..., /native/..., /payload.index.json
+//	/py3XX/..., /native/..., /payload.index.json; the same payload again
+//	at /payload (hard links to the same files); and, given -busybox, a
+//	static busybox as /usr/bin/sh and /usr/bin/cp with its copyright file
+//	(compat.go: the v0.2.2 image's contract)
 //	ENTRYPOINT ["/bin/infera-exec", "--install"]
 //	CMD ["/overlay"]
-//	ENV PATH=/bin
+//	ENV PATH=/bin:/usr/bin
 //
 // so an init container running the image with an emptyDir at /overlay
-// copies the payload there and exits. It writes the image twice: as an OCI
+// copies the payload there and exits, and one written for v0.2.2,
+// command ["sh", "-c", "cp -a /payload/. /overlay/"], does the same. It writes the image twice: as an OCI
 // image layout (-oci, tagged with -tag through the index annotation
 // org.opencontainers.image.ref.name) and as a docker-archive tarball
 // (-archive, the form `docker load` and `k3s ctr images import` take,
 // named -name). Both hold the same config and layer blobs.
 //
-// The build is reproducible: the layer's tar entries are sorted, owned by
+// The build is reproducible: the layer's tar entries are in a fixed order
+// (the payload sorted, then /payload sorted, then the compat files), owned by
 // 0:0 with no user or group names, stamped with one time
 // (SOURCE_DATE_EPOCH, else the epoch) and carry only the payload's modes;
 // the config's creation time is the same time. Two builds of the same
@@ -67,7 +72,7 @@ import (
 var (
 	imageEntrypoint = []string{"/bin/infera-exec", "--install"}
 	imageCmd        = []string{"/overlay"}
-	imageEnv        = []string{"PATH=/bin"}
+	imageEnv        = []string{"PATH=/bin:/usr/bin"}
 )
 
 const (
@@ -92,8 +97,15 @@ type Options struct {
 	Revision string    // org.opencontainers.image.revision
 	Arch     string    // config architecture
 	OS       string    // config os
+	Layer    string    // the layer as a gzipped tarball to write (replaced); empty: none
 	Created  time.Time // every timestamp in the image
 	Force    bool      // replace OCI even when an earlier run did not write it
+
+	// The v0.2.2 init container's tools (compat.go): a static busybox
+	// executable and its copyright file. Empty Busybox: an image without
+	// a shell, which the v0.2.2 command line cannot run in.
+	Busybox          string
+	BusyboxCopyright string
 
 	Progress *progress.Reporter // how far the check and the layer are; nil: quiet
 }
@@ -118,6 +130,9 @@ func (o *Options) Flags(fl *flag.FlagSet) {
 	fl.StringVar(&o.Revision, "revision", "unknown", "image revision label `R` (the commit)")
 	fl.StringVar(&o.Arch, "arch", "amd64", "image architecture `ARCH` (GOARCH names); must match bin/infera-exec")
 	fl.StringVar(&o.OS, "os", "linux", "image operating system `OS`")
+	fl.StringVar(&o.Layer, "layer", "", "also write the image's one layer, a gzipped tarball, to `FILE` (replaced), e.g. for Dockerfile.overlay")
+	fl.StringVar(&o.Busybox, "busybox", "", "static busybox `FILE` (Debian's busybox-static: /bin/busybox) to ship as /usr/bin/sh and /usr/bin/cp, for the v0.2.2 init container `sh -c \"cp -a /payload/. /overlay/\"`; empty: no shell in the image")
+	fl.StringVar(&o.BusyboxCopyright, "busybox-copyright", "", "busybox's licence and copyright `FILE` (/usr/share/doc/busybox-static/copyright), shipped beside it; required with -busybox")
 	fl.BoolVar(&o.Force, "force", false, "replace -oci even when it is a non-empty directory an earlier run did not write")
 }
 
@@ -197,6 +212,13 @@ func Build(o Options) (*Result, error) {
 	if err := checkBinary(filepath.Join(o.Payload, filepath.FromSlash(binaryPath)), o.Arch); err != nil {
 		return nil, err
 	}
+	extra, err := compatFiles(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := outdir.CheckFile(outdir.Path{Flag: "-layer", Path: o.Layer}, []outdir.Path{payload}); err != nil {
+		return nil, err
+	}
 
 	tmp, err := os.CreateTemp("", "infera-overlay-layer-*.tar.gz")
 	if err != nil {
@@ -205,7 +227,7 @@ func Build(o Options) (*Result, error) {
 	defer os.Remove(tmp.Name())
 	files, bytes := fileTotals(ix)
 	layered := o.Progress.Start("image layer", files, bytes)
-	n, err := writeLayer(tmp, o.Payload, ix, o.Created, layered)
+	n, err := writeLayer(tmp, o.Payload, ix, extra, o.Created, layered)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -242,6 +264,11 @@ func Build(o Options) (*Result, error) {
 	if o.Archive != "" {
 		if err := writeArchive(o.Archive, img, ref); err != nil {
 			return nil, fmt.Errorf("docker-archive %s: %w", o.Archive, err)
+		}
+	}
+	if o.Layer != "" {
+		if err := copyLayer(o.Layer, layerFile); err != nil {
+			return nil, fmt.Errorf("-layer %s: %w", o.Layer, err)
 		}
 	}
 	return r, nil
@@ -350,6 +377,12 @@ func checkBinary(p, arch string) error {
 		return fmt.Errorf("%s: %w (the image's entrypoint must be the static infera-exec)", p, err)
 	}
 	defer f.Close()
+	return checkStatic(p, f, arch, "build it with CGO_ENABLED=0 (`make build`)")
+}
+
+// checkStatic refuses an ELF file f (read from p) that is not a static
+// executable for arch; fix says how to get one.
+func checkStatic(p string, f *elf.File, arch, fix string) error {
 	machines := map[string]elf.Machine{
 		"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "386": elf.EM_386, "arm": elf.EM_ARM,
 		"ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV,
@@ -362,17 +395,12 @@ func checkBinary(p, arch string) error {
 	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked (it has a program interpreter) and cannot run in a FROM scratch image: build it with CGO_ENABLED=0 (`make build`)", p)
+			return fmt.Errorf("%s is dynamically linked (it has a program interpreter) and cannot run in a FROM scratch image: %s", p, fix)
 		}
 	}
 	return nil
 }
 
-// writeLayer writes the payload as a gzipped tar to w: the index's entries
-// in path order with payload.index.json among them, each owned by 0:0
-// with no names, stamped with mtime, with the payload's mode. Every file
-// is hashed again while it is written, so a payload changed after
-// verify() is refused rather than shipped.
 // fileTotals are the files and symlinks of ix, and the files' bytes.
 func fileTotals(ix *overlay.Index) (files, bytes int64) {
 	for _, e := range ix.Entries {
@@ -384,8 +412,16 @@ func fileTotals(ix *overlay.Index) (files, bytes int64) {
 	return files, bytes
 }
 
-// writeLayer writes the layer, counting its files and symlinks on m.
-func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time, m *progress.Meter) (int, error) {
+// writeLayer writes the layer as a gzipped tar to w, counting the
+// payload's files and symlinks on m. First the payload: the index's
+// entries in path order with payload.index.json among them, each owned
+// by 0:0 with no names, stamped with mtime, with the payload's mode.
+// Every file is hashed again while it is written, so a payload changed
+// after verify() is refused rather than shipped. Then the same payload
+// under payload/ (PayloadDir), its files hard links to the first copy,
+// so the layer holds their bytes once; then extra (the compat files), in
+// their order. It returns the number of tar entries.
+func writeLayer(w io.Writer, root string, ix *overlay.Index, extra []extraEntry, mtime time.Time, m *progress.Meter) (int, error) {
 	fi, err := os.Lstat(filepath.Join(root, overlay.IndexName))
 	if err != nil {
 		return 0, err
@@ -407,8 +443,17 @@ func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time, m 
 		return 0, err
 	}
 	tw := tar.NewWriter(zw)
+	n := 0
+	header := func(h *tar.Header) error {
+		h.ModTime = mtime
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("layer entry %s: %w", h.Name, err)
+		}
+		n++
+		return nil
+	}
 	for _, e := range entries {
-		h := &tar.Header{Name: e.Path, ModTime: mtime, Mode: int64(e.Perm())}
+		h := &tar.Header{Name: e.Path, Mode: int64(e.Perm())}
 		switch e.Type {
 		case "dir":
 			h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
@@ -419,8 +464,8 @@ func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time, m 
 		default:
 			return 0, fmt.Errorf("payload %s: %s is a %q; the image holds directories, files and symlinks only", root, e.Path, e.Type)
 		}
-		if err := tw.WriteHeader(h); err != nil {
-			return 0, fmt.Errorf("layer entry %s: %w", e.Path, err)
+		if err := header(h); err != nil {
+			return 0, err
 		}
 		if e.Type == "symlink" {
 			m.Add(1, 0)
@@ -439,10 +484,47 @@ func writeLayer(w io.Writer, root string, ix *overlay.Index, mtime time.Time, m 
 		}
 		m.Add(1, e.Size)
 	}
+	// The payload again at /payload, for `cp -a /payload/. /overlay/`.
+	if err := header(&tar.Header{Name: PayloadDir + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		h := &tar.Header{Name: PayloadDir + "/" + e.Path, Mode: int64(e.Perm())}
+		switch e.Type {
+		case "dir":
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		case "symlink":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.Target, 0o777
+		case "file":
+			h.Typeflag, h.Linkname = tar.TypeLink, e.Path
+		}
+		if err := header(h); err != nil {
+			return 0, err
+		}
+	}
+	for _, x := range extra {
+		h := &tar.Header{Name: x.name, Mode: int64(x.mode)}
+		switch {
+		case x.dir:
+			h.Typeflag, h.Name = tar.TypeDir, x.name+"/"
+		case x.target != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, x.target, 0o777
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(x.data))
+		}
+		if err := header(h); err != nil {
+			return 0, err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(x.data); err != nil {
+				return 0, err
+			}
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return 0, err
 	}
-	return len(entries), zw.Close()
+	return n, zw.Close()
 }
 
 func copyChecked(w io.Writer, p string, e overlay.Entry) error {
@@ -535,6 +617,34 @@ func writeArchive(file string, img v1.Image, ref name.Tag) error {
 	}
 	defer os.Remove(f.Name())
 	err = tarball.Write(ref, img, f)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), file)
+}
+
+// copyLayer replaces file with a copy of the layer tarball src.
+func copyLayer(file, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = io.Copy(f, in)
 	if err == nil {
 		err = f.Chmod(0o644)
 	}

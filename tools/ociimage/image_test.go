@@ -100,7 +100,7 @@ func TestImage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"/bin/infera-exec", "--install"}, cf.Config.Entrypoint)
 	assert.Equal(t, []string{"/overlay"}, cf.Config.Cmd)
-	assert.Equal(t, []string{"PATH=/bin"}, cf.Config.Env)
+	assert.Equal(t, []string{"PATH=/bin:/usr/bin"}, cf.Config.Env)
 	assert.Equal(t, map[string]string{
 		"org.opencontainers.image.title":    "infera-exec overlay",
 		"org.opencontainers.image.version":  "test",
@@ -122,7 +122,10 @@ func TestImage(t *testing.T) {
 	defer rc.Close()
 	tr := tar.NewReader(rc)
 	got := map[string]string{}
-	var names []string
+	// The entries of the payload at the root, of its copy at /payload, and
+	// of the compat files.
+	var section int
+	sections := [][]string{nil, nil, nil}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -130,13 +133,23 @@ func TestImage(t *testing.T) {
 		}
 		require.NoError(t, err)
 		n := strings.TrimSuffix(h.Name, "/")
-		names = append(names, n)
+		switch {
+		case n == PayloadDir:
+			section = 1
+		case strings.HasPrefix(n, "usr"):
+			section = 2
+		}
+		sections[section] = append(sections[section], n)
 		assert.Zero(t, h.Uid, h.Name)
 		assert.Zero(t, h.Gid, h.Name)
 		assert.Empty(t, h.Uname, h.Name)
 		assert.Empty(t, h.Gname, h.Name)
 		assert.True(t, h.ModTime.Equal(o.Created), "%s: mtime %s", h.Name, h.ModTime)
-		assert.Empty(t, h.PAXRecords, "%s: PAX records", h.Name)
+		for k := range h.PAXRecords {
+			// A name or link target too long for a ustar header, nothing else
+			// (no times that vary).
+			assert.Contains(t, []string{"path", "linkpath"}, k, "%s: PAX record %s", h.Name, k)
+		}
 		assert.Zero(t, h.Format&tar.FormatGNU, "%s: GNU header", h.Name)
 		assert.False(t, strings.HasPrefix(h.Name, "/") || strings.HasPrefix(h.Name, "./"), h.Name)
 		switch h.Typeflag {
@@ -145,6 +158,12 @@ func TestImage(t *testing.T) {
 			got[n] = fmt.Sprintf("dir %04o", h.Mode)
 		case tar.TypeSymlink:
 			got[n] = "symlink -> " + h.Linkname
+		case tar.TypeLink:
+			// A hard link: the file it names must come first.
+			target, ok := got[h.Linkname]
+			require.True(t, ok, "%s: hard link to %s, not yet in the layer", h.Name, h.Linkname)
+			assert.True(t, strings.HasPrefix(target, "file "), "%s: hard link to %s", h.Name, target)
+			got[n] = target
 		case tar.TypeReg:
 			data, err := io.ReadAll(tr)
 			require.NoError(t, err)
@@ -154,10 +173,36 @@ func TestImage(t *testing.T) {
 			t.Errorf("%s: tar type %q", h.Name, h.Typeflag)
 		}
 	}
-	assert.True(t, sort.StringsAreSorted(names), "tar entries are not sorted: %v", names)
-	assert.Equal(t, snapshot(t, p, overlay.OutMarker), got, "the layer is the payload")
+	for i, names := range sections {
+		assert.True(t, sort.StringsAreSorted(names), "tar entries of part %d are not sorted: %v", i, names)
+	}
+	// The payload at the root; again at /payload, for the v0.2.2 init
+	// container; busybox as sh and cp on PATH, with its copyright.
+	want := snapshot(t, p, overlay.OutMarker)
+	want[PayloadDir] = "dir 0755"
+	for k, v := range snapshot(t, p, overlay.OutMarker) {
+		want[PayloadDir+"/"+k] = v
+	}
+	bb, err := os.ReadFile(o.Busybox)
+	require.NoError(t, err)
+	cr, err := os.ReadFile(o.BusyboxCopyright)
+	require.NoError(t, err)
+	describe := func(mode int, data []byte) string {
+		sum := sha256.Sum256(data)
+		return fmt.Sprintf("file %04o %d %s", mode, len(data), hex.EncodeToString(sum[:]))
+	}
+	for _, d := range []string{"usr", "usr/bin", "usr/share", "usr/share/doc", "usr/share/doc/busybox-static"} {
+		want[d] = "dir 0755"
+	}
+	want["usr/bin/busybox"] = describe(0o755, bb)
+	want["usr/bin/sh"] = "symlink -> busybox"
+	want["usr/bin/cp"] = "symlink -> busybox"
+	want["usr/share/doc/busybox-static/copyright"] = describe(0o644, cr)
+	assert.Equal(t, want, got, "the layer is the payload, its copy at /payload and busybox")
 	assert.Contains(t, got, overlay.IndexName)
 	assert.Contains(t, got, "bin/infera-exec")
+	assert.Contains(t, got, PayloadDir+"/"+overlay.IndexName)
+	assert.Equal(t, len(sections[0])+len(sections[1])+len(sections[2]), r.Entries, "Result.Entries")
 }
 
 // A payload that is not what its index says, or that the image could not

@@ -59,7 +59,7 @@ func TestSkopeoReadsBothForms(t *testing.T) {
 		info := skopeoInspect(t, skopeo, ref)
 		assert.Equal(t, runtime.GOARCH, info["Architecture"], ref)
 		assert.Equal(t, "linux", info["Os"], ref)
-		assert.Equal(t, []any{"PATH=/bin"}, info["Env"], ref)
+		assert.Equal(t, []any{"PATH=/bin:/usr/bin"}, info["Env"], ref)
 		assert.Equal(t, "1970-01-01T00:00:00Z", info["Created"], ref)
 
 		cfg := skopeoInspect(t, skopeo, ref, "--config")
@@ -119,7 +119,10 @@ func TestUmociUnpackAndInstall(t *testing.T) {
 		return filepath.Join(bundle, "rootfs")
 	}
 	rootfs := unpack(o.OCI+":"+o.Tag, filepath.Join(dir, "bundle"))
-	assert.Equal(t, want, snapshot(t, rootfs), "the unpacked root filesystem is the payload")
+	assert.Equal(t, want, snapshot(t, rootfs, PayloadDir, "usr"), "the unpacked root filesystem is the payload")
+	assert.Equal(t, want, snapshot(t, filepath.Join(rootfs, PayloadDir)), "the payload at /payload, for the v0.2.2 init container")
+	assert.FileExists(t, filepath.Join(rootfs, BusyboxPath))
+	assert.FileExists(t, filepath.Join(rootfs, BusyboxCopyrightPath))
 
 	bin := filepath.Join(rootfs, "bin", "infera-exec")
 	f, err := elf.Open(bin)
@@ -165,7 +168,7 @@ func TestUmociUnpackAndInstall(t *testing.T) {
 	if skopeo, err := exec.LookPath("skopeo"); err == nil {
 		layout := filepath.Join(dir, "from-archive")
 		runTool(t, os.Environ(), skopeo, "copy", "--quiet", "docker-archive:"+o.Archive, "oci:"+layout+":a")
-		assert.Equal(t, want, snapshot(t, unpack(layout+":a", filepath.Join(dir, "bundle2"))), "the archive's root filesystem")
+		assert.Equal(t, want, snapshot(t, unpack(layout+":a", filepath.Join(dir, "bundle2")), PayloadDir, "usr"), "the archive's root filesystem")
 	} else if os.Getenv("INFERA_REQUIRE_FIXTURES") == "1" {
 		t.Fatal("INFERA_REQUIRE_FIXTURES=1 but skopeo is not installed (apt-get install skopeo)")
 	}
