@@ -282,6 +282,25 @@ func TestRefusesPayload(t *testing.T) {
 		{"binary for another architecture", func(t *testing.T, _ string, o *Options) {
 			o.Arch = otherArch
 		}, "the image is for " + otherArch},
+		{"busybox without its copyright", func(t *testing.T, _ string, o *Options) {
+			o.Busybox = shim(t)
+		}, "-busybox-copyright FILE is required with it"},
+		{"busybox dynamically linked", func(t *testing.T, _ string, o *Options) {
+			o.Busybox, o.BusyboxCopyright = dynamicELF(t), testCopyright(t)
+		}, "use Debian's busybox-static"},
+		{"busybox not ELF", func(t *testing.T, _ string, o *Options) {
+			o.Busybox, o.BusyboxCopyright = testCopyright(t), testCopyright(t)
+		}, "want a static busybox"},
+		{"busybox copyright empty", func(t *testing.T, dir string, o *Options) {
+			empty := filepath.Join(dir, "..", "empty-copyright")
+			require.NoError(t, os.WriteFile(empty, nil, 0o644))
+			o.Busybox, o.BusyboxCopyright = shim(t), empty
+		}, "is empty"},
+		{"payload holds /payload", func(t *testing.T, dir string, _ *Options) {
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "payload"), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "payload/x"), nil, 0o644))
+			reindex(t, dir)
+		}, "the image keeps /payload for the v0.2.2 contract"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyPayload(t, p)
