@@ -286,6 +286,10 @@ func hasMooncake(kv *workerargs.KVConfig) bool {
 // a node where such a NIC exists the worker advertises that, not the
 // route's.
 func (a *advCheck) ownAddr(hostVar, picker string, wrapperPins bool) {
+	if a.in.noNode {
+		a.note(hostVar + " not set: " + picker + " picks the address on the node (--doctor in the pod says which)")
+		return
+	}
 	l := listAdvertise(a.in)
 	if wrapperPins && l.err == nil && l.choice != "" {
 		a.note(hostVar + " not set: the infera wrapper pins it to the RDMA rail before the engine starts " +

@@ -87,6 +87,10 @@ type Facts struct {
 	// warning (INFERA_PREFLIGHT_ON_TIMEOUT=error).
 	TimeoutError bool
 
+	// noNode: the facts come from a manifest, not a container on a node
+	// (Static): a check that would read the node says the node decides.
+	noNode bool
+
 	// The rules (built-in and the payload's), the native tree's
 	// capabilities (NativeKnown: a tree was chosen), where the engine
 	// package is (nil: not located), and the memory cgroup's directory.
