@@ -5,6 +5,7 @@ COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/infera-exec
 PAYLOAD_TOOL := bin/infera-payload
+LINT      := bin/infera-lint
 SANDBOX   := build/sandbox
 DEMO      := build/demo
 PAYLOAD   := build/payload
@@ -26,10 +27,12 @@ all: build
 MODULES   := . tools
 
 # The shim: static, reproducible, version-stamped. Then infera-payload, the
-# payload and image builder, from the tools module.
+# payload and image builder, from the tools module, and infera-lint, the
+# manifest linter, from the deploy/k8s module (k8s.io/api stays there).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/infera-exec
 	cd tools && CGO_ENABLED=0 $(GO) build -trimpath -o ../$(PAYLOAD_TOOL) ./cmd/infera-payload
+	cd deploy/k8s && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o ../../$(LINT) ./lint/cmd/infera-lint
 
 $(SANDBOX): FORCE
 	CGO_ENABLED=0 $(GO) build -o $(SANDBOX) ./internal/testsupport/sandbox/cmd/sandbox
@@ -78,7 +81,10 @@ overlay-image: payload
 		-busybox $(BUSYBOX) -busybox-copyright $(BUSYBOX_COPYRIGHT)
 
 # The main module, the tools module, then the Kubernetes examples' checks
-# (a module of their own, so k8s.io/api never enters the shim's build).
+# and infera-lint (deploy/k8s, a module of its own, so k8s.io/api never
+# enters the shim's build; the examples deploy/k8s/*.yaml sit in that
+# module's root, so go test's cache sees their edits even without
+# -count=1).
 # testsummary prints go test's package lines and failed tests' output, and
 # at the end every group of skipped tests with the command that enables
 # it, then "N passed, N failed, N skipped". The exit status is go test's.
@@ -94,8 +100,8 @@ test: build
 	echo "cd tools && $(GO) test -short -count=1 ./..."; \
 	{ cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -short -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
 	[ "$$(cat build/test-status)" = 0 ] || st=1; \
-	echo "cd deploy/k8s/check && $(GO) test -count=1 ./..."; \
-	{ cd deploy/k8s/check && $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
+	echo "cd deploy/k8s && $(GO) test -count=1 ./..."; \
+	{ cd deploy/k8s && $(GO) test -json -count=1 ./... 2>&1; echo "$$?" > $(CURDIR)/build/test-status; } | $(SUMMARY) -state $(SUMSTATE) || st=1; \
 	[ "$$(cat build/test-status)" = 0 ] || st=1; \
 	$(SUMMARY) -state $(SUMSTATE) -final; \
 	exit $$st
@@ -147,11 +153,11 @@ fuzz:
 	  done; \
 	done
 
-# go vet and staticcheck over every module (deploy/k8s/check included);
+# go vet and staticcheck over every module (deploy/k8s included);
 # staticcheck comes from the Go module proxy at a fixed version.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 vet:
-	@for mod in $(MODULES) deploy/k8s/check; do echo "== vet $$mod"; (cd $$mod && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...) || exit 1; done
+	@for mod in $(MODULES) deploy/k8s; do echo "== vet $$mod"; (cd $$mod && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...) || exit 1; done
 
 clean:
 	rm -rf bin build

@@ -68,13 +68,18 @@ func checkPlaceholders(in *Facts) Result {
 	if more := len(found) - len(shown); more > 0 {
 		seen += fmt.Sprintf("; and %d more", more)
 	}
-	return fail(Error, seen,
-		"The manifest was applied with a template placeholder still in it. "+
-			"The worker would fail minutes later, at mount or load time or on "+
-			"a host name that does not resolve, instead of now.",
-		"Substitute every <NAME> placeholder in the manifest (envsubst, Helm "+
-			"or Kustomize values) and apply it again.")
+	return fail(Error, seen, PlaceholdersWhy, PlaceholdersFix)
 }
+
+// The placeholders check's words, which infera-lint gives for a
+// placeholder anywhere in a manifest.
+const (
+	PlaceholdersWhy = "The manifest was applied with a template placeholder still in it. " +
+		"The worker would fail minutes later, at mount or load time or on " +
+		"a host name that does not resolve, instead of now."
+	PlaceholdersFix = "Substitute every <NAME> placeholder in the manifest (envsubst, Helm " +
+		"or Kustomize values) and apply it again."
+)
 
 // uniqueTokens are the placeholders in s, each once, in order.
 func uniqueTokens(s string) []string {

@@ -6,7 +6,7 @@
 //
 // It is a module of its own so that k8s.io/api never becomes a dependency
 // of the infera-exec binary.
-package check
+package lint
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -45,6 +46,10 @@ import (
 // with OverlayRepo, on any registry, with any tag or digest.
 const OverlayRepo = "infera/overlay"
 
+// V022OverlayRepo is the repository the seed's manifests pull the
+// overlay image from (inferaimage/infera-overlay:v0.2.2 and digests).
+const V022OverlayRepo = "inferaimage/infera-overlay"
+
 var (
 	OverlayEntrypoint = []string{"/bin/infera-exec", "--install"}
 	OverlayCmd        = []string{"/overlay"}
@@ -56,19 +61,22 @@ type Doc struct {
 	Index int // 1-based position in the file
 	Kind  string
 	Name  string
-	Obj   any // *appsv1.Deployment, *corev1.Service, ...
+	Obj   any    // *appsv1.Deployment, *corev1.Service, *InferaDeployment, ...
+	JSON  []byte // the document as JSON
 }
 
 func (d Doc) String() string {
 	return fmt.Sprintf("%s: document %d (%s %s)", d.File, d.Index, d.Kind, d.Name)
 }
 
-// kinds are the types a manifest may contain, by apiVersion/kind. Anything
-// else is an error rather than a document nobody checked.
+// kinds are the types a manifest may contain, by apiVersion/kind. Any
+// other kind is reported (a warning: not checked) rather than passed as
+// if it had been.
 var kinds = map[string]func() any{
 	"apps/v1/Deployment":                              func() any { return &appsv1.Deployment{} },
 	"apps/v1/StatefulSet":                             func() any { return &appsv1.StatefulSet{} },
 	"apps/v1/DaemonSet":                               func() any { return &appsv1.DaemonSet{} },
+	"batch/v1/Job":                                    func() any { return &batchv1.Job{} },
 	"v1/Pod":                                          func() any { return &corev1.Pod{} },
 	"v1/Service":                                      func() any { return &corev1.Service{} },
 	"v1/ServiceAccount":                               func() any { return &corev1.ServiceAccount{} },
@@ -78,6 +86,8 @@ var kinds = map[string]func() any{
 	"rbac.authorization.k8s.io/v1/RoleBinding":        func() any { return &rbacv1.RoleBinding{} },
 	"rbac.authorization.k8s.io/v1/ClusterRole":        func() any { return &rbacv1.ClusterRole{} },
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding": func() any { return &rbacv1.ClusterRoleBinding{} },
+	"leaderworkerset.x-k8s.io/v1/LeaderWorkerSet":     func() any { return &LeaderWorkerSet{} },
+	"infera.amd.com/v1alpha1/InferaDeployment":        func() any { return &InferaDeployment{} },
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*(?:#.*)?$`)
@@ -86,15 +96,19 @@ var docSep = regexp.MustCompile(`(?m)^---[ \t]*(?:#.*)?$`)
 // document strictly into the typed object of its apiVersion and kind:
 // duplicate keys, unknown fields and fields in the wrong case are errors,
 // as with the API server's strict field validation (kubectl's default).
-// Empty and comment-only documents are skipped.
-func Decode(file string, data []byte) ([]Doc, []string) {
+// Empty and comment-only documents are skipped; a kind the linter does
+// not know is a warning.
+func Decode(file string, data []byte) ([]Doc, []Finding) {
 	var docs []Doc
-	var errs []string
+	var errs []Finding
 	for i, part := range docSep.Split(string(data), -1) {
-		where := fmt.Sprintf("%s: document %d", file, i+1)
+		at := docLoc(Doc{File: file, Index: i + 1})
+		bad := func(format string, args ...any) {
+			errs = append(errs, at.finding(Error, "decode", fmt.Sprintf(format, args...), "", ""))
+		}
 		j, err := yaml.YAMLToJSONStrict([]byte(part))
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s: %v", where, err))
+			bad("%v", err)
 			continue
 		}
 		if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
@@ -102,27 +116,28 @@ func Decode(file string, data []byte) ([]Doc, []string) {
 		}
 		var tm metav1.TypeMeta
 		if err := json.Unmarshal(j, &tm); err != nil {
-			errs = append(errs, fmt.Sprintf("%s: not an object: %v", where, err))
+			bad("not an object: %v", err)
 			continue
 		}
+		at.doc.Kind = tm.Kind
 		newObj, ok := kinds[tm.APIVersion+"/"+tm.Kind]
 		if !ok {
-			errs = append(errs, fmt.Sprintf("%s: unknown kind %q of apiVersion %q; the check knows %s", where, tm.Kind, tm.APIVersion, knownKinds()))
+			errs = append(errs, at.finding(Warn, "kind", fmt.Sprintf("unknown kind %q of apiVersion %q: not checked", tm.Kind, tm.APIVersion), "", "infera-lint knows "+knownKinds()))
 			continue
 		}
 		obj := newObj()
 		strict, err := sigsjson.UnmarshalStrict(j, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s (%s): %v", where, tm.Kind, err))
+			bad("%v", err)
 			continue
 		}
 		for _, e := range strict {
-			errs = append(errs, fmt.Sprintf("%s (%s): %v", where, tm.Kind, e))
+			bad("%v", e)
 		}
 		if len(strict) > 0 {
 			continue
 		}
-		docs = append(docs, Doc{File: file, Index: i + 1, Kind: tm.Kind, Name: obj.(metav1.Object).GetName(), Obj: obj})
+		docs = append(docs, Doc{File: file, Index: i + 1, Kind: tm.Kind, Name: obj.(metav1.Object).GetName(), Obj: obj, JSON: j})
 	}
 	return docs, errs
 }
@@ -167,22 +182,26 @@ type workload struct {
 	spec   *corev1.PodSpec
 }
 
-// Check verifies the documents of one file.
-func Check(docs []Doc, ctx Context) ([]string, Stats) {
+// Check verifies the documents of one file: each document's metadata,
+// each pod it makes, and the wiring between them (Services to pods,
+// bindings to roles and accounts).
+func Check(docs []Doc, ctx Context) ([]Finding, Stats) {
 	c := &checker{ctx: ctx}
 	var workloads []workload
 	for _, d := range docs {
-		c.meta(d.String(), "metadata", d.Obj.(metav1.Object), d.Kind)
-		tpl, sel := podTemplate(d)
-		if tpl == nil {
-			continue
+		c.meta(docLoc(d), "metadata", d.Obj.(metav1.Object), d.Kind)
+		for _, p := range pods(d) {
+			if p.ownMeta && d.Kind != "Pod" {
+				c.meta(p.at, "spec.template.metadata", p.tpl, "")
+			}
+			if p.selector != nil || (d.Kind != "Pod" && p.ownMeta && d.Kind != "Job" && d.Kind != "LeaderWorkerSet") {
+				c.selector(d, p.selector, p.tpl.Labels)
+			}
+			if p.ownMeta {
+				workloads = append(workloads, workload{d, p.tpl.Labels, &p.tpl.Spec})
+			}
+			c.podSpec(p.at, &p.tpl.Spec)
 		}
-		if d.Kind != "Pod" {
-			c.meta(d.String(), "spec.template.metadata", tpl, "")
-			c.selector(d, sel, tpl.Labels)
-		}
-		workloads = append(workloads, workload{d, tpl.Labels, &tpl.Spec})
-		c.podSpec(d.String(), &tpl.Spec)
 	}
 	for _, d := range docs {
 		switch o := d.Obj.(type) {
@@ -194,25 +213,32 @@ func Check(docs []Doc, ctx Context) ([]string, Stats) {
 	}
 	for _, w := range workloads {
 		if sa := w.spec.ServiceAccountName; sa != "" && sa != "default" && !hasDoc(docs, "ServiceAccount", sa) {
-			c.add(w.doc.String(), "serviceAccountName %q is not declared in this file", sa)
+			c.add(docLoc(w.doc), "serviceAccountName %q is not declared in this file", sa)
 		}
 	}
-	return c.problems, c.stats
+	return c.findings, c.stats
 }
 
 type checker struct {
 	ctx      Context
-	problems []string
+	findings []Finding
 	stats    Stats
 }
 
-func (c *checker) add(where, format string, args ...any) {
-	c.problems = append(c.problems, where+": "+fmt.Sprintf(format, args...))
+// add records a finding of the manifest's own checks: an error, its
+// text saying what to do where it can.
+func (c *checker) add(where loc, format string, args ...any) {
+	c.report(where, Error, "manifest", fmt.Sprintf(format, args...), "", "")
+}
+
+// report records one finding at where.
+func (c *checker) report(where loc, sev Severity, check, seen, why, fix string) {
+	c.findings = append(c.findings, where.finding(sev, check, seen, why, fix))
 }
 
 // meta checks names, labels and annotations as the API server would.
 // kind is empty for a pod template, whose name is not used.
-func (c *checker) meta(where, at string, m metav1.Object, kind string) {
+func (c *checker) meta(where loc, at string, m metav1.Object, kind string) {
 	fp := field.NewPath(at)
 	switch {
 	case kind == "":
@@ -231,7 +257,7 @@ func (c *checker) meta(where, at string, m metav1.Object, kind string) {
 	}
 }
 
-func (c *checker) invalid(where, what, value string, msgs []string) {
+func (c *checker) invalid(where loc, what, value string, msgs []string) {
 	for _, m := range msgs {
 		c.add(where, "%s %q: %s", what, value, m)
 	}
@@ -259,17 +285,17 @@ func hasDoc(docs []Doc, kind, name string) bool {
 // select its own pod template.
 func (c *checker) selector(d Doc, sel *metav1.LabelSelector, podLabels map[string]string) {
 	if sel == nil {
-		c.add(d.String(), "spec.selector is missing")
+		c.add(docLoc(d), "spec.selector is missing")
 		return
 	}
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	switch {
 	case err != nil:
-		c.add(d.String(), "spec.selector: %v", err)
+		c.add(docLoc(d), "spec.selector: %v", err)
 	case s.Empty():
-		c.add(d.String(), "spec.selector is empty")
+		c.add(docLoc(d), "spec.selector is empty")
 	case !s.Matches(labels.Set(podLabels)):
-		c.add(d.String(), "spec.selector %s does not select the pod template's labels %v", s, podLabels)
+		c.add(docLoc(d), "spec.selector %s does not select the pod template's labels %v", s, podLabels)
 	}
 }
 
@@ -285,13 +311,13 @@ func (c *checker) service(d Doc, svc *corev1.Service, workloads []workload) {
 		}
 	}
 	if len(pods) == 0 {
-		c.add(d.String(), "selector %s selects no pod template in this file", sel)
+		c.add(docLoc(d), "selector %s selects no pod template in this file", sel)
 		return
 	}
 	for _, p := range svc.Spec.Ports {
 		for _, w := range pods {
 			if !podHasPort(w.spec, p.TargetPort, p.Port) {
-				c.add(d.String(), "port %q: targetPort %s is not a container port of %s", p.Name, p.TargetPort.String(), w.doc)
+				c.add(docLoc(d), "port %q: targetPort %s is not a container port of %s", p.Name, p.TargetPort.String(), w.doc)
 			}
 		}
 	}
@@ -321,11 +347,11 @@ func podHasPort(spec *corev1.PodSpec, target intstr.IntOrString, port int32) boo
 
 func (c *checker) roleBinding(d Doc, rb *rbacv1.RoleBinding, docs []Doc) {
 	if rb.RoleRef.Kind == "Role" && !hasDoc(docs, "Role", rb.RoleRef.Name) {
-		c.add(d.String(), "roleRef names Role %q, which is not declared in this file", rb.RoleRef.Name)
+		c.add(docLoc(d), "roleRef names Role %q, which is not declared in this file", rb.RoleRef.Name)
 	}
 	for _, s := range rb.Subjects {
 		if s.Kind == "ServiceAccount" && s.Namespace == "" && !hasDoc(docs, "ServiceAccount", s.Name) {
-			c.add(d.String(), "subject ServiceAccount %q is not declared in this file", s.Name)
+			c.add(docLoc(d), "subject ServiceAccount %q is not declared in this file", s.Name)
 		}
 	}
 }
@@ -346,7 +372,7 @@ var downward = map[string]string{
 
 var downwardMapRE = regexp.MustCompile(`^metadata\.(labels|annotations)\['[^']+'\]$`)
 
-func (c *checker) podSpec(where string, spec *corev1.PodSpec) {
+func (c *checker) podSpec(where loc, spec *corev1.PodSpec) {
 	vols := map[string]*corev1.Volume{}
 	for i := range spec.Volumes {
 		v := &spec.Volumes[i]
@@ -365,10 +391,7 @@ func (c *checker) podSpec(where string, spec *corev1.PodSpec) {
 	for i := range all {
 		ctr := &all[i]
 		isInit := i < len(spec.InitContainers)
-		cw := fmt.Sprintf("%s: container %q", where, ctr.Name)
-		if isInit {
-			cw = fmt.Sprintf("%s: init container %q", where, ctr.Name)
-		}
+		cw := where.in(ctr.Name, isInit)
 		if names[ctr.Name] {
 			c.add(cw, "container name used twice in the pod")
 		}
@@ -386,7 +409,7 @@ func sources(vs corev1.VolumeSource) int {
 	return len(m)
 }
 
-func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Container, isInit bool, vols map[string]*corev1.Volume, installs map[string]string) {
+func (c *checker) container(where loc, spec *corev1.PodSpec, ctr *corev1.Container, isInit bool, vols map[string]*corev1.Volume, installs map[string]string) {
 	if ctr.Image == "" {
 		c.add(where, "no image")
 	} else if ph := imagePlaceholders(ctr.Image); len(ph) > 0 {
@@ -484,7 +507,15 @@ func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Cont
 		}
 	}
 	argv := append(slices.Clone(command), args...)
-	runsShim := len(argv) > 0 && (argv[0] == "infera-exec" || strings.HasSuffix(argv[0], "/infera-exec"))
+	if dest, ok := copyInstall(argv); ok {
+		if !isInit {
+			c.add(where, "%q in a regular container copies the payload and exits: the pod would restart it forever; run it as an init container", argv)
+			return
+		}
+		c.installInto(where, ctr, "cp -a /payload/. "+dest, dest, vols, installs)
+		return
+	}
+	runsShim := len(argv) > 0 && isShimPath(argv[0])
 	mentions := slices.ContainsFunc(append(slices.Clone(ctr.Command), ctr.Args...), func(s string) bool { return strings.Contains(s, "infera-exec") })
 	switch {
 	case overlay && !runsShim:
@@ -525,7 +556,7 @@ func (c *checker) container(where string, spec *corev1.PodSpec, ctr *corev1.Cont
 	c.engine(where, spec, ctr, argv, opts, kv, vols, installs)
 }
 
-func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, opts config.Options, vols map[string]*corev1.Volume, installs map[string]string) {
+func (c *checker) installer(where loc, ctr *corev1.Container, isInit bool, opts config.Options, vols map[string]*corev1.Volume, installs map[string]string) {
 	if !isInit {
 		c.add(where, "--install in a regular container copies the payload and exits: the pod would restart it forever; run it as an init container")
 		return
@@ -539,7 +570,31 @@ func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, op
 		c.add(where, "--install %s is not an absolute path", dest)
 		return
 	}
-	dest = path.Clean(dest)
+	c.installInto(where, ctr, "--install "+path.Clean(dest), path.Clean(dest), vols, installs)
+}
+
+// v022Copy is the init container line of v0.2.2's manifests, which the
+// overlay image still runs (its payload is also at /payload, with a
+// static busybox): sh -c "cp -a /payload/. DEST/".
+var v022Copy = regexp.MustCompile(`^cp -a /payload/\. (/[^\s;&|]*?)/?$`)
+
+// copyInstall is the destination of a v0.2.2 init container line.
+func copyInstall(argv []string) (string, bool) {
+	if len(argv) != 3 || (argv[0] != "sh" && argv[0] != "/bin/sh" && argv[0] != "/usr/bin/sh") || argv[1] != "-c" {
+		return "", false
+	}
+	m := v022Copy.FindStringSubmatch(strings.TrimSpace(argv[2]))
+	if m == nil {
+		return "", false
+	}
+	return path.Clean(m[1]), true
+}
+
+// installInto checks an init container that fills dest with the payload
+// (what says how: --install DEST, or v0.2.2's cp line): dest must be a
+// writable emptyDir mount of it, which an engine container then runs
+// from.
+func (c *checker) installInto(where loc, ctr *corev1.Container, what, dest string, vols map[string]*corev1.Volume, installs map[string]string) {
 	c.stats.Installers++
 	for _, m := range ctr.VolumeMounts {
 		if path.Clean(m.MountPath) != dest || m.SubPath != "" || m.SubPathExpr != "" {
@@ -549,18 +604,18 @@ func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, op
 		switch {
 		case v == nil:
 		case v.EmptyDir == nil:
-			c.add(where, "--install %s: volume %q there is not an emptyDir", dest, m.Name)
+			c.add(where, "%s: volume %q there is not an emptyDir", what, m.Name)
 		case m.ReadOnly:
-			c.add(where, "--install %s: the mount is read-only", dest)
+			c.add(where, "%s: the mount is read-only", what)
 		default:
 			installs[m.Name] = dest
 		}
 		return
 	}
-	c.add(where, "--install %s: no volume is mounted there, so the copy would vanish with the init container", dest)
+	c.add(where, "%s: no volume is mounted there, so the copy would vanish with the init container", what)
 }
 
-func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Container, argv []string, opts config.Options, kv []string, vols map[string]*corev1.Volume, installs map[string]string) {
+func (c *checker) engine(where loc, spec *corev1.PodSpec, ctr *corev1.Container, argv []string, opts config.Options, kv []string, vols map[string]*corev1.Volume, installs map[string]string) {
 	c.stats.Engines++
 	if !path.IsAbs(argv[0]) {
 		c.add(where, "run infera-exec by its absolute path in the payload (e.g. /overlay/bin/infera-exec): the payload root is found from it")
@@ -602,7 +657,7 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 			dest, ok := installs[mount.Name]
 			switch {
 			case !ok:
-				c.add(where, "emptyDir %q at the payload root %s is filled by no init container running the overlay image's --install", mount.Name, root)
+				c.add(where, "emptyDir %q at the payload root %s is filled by no init container running the overlay image's --install (or v0.2.2's cp -a /payload/. %s/)", mount.Name, root, root)
 			case dest != root:
 				c.add(where, "the init container installs the payload into %s, but this container runs it from %s", dest, root)
 			}
@@ -647,17 +702,47 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 		}
 	}
 
+	// The checks infera-exec runs in the pod that the manifest alone
+	// decides, with the words --doctor prints there.
+	env := map[string]string{}
+	for _, e := range kv {
+		k, v, _ := strings.Cut(e, "=")
+		env[k] = v
+	}
+	for _, r := range preflight.Static(opts.Command, env) {
+		if r.Status == preflight.Fail && (r.Severity == preflight.Error || r.Severity == preflight.Warn) {
+			c.report(where, Severity(r.Severity), r.Name, r.Seen, r.Why, r.Do)
+		}
+	}
+	args := workerargs.Parse(opts.Command)
+	c.modelVolume(where, ctr, args, vols)
+	c.memory(where, ctr)
+	if args.Engine != workerargs.VLLM && args.Engine != workerargs.SGLang {
+		return // a router or server: no weights to load, no probe window to keep
+	}
+	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		c.report(where, Warn, "service-links", "enableServiceLinks is not false: the kubelet puts NAME_PORT, NAME_SERVICE_HOST and more of every Service in the namespace into the worker's environment",
+			"A Service named vllm or sglang becomes VLLM_PORT=tcp://10.0.0.1:8000 (or SGLANG_PORT), which the engine reads as its own setting and fails to parse; and a namespace with many Services slows every start.",
+			"Set enableServiceLinks: false in the pod spec; the engine finds its peers through the router or DNS, not these variables.")
+	}
+
 	// Probes: ready on /health, and the kubelet must wait longer than the
 	// worker does, by a margin, so that the worker's own timeout reports
 	// (in its log and the pod's status) before the kubelet kills it.
 	if p := ctr.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/health" {
-		c.add(where, "no readinessProbe on /health")
+		c.report(where, Warn, "probes", "no readinessProbe on /health",
+			"Until the engine answers /health it cannot serve; without the probe a Service sends requests to a pod still loading.",
+			"add readinessProbe: {httpGet: {path: /health, port: PORT}}")
 	}
 	if p := ctr.StartupProbe; p == nil {
-		c.add(where, "no startupProbe: loading a model outlasts any liveness probe")
+		c.report(where, Warn, "probes", "no startupProbe",
+			"Loading a model takes minutes; a liveness probe without a startup probe before it ends the container mid-load.",
+			"add a startupProbe on /health allowing INFERA_ENGINE_READY_TIMEOUT and a margin")
 	} else if w, want := probeWindow(p), cfg.ReadyTimeout+probeMargin(cfg.ReadyTimeout); w < want {
-		c.add(where, "startupProbe allows %d s but the worker waits up to %d s for the engine (%s): allow at least %d s (failureThreshold x periodSeconds), so the worker's own timeout reports before the kubelet kills it",
-			w, cfg.ReadyTimeout, cfg.ReadyTimeoutFrom, want)
+		c.report(where, Warn, "startup-probe",
+			fmt.Sprintf("startupProbe allows %d s but the worker waits up to %d s for the engine (%s)", w, cfg.ReadyTimeout, cfg.ReadyTimeoutFrom),
+			"A load that takes longer than the probe allows is ended by the kubelet, without the worker's own message saying how far it got; the pod restarts and loads again.",
+			fmt.Sprintf("allow at least %d s (failureThreshold x periodSeconds), so the worker's own timeout reports before the kubelet kills it, or lower INFERA_ENGINE_READY_TIMEOUT to what the probe allows", want))
 	}
 
 	// PyTorch and RCCL need more than the runtime's 64 MiB /dev/shm.
@@ -668,10 +753,54 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 	}
 }
 
+// modelVolume: a model named by an absolute path (--model /models/X) is
+// on a volume of the container; the stock engine image holds no weights.
+// A hub name (org/model) is left alone.
+func (c *checker) modelVolume(where loc, ctr *corev1.Container, args workerargs.Args, vols map[string]*corev1.Volume) {
+	m := args.Model
+	if m == "" || !path.IsAbs(m) {
+		return
+	}
+	m = path.Clean(m)
+	for _, vm := range ctr.VolumeMounts {
+		mp := path.Clean(vm.MountPath)
+		if (m == mp || strings.HasPrefix(m, mp+"/")) && vols[vm.Name] != nil {
+			return
+		}
+	}
+	c.report(where, Error, "model-volume",
+		fmt.Sprintf("the model %s (%s) is on no volume mount of this container", m, args.ModelFrom),
+		"The stock engine image holds no weights: the worker fails at load time, after the pod was scheduled and the image pulled.",
+		fmt.Sprintf("mount the volume that holds the weights (a PVC, or a hostPath on the node) at %s or a directory above it", path.Dir(m)))
+}
+
+// memory: the API server refuses a memory request above the limit; a
+// request below it lets the node promise the difference to other pods,
+// and under memory pressure the engine, using more than it requested, is
+// the first the kernel's OOM killer ends (Burstable QoS).
+func (c *checker) memory(where loc, ctr *corev1.Container) {
+	req, hasReq := ctr.Resources.Requests[corev1.ResourceMemory]
+	lim, hasLim := ctr.Resources.Limits[corev1.ResourceMemory]
+	if !hasLim || !hasReq {
+		return // a request without a limit is the request itself; neither: the namespace's defaults
+	}
+	switch req.Cmp(lim) {
+	case 1:
+		c.report(where, Error, "memory", fmt.Sprintf("requests.memory %s is above limits.memory %s", req.String(), lim.String()),
+			"The API server refuses the pod.", "set requests.memory to at most limits.memory, for an engine equal to it")
+	case -1:
+		c.report(where, Warn, "memory", fmt.Sprintf("requests.memory %s is below limits.memory %s", req.String(), lim.String()),
+			"The node may promise the difference to other pods; under memory pressure the engine, above its request, is the first the OOM killer ends, mid-load or mid-request.",
+			"set requests.memory equal to limits.memory")
+	}
+}
+
 // rdma checks what a Mooncake (RDMA) worker needs from its pod.
-func (c *checker) rdma(where string, spec *corev1.PodSpec, ctr *corev1.Container, cfg config.Config, vols map[string]*corev1.Volume) {
+func (c *checker) rdma(where loc, spec *corev1.PodSpec, ctr *corev1.Container, cfg config.Config, vols map[string]*corev1.Volume) {
 	if !spec.HostNetwork {
-		c.add(where, "a Mooncake worker needs hostNetwork: true (the host's RDMA NICs and addresses)")
+		c.report(where, Error, "host-network", "a Mooncake worker without hostNetwork: true",
+			"The RDMA NICs and their addresses are the host's; the pod network cannot reach them, so Mooncake has no path to its peer while the engine looks healthy.",
+			"set hostNetwork: true and dnsPolicy: ClusterFirstWithHostNet in the pod spec")
 	}
 	sc := ctr.SecurityContext
 	privileged := sc != nil && sc.Privileged != nil && *sc.Privileged
@@ -680,8 +809,11 @@ func (c *checker) rdma(where string, spec *corev1.PodSpec, ctr *corev1.Container
 		c.add(where, "a Mooncake worker needs the IPC_LOCK capability to pin memory for RDMA")
 	}
 	dir := path.Dir(cfg.HostLibionic)
-	if !mountedFrom(ctr, vols, dir, func(v *corev1.Volume) bool { return v.HostPath != nil }) {
-		c.add(where, "no hostPath volume at %s, the directory of INFERA_HOST_LIBIONIC=%s: the image's RDMA provider would stay", dir, cfg.HostLibionic)
+	hostPath := func(v *corev1.Volume) bool { return v.HostPath != nil }
+	if !mountedFrom(ctr, vols, dir, hostPath) && !mountedFrom(ctr, vols, path.Clean(cfg.HostLibionic), hostPath) {
+		c.report(where, Error, "libionic", fmt.Sprintf("no hostPath volume at %s or its directory %s (INFERA_HOST_LIBIONIC)", cfg.HostLibionic, dir),
+			"The image's own RDMA provider then stays; when it does not match the host's ionic driver, libibverbs finds no device and the KV transfer falls back to a path that cannot cross nodes.",
+			fmt.Sprintf("mount the host's libionic.so (hostPath, type File) at %s, or a host directory holding it at %s", cfg.HostLibionic, dir))
 	}
 	devPlugin := false
 	for name := range ctr.Resources.Limits {
@@ -691,8 +823,8 @@ func (c *checker) rdma(where string, spec *corev1.PodSpec, ctr *corev1.Container
 	}
 	hostDev := mountedFrom(ctr, vols, "/dev/infiniband", func(v *corev1.Volume) bool { return v.HostPath != nil })
 	switch {
-	case devPlugin:
-	case hostDev && !privileged:
+	case devPlugin, privileged: // a privileged container sees the host's devices
+	case hostDev:
 		c.add(where, "/dev/infiniband from a hostPath is not in the container's device cgroup: set privileged, or use an RDMA device plugin resource")
 	case !hostDev:
 		c.add(where, "no RDMA devices: request an rdma/* device plugin resource or mount /dev/infiniband from the host")
@@ -799,7 +931,12 @@ func hasTagOrDigest(ref string) bool { return repository(ref) != ref }
 
 func isOverlayImage(ref string) bool {
 	r := repository(ref)
-	return r == OverlayRepo || strings.HasSuffix(r, "/"+OverlayRepo)
+	for _, o := range []string{OverlayRepo, V022OverlayRepo} {
+		if r == o || strings.HasSuffix(r, "/"+o) {
+			return true
+		}
+	}
+	return false
 }
 
 // ManifestFiles lists the *.yaml and *.yml files anywhere under dir.

@@ -1,4 +1,4 @@
-package check
+package lint
 
 import (
 	"io/fs"
@@ -13,8 +13,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The examples this module checks, relative to it.
+// The examples this module checks, relative to it: deploy/k8s/*.yaml.
 const manifestDir = ".."
+
+// exampleFiles are deploy/k8s's own manifests (not this module's
+// testdata, which holds the seed's with their placeholders).
+func exampleFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(manifestDir, "*.yaml"))
+	require.NoError(t, err)
+	return files
+}
 
 func testContext(t *testing.T) Context {
 	t.Helper()
@@ -41,16 +50,17 @@ func filled(data []byte) []byte {
 // checkFile runs every check on one file's content.
 func checkFile(t *testing.T, name string, data []byte) ([]string, Stats) {
 	t.Helper()
-	problems := Placeholders(name, data)
-	docs, errs := Decode(name, data)
-	problems = append(problems, errs...)
-	more, stats := Check(docs, testContext(t))
-	return append(problems, more...), stats
+	findings, stats, err := Lint(name, data, testContext(t))
+	require.NoError(t, err)
+	var problems []string
+	for _, f := range findings {
+		problems = append(problems, f.String())
+	}
+	return problems, stats
 }
 
 func TestManifests(t *testing.T) {
-	files, err := ManifestFiles(manifestDir)
-	require.NoError(t, err)
+	files := exampleFiles(t)
 	var names []string
 	for _, f := range files {
 		names = append(names, filepath.Base(f))
@@ -83,8 +93,7 @@ func TestManifests(t *testing.T) {
 // the check catches every one, so a file applied without replacing them
 // fails the check instead of the pull.
 func TestPlaceholderImagesAreCaught(t *testing.T) {
-	files, err := ManifestFiles(manifestDir)
-	require.NoError(t, err)
+	files := exampleFiles(t)
 	caught := 0
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -109,6 +118,9 @@ func TestPlaceholderImagesAreCaught(t *testing.T) {
 func TestNoPlaceholders(t *testing.T) {
 	n := 0
 	err := filepath.WalkDir(manifestDir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && filepath.Base(p) == "testdata" {
+			return filepath.SkipDir // the seed's manifests, placeholders and all
+		}
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -145,6 +157,7 @@ spec:
       labels:
         app: worker
     spec:
+      enableServiceLinks: false
       initContainers:
         - name: overlay
           image: registry.example.com/infera/overlay:v1
@@ -184,12 +197,18 @@ spec:
               readOnly: true
             - name: dshm
               mountPath: /dev/shm
+            - name: models
+              mountPath: /models
+              readOnly: true
       volumes:
         - name: overlay
           emptyDir: {}
         - name: dshm
           emptyDir:
             medium: Memory
+        - name: models
+          persistentVolumeClaim:
+            claimName: models
 ---
 apiVersion: v1
 kind: Service
@@ -233,16 +252,16 @@ func TestChecksCatch(t *testing.T) {
 		{"payload mounted writable", "              mountPath: /overlay\n              readOnly: true", "              mountPath: /overlay", "mount the payload (/overlay) read-only"},
 		{"payload root elsewhere", "            - name: INFERA_ENGINE_READY_TIMEOUT\n", "            - name: PAYLOAD_ROOT\n              value: /payload\n            - name: INFERA_ENGINE_READY_TIMEOUT\n", "the payload root /payload (PAYLOAD_ROOT) is not a volume mount"},
 		{"undeclared volume", "            - name: dshm\n              mountPath: /dev/shm", "            - name: shm\n              mountPath: /dev/shm", `volumeMount "shm" at /dev/shm names no volume of the pod`},
-		{"template placeholder", "  name: worker\nspec:\n  selector:", "  name: worker\n  # node: <NODE>\nspec:\n  selector:", "template placeholder <NODE> left in"},
+		{"template placeholder", "  name: worker\nspec:\n  selector:", "  name: worker\n  annotations:\n    node: <NODE>\nspec:\n  selector:", "error placeholders: <NODE> in metadata.annotations.node -- fix: Substitute every <NAME> placeholder"},
 		{"unexpanded variable", worker, worker + "            - --host\n            - $(POD_IP)\n", "command refers to $(POD_IP)"},
 		{"bad downward field", "          env:\n", "          env:\n            - name: POD_IP\n              valueFrom:\n                fieldRef:\n                  fieldPath: status.podIp\n", `fieldRef "status.podIp" is not a field the downward API offers`},
 		{"implied capability not required", worker, worker + "            - --kv-transfer-config\n            - '{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_producer\"}'\n", "need mooncake, but INFERA_REQUIRE_NATIVE"},
 		{"implied capability not required (SGLang)", worker, "            - infera.engine.sglang\n            - --disaggregation-mode\n            - prefill\n", "need mooncake, but INFERA_REQUIRE_NATIVE"},
-		{"mooncake without RDMA wiring", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: mooncake\n", "needs hostNetwork: true"},
+		{"mooncake without RDMA wiring", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: mooncake\n", "error host-network: a Mooncake worker without hostNetwork: true"},
 		{"malformed capability list", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: moon-cake!\n", "infera-exec would refuse its environment"},
 		{"malformed ready timeout", `value: "1800"`, `value: "soon"`, "infera-exec would warn: INFERA_ENGINE_READY_TIMEOUT"},
 		{"startup probe shorter than the ready timeout", "failureThreshold: 192", "failureThreshold: 60", "startupProbe allows 600 s but the worker waits up to 1800 s"},
-		{"startup probe as long as the ready timeout, without a margin", "failureThreshold: 192", "failureThreshold: 180", "startupProbe allows 1800 s but the worker waits up to 1800 s for the engine (INFERA_ENGINE_READY_TIMEOUT=1800): allow at least 1920 s"},
+		{"startup probe as long as the ready timeout, without a margin", "failureThreshold: 192", "failureThreshold: 180", "warn startup-probe: startupProbe allows 1800 s but the worker waits up to 1800 s for the engine (INFERA_ENGINE_READY_TIMEOUT=1800) -- fix: allow at least 1920 s"},
 		{"placeholder image", "image: registry.example.com/rocm/vllm:v1", "image: REGISTRY/rocm/vllm:VLLM_TAG", `image "REGISTRY/rocm/vllm:VLLM_TAG" still holds the placeholder REGISTRY and VLLM_TAG`},
 		{"misspelt capability", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_NATIVE\n              value: mooncak\n", `INFERA_REQUIRE_NATIVE names "mooncak", which is no capability infera-exec knows (hipfile, mooncake); did you mean mooncake?`},
 		{"unknown required patch", "          env:\n", "          env:\n            - name: INFERA_REQUIRE_PATCHES\n              value: no-such-patch\n", `names "no-such-patch", which is no built-in patch`},

@@ -1,8 +1,8 @@
-module github.com/infera/infera-exec/deploy/k8s/check
+module github.com/infera/infera-exec/deploy/k8s
 
 go 1.26.8
 
-replace github.com/infera/infera-exec => ../../..
+replace github.com/infera/infera-exec => ../..
 
 require (
 	github.com/infera/infera-exec v0.0.0-00010101000000-000000000000
