@@ -272,6 +272,11 @@ func TestChecksCatch(t *testing.T) {
 		{"port name too long", "            - name: http\n              containerPort: 8000", "            - name: http-metrics-port\n              containerPort: 8000", `port name "http-metrics-port": must be no more than 15 characters`},
 		{"invalid label value", "        app: worker\n    spec:", "        app: worker!\n    spec:", `spec.template.metadata.labels: Invalid value: "worker!"`},
 		{"service name that is no DNS label", "kind: Service\nmetadata:\n  name: worker", "kind: Service\nmetadata:\n  name: worker.v1", `metadata.name "worker.v1"`},
+		{"memory request below the limit", "          ports:\n", "          resources:\n            requests: {memory: 1Gi}\n            limits: {memory: 2Gi}\n          ports:\n", "warn memory: requests.memory 1Gi is below limits.memory 2Gi"},
+		{"memory request above the limit", "          ports:\n", "          resources:\n            requests: {memory: 3Gi}\n            limits: {memory: 2Gi}\n          ports:\n", "error memory: requests.memory 3Gi is above limits.memory 2Gi"},
+		{"service links left on", "      enableServiceLinks: false\n", "", "warn service-links: enableServiceLinks is not false"},
+		{"model on no volume", "            - name: models\n              mountPath: /models\n", "            - name: models\n              mountPath: /weights\n", "error model-volume: the model /models/m (--model) is on no volume mount"},
+		{"mooncake prefill without its address", worker, worker + "            - --kv-transfer-config\n            - '{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_producer\"}'\n", "error advertise: --data-parallel-address not set (vLLM then uses 127.0.0.1)"},
 		{"image without a tag", "image: registry.example.com/rocm/vllm:v1", "image: registry.example.com/rocm/vllm", "has no tag or digest"},
 	}
 	for _, tc := range cases {
@@ -349,4 +354,33 @@ func containsAny(list []string, sub string) bool {
 		}
 	}
 	return false
+}
+
+// A Job and a LeaderWorkerSet make pods too: the base's pod, under
+// either, passes the same checks and fails them the same way.
+func TestJobAndLeaderWorkerSet(t *testing.T) {
+	pod := base[strings.Index(base, "  template:\n"):strings.Index(base, "---")]
+	job := "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: worker\nspec:\n" + pod
+	indent := func(s, by string) string {
+		var b strings.Builder
+		for _, l := range strings.SplitAfter(s, "\n") {
+			if strings.TrimSpace(l) != "" {
+				b.WriteString(by)
+			}
+			b.WriteString(l)
+		}
+		return b.String()
+	}
+	lws := "apiVersion: leaderworkerset.x-k8s.io/v1\nkind: LeaderWorkerSet\nmetadata:\n  name: worker\nspec:\n  leaderWorkerTemplate:\n    size: 2\n" +
+		indent(strings.Replace(pod, "  template:\n", "  workerTemplate:\n", 1), "  ")
+	for name, doc := range map[string]string{"job": job, "lws": lws} {
+		t.Run(name, func(t *testing.T) {
+			problems, stats := checkFile(t, name+".yaml", []byte(doc))
+			assert.Empty(t, problems)
+			assert.Equal(t, 1, stats.Engines)
+			broken := strings.Replace(doc, "            - /models/m\n", "            - /elsewhere/m\n", 1)
+			problems, _ = checkFile(t, name+".yaml", []byte(broken))
+			assert.True(t, containsAny(problems, "error model-volume: the model /elsewhere/m (--model) is on no volume mount of this container"), strings.Join(problems, "\n"))
+		})
+	}
 }
