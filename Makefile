@@ -18,7 +18,7 @@ BUSYBOX   ?= /bin/busybox
 BUSYBOX_COPYRIGHT ?= /usr/share/doc/busybox-static/copyright
 TREES     ?=
 
-.PHONY: all build demo payload overlay-image test test-long test-runtime bench fuzz vet clean
+.PHONY: all build demo payload overlay-image release release-version release-check test test-long test-runtime bench fuzz vet clean
 
 all: build
 
@@ -31,7 +31,7 @@ MODULES   := . tools
 # manifest linter, from the deploy/k8s module (k8s.io/api stays there).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/infera-exec
-	cd tools && CGO_ENABLED=0 $(GO) build -trimpath -o ../$(PAYLOAD_TOOL) ./cmd/infera-payload
+	cd tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o ../$(PAYLOAD_TOOL) ./cmd/infera-payload
 	cd deploy/k8s && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o ../../$(LINT) ./lint/cmd/infera-lint
 
 $(SANDBOX): FORCE
@@ -79,6 +79,48 @@ overlay-image: payload
 	$(PAYLOAD_TOOL) image -payload $(PAYLOAD) -oci $(OCI) -archive $(ARCHIVE) \
 		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH) \
 		-busybox $(BUSYBOX) -busybox-copyright $(BUSYBOX_COPYRIGHT)
+
+# A release: make release VERSION=vMAJOR.MINOR.PATCH[-PRE] (semver, with
+# its section in CHANGELOG.md) writes DIST: the static infera-exec,
+# infera-payload and infera-lint stamped with VERSION (--version), the
+# overlay image of `make payload` as a docker-archive (TREES as for make
+# payload; without them the DEMO trees, said loudly), sbom.cdx.json
+# (CycloneDX 1.5 of every module the binaries link, from their build
+# information: tools/sbom) and SHA256SUMS. Every time in it is
+# SOURCE_DATE_EPOCH, by default the commit's, so the same commit gives the
+# same bytes: make release-check builds it twice, the second time with an
+# empty Go build cache, and compares.
+DIST      ?= dist
+SBOM_TOOL := build/infera-sbom
+SEMVER    := ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$$
+RELEASE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+RELEASE_FILES := infera-exec infera-payload infera-lint infera-overlay.tar sbom.cdx.json
+release-version:
+	@echo '$(VERSION)' | grep -Eq '$(SEMVER)' || { echo "make release: VERSION=$(VERSION) is not a semver tag: make release VERSION=vMAJOR.MINOR.PATCH (e.g. v0.3.0)" >&2; exit 2; }
+	@grep -Fq '## $(VERSION) ' CHANGELOG.md || grep -Fxq '## $(VERSION)' CHANGELOG.md || { echo "make release: CHANGELOG.md has no section '## $(VERSION)': say what changed before releasing it" >&2; exit 2; }
+	@[ -n "$(DIST)" ] && [ "$(DIST)" != / ] || { echo "make release: DIST must name a directory of its own" >&2; exit 2; }
+
+release: release-version payload
+	cd tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-X main.version=$(VERSION)' -o ../$(SBOM_TOOL) ./cmd/infera-sbom
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	cp $(BIN) $(PAYLOAD_TOOL) $(LINT) $(DIST)/
+	SOURCE_DATE_EPOCH=$(RELEASE_EPOCH) $(PAYLOAD_TOOL) image -q -payload $(PAYLOAD) -oci '' -archive $(DIST)/infera-overlay.tar \
+		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH) -busybox $(BUSYBOX) -busybox-copyright $(BUSYBOX_COPYRIGHT)
+	SOURCE_DATE_EPOCH=$(RELEASE_EPOCH) $(SBOM_TOOL) -name infera-exec -version $(VERSION) -o $(DIST)/sbom.cdx.json \
+		$(DIST)/infera-exec $(DIST)/infera-payload $(DIST)/infera-lint
+	cd $(DIST) && sha256sum $(RELEASE_FILES) > SHA256SUMS
+	@cat $(DIST)/SHA256SUMS; $(DIST)/infera-exec --version
+
+# make release twice from this tree, the second with an empty Go build
+# cache, and compare every byte. VERSION: the newest of CHANGELOG.md.
+CHECK_VERSION = $(shell sed -n 's/^## \(v[0-9][^ ]*\).*/\1/p' CHANGELOG.md | head -1)
+release-check:
+	@rm -rf build/release-a build/release-b build/release-gocache
+	$(MAKE) --no-print-directory release VERSION=$(CHECK_VERSION) DIST=build/release-a
+	GOCACHE=$(CURDIR)/build/release-gocache $(MAKE) --no-print-directory release VERSION=$(CHECK_VERSION) DIST=build/release-b
+	@rm -rf build/release-gocache
+	diff -r build/release-a build/release-b
+	@echo "make release $(CHECK_VERSION) is reproducible: $$(cd build/release-a && ls | wc -l) files, the same bytes twice"
 
 # The main module, the tools module, then the Kubernetes examples' checks
 # and infera-lint (deploy/k8s, a module of its own, so k8s.io/api never

@@ -47,6 +47,8 @@ type action func(env []string, stdout, stderr io.Writer) error
 
 type usageError struct{ error }
 
+var version = "dev" // set by make build: -ldflags "-X main.version=..."
+
 var subcommands = []subcommand{harvestCommand, verifyCommand, pruneCommand, indexCommand, imageCommand}
 
 func main() {
@@ -60,6 +62,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout, "infera-payload", version)
+		return 0
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 && args[0] == "help" {
 			if sc := lookup(args[1]); sc != nil {

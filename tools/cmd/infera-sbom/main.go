@@ -1,0 +1,87 @@
+// Command infera-sbom writes a CycloneDX 1.5 JSON bill of materials of Go
+// binaries from their build information (package sbom):
+//
+//	infera-sbom [-name NAME] [-version V] [-o FILE] BINARY...
+//
+// The timestamp is SOURCE_DATE_EPOCH's when it is set, else there is none,
+// so the same binaries give the same bill. make release writes
+// dist/sbom.cdx.json with it.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/infera/infera-exec/tools/sbom"
+)
+
+var version = "dev" // -X main.version
+
+func main() { os.Exit(run(os.Args[1:], os.Getenv("SOURCE_DATE_EPOCH"), os.Stdout, os.Stderr)) }
+
+func run(args []string, epoch string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("infera-sbom", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	o := sbom.Options{Tool: "infera-sbom", ToolVer: version}
+	fl.StringVar(&o.Name, "name", "infera-exec", "the bill's subject `NAME`")
+	fl.StringVar(&o.Version, "version", "dev", "the release `VERSION` (also of the project's own modules)")
+	out := fl.String("o", "-", "write the bill to `FILE` (- for stdout)")
+	if err := fl.Parse(args); err != nil {
+		return 64
+	}
+	o.Binaries = fl.Args()
+	if epoch != "" {
+		n, err := strconv.ParseInt(epoch, 10, 64)
+		if err != nil || n < 0 {
+			fmt.Fprintf(stderr, "infera-sbom: SOURCE_DATE_EPOCH=%q: want seconds since the epoch\n", epoch)
+			return 64
+		}
+		o.Created = time.Unix(n, 0)
+	}
+	b, err := sbom.Build(o)
+	if err != nil {
+		fmt.Fprintln(stderr, "infera-sbom:", err)
+		return 1
+	}
+	var buf bytes.Buffer
+	if err := b.Write(&buf); err != nil {
+		fmt.Fprintln(stderr, "infera-sbom:", err)
+		return 1
+	}
+	if *out == "-" {
+		_, err = stdout.Write(buf.Bytes())
+	} else {
+		err = writeFile(*out, buf.Bytes())
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "infera-sbom:", err)
+		return 1
+	}
+	return 0
+}
+
+// writeFile replaces p with data: a temporary file beside it, renamed.
+func writeFile(p string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), p)
+}
