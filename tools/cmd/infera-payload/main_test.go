@@ -245,3 +245,12 @@ func TestRefusedOutputsExit64(t *testing.T) {
 	}
 	assert.Contains(t, runTool([]string{"--help"}).stdout, "64 a wrong command line (an output")
 }
+
+// --version prints the version make build stamps (-X main.version).
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "-version", "version"} {
+		r := runTool([]string{arg})
+		require.Equal(t, 0, r.code, "%s: %s", arg, r.stderr)
+		assert.Equal(t, "infera-payload "+version+"\n", r.stdout, arg)
+	}
+}
