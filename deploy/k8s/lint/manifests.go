@@ -1,11 +1,17 @@
-// Package check verifies the Kubernetes examples in deploy/k8s: every
-// document decodes strictly into the k8s.io/api type of its apiVersion and
-// kind, the pod wiring holds together (mounts, ports, selectors, RBAC), and
-// every infera-exec command line in them is accepted by the binary's own
-// parser (package cli) and configuration loader (package config).
+// Package lint checks Kubernetes manifests that start engines through
+// infera-exec: every document decodes strictly into the k8s.io/api type
+// of its apiVersion and kind (or a model of a LeaderWorkerSet or an
+// InferaDeployment, crd.go), the pod wiring holds together (mounts,
+// ports, selectors, RBAC, the init container that fills the payload
+// volume), every infera-exec command line in them is accepted by the
+// binary's own parser (package cli) and configuration loader (package
+// config), and the checks --doctor runs in the pod that a manifest alone
+// decides (preflight.Static) pass, with --doctor's words. Lint is the
+// entry point; infera-lint (cmd/infera-lint) its command, and the test of
+// deploy/k8s's own manifests its first user.
 //
-// It is a module of its own so that k8s.io/api never becomes a dependency
-// of the infera-exec binary.
+// It lives in a module of its own (deploy/k8s) so that k8s.io/api never
+// becomes a dependency of the infera-exec binary.
 package lint
 
 import (
