@@ -86,7 +86,8 @@ overlay-image: payload
 # overlay image of `make payload` as a docker-archive (TREES as for make
 # payload; without them the DEMO trees, said loudly), sbom.cdx.json
 # (CycloneDX 1.5 of every module the binaries link, from their build
-# information: tools/sbom) and SHA256SUMS. Every time in it is
+# information: tools/sbom, and of the Debian package busybox comes from)
+# and SHA256SUMS. Every time in it is
 # SOURCE_DATE_EPOCH, by default the commit's, so the same commit gives the
 # same bytes: make release-check builds it twice, the second time with an
 # empty Go build cache, and compares.
@@ -95,6 +96,10 @@ SBOM_TOOL := build/infera-sbom
 SEMVER    := ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$$
 RELEASE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 RELEASE_FILES := infera-exec infera-payload infera-lint infera-overlay.tar sbom.cdx.json
+# The Debian package BUSYBOX comes from, for the SBOM (none if no package
+# owns the file).
+BUSYBOX_PKG = $(shell dpkg-query -S $(BUSYBOX) 2>/dev/null | sed -n 's/^\([^:,]*\): .*/\1/p' | head -1)
+BUSYBOX_DEB = $(if $(BUSYBOX_PKG),-deb '$(BUSYBOX_PKG)=$(shell dpkg-query -W -f='$${Version}=$${Architecture}' $(BUSYBOX_PKG))=$(BUSYBOX)=infera-overlay.tar:/usr/bin/busybox')
 release-version:
 	@echo '$(VERSION)' | grep -Eq '$(SEMVER)' || { echo "make release: VERSION=$(VERSION) is not a semver tag: make release VERSION=vMAJOR.MINOR.PATCH (e.g. v0.3.0)" >&2; exit 2; }
 	@grep -Fq '## $(VERSION) ' CHANGELOG.md || grep -Fxq '## $(VERSION)' CHANGELOG.md || { echo "make release: CHANGELOG.md has no section '## $(VERSION)': say what changed before releasing it" >&2; exit 2; }
@@ -106,7 +111,7 @@ release: release-version payload
 	cp $(BIN) $(PAYLOAD_TOOL) $(LINT) $(DIST)/
 	SOURCE_DATE_EPOCH=$(RELEASE_EPOCH) $(PAYLOAD_TOOL) image -q -payload $(PAYLOAD) -oci '' -archive $(DIST)/infera-overlay.tar \
 		-version $(VERSION) -revision $(COMMIT) -arch $(IMAGE_ARCH) -busybox $(BUSYBOX) -busybox-copyright $(BUSYBOX_COPYRIGHT)
-	SOURCE_DATE_EPOCH=$(RELEASE_EPOCH) $(SBOM_TOOL) -name infera-exec -version $(VERSION) -o $(DIST)/sbom.cdx.json \
+	SOURCE_DATE_EPOCH=$(RELEASE_EPOCH) $(SBOM_TOOL) -name infera-exec -version $(VERSION) -o $(DIST)/sbom.cdx.json $(BUSYBOX_DEB) \
 		$(DIST)/infera-exec $(DIST)/infera-payload $(DIST)/infera-lint
 	cd $(DIST) && sha256sum $(RELEASE_FILES) > SHA256SUMS
 	@cat $(DIST)/SHA256SUMS; $(DIST)/infera-exec --version

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -35,6 +36,25 @@ type Options struct {
 	ToolVer  string    // version, recorded in metadata.tools
 	Created  time.Time // metadata.timestamp; zero: none (the bill then depends on the binaries alone)
 	Binaries []string  // paths of the Go binaries
+	Packages []Package // Debian packages whose files the release ships (busybox-static in the overlay image)
+}
+
+// Package is a file of a Debian package that the release ships: a
+// component of its own, with the package's URL, version and the file's
+// SHA-256.
+type Package struct {
+	Name, Version, Arch string
+	File                string // the file shipped, as it is on this machine
+	Where               string // where the release has it, e.g. infera-overlay.tar:/usr/bin/busybox
+}
+
+// ParsePackage reads NAME=VERSION=ARCH=FILE=WHERE, the -deb flag's value.
+func ParsePackage(s string) (Package, error) {
+	f := strings.SplitN(s, "=", 5)
+	if len(f) != 5 || f[0] == "" || f[1] == "" || f[2] == "" || f[3] == "" {
+		return Package{}, fmt.Errorf("-deb %q: want NAME=VERSION=ARCH=FILE=WHERE, e.g. busybox-static=1:1.35.0-4=amd64=/bin/busybox=infera-overlay.tar:/usr/bin/busybox", s)
+	}
+	return Package{Name: f[0], Version: f[1], Arch: f[2], File: f[3], Where: f[4]}, nil
 }
 
 // BOM is the part of CycloneDX 1.5 written here.
@@ -112,6 +132,23 @@ func Build(o Options) (*BOM, error) {
 		sort.Strings(refs)
 		apps = append(apps, app)
 		b.Dependencies = append(b.Dependencies, Dependency{Ref: app.BOMRef, DependsOn: refs})
+	}
+	for _, pk := range o.Packages {
+		data, err := os.ReadFile(pk.File)
+		if err != nil {
+			return nil, fmt.Errorf("-deb %s: %w", pk.Name, err)
+		}
+		sum := sha256.Sum256(data)
+		// A purl's version is percent-encoded: a Debian epoch's colon
+		// and the "+" of a binNMU or security upload among it.
+		purl := "pkg:deb/debian/" + pk.Name + "@" + url.QueryEscape(pk.Version) + "?arch=" + url.QueryEscape(pk.Arch)
+		c := Component{Type: "application", BOMRef: purl, Name: pk.Name, Version: pk.Version, PURL: purl,
+			Hashes: []Hash{{Alg: "SHA-256", Content: hex.EncodeToString(sum[:])}}}
+		if pk.Where != "" {
+			c.Properties = []Property{{Name: "infera:shipped-as", Value: pk.Where}}
+		}
+		apps = append(apps, c)
+		b.Dependencies = append(b.Dependencies, Dependency{Ref: purl, DependsOn: []string{}})
 	}
 	if b.Metadata.Component != nil {
 		var refs []string

@@ -149,3 +149,32 @@ func TestNotGo(t *testing.T) {
 	_, err = Build(Options{})
 	assert.Error(t, err)
 }
+
+// A Debian package's file the release ships is a component with its
+// package URL (the epoch's colon and the pluses escaped) and the file's SHA-256; the
+// release depends on it; a malformed -deb value is refused.
+func TestPackage(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "busybox")
+	require.NoError(t, os.WriteFile(file, []byte("not really busybox"), 0o755))
+	pk, err := ParsePackage("busybox-static=1:1.35.0-4+deb12u1+b1=amd64=" + file + "=infera-overlay.tar:/usr/bin/busybox")
+	require.NoError(t, err)
+	b, err := Build(Options{Name: "infera-exec", Version: "v1.0.0", Binaries: []string{self(t)}, Packages: []Package{pk}})
+	require.NoError(t, err)
+	sum := sha256.Sum256([]byte("not really busybox"))
+	purl := "pkg:deb/debian/busybox-static@1%3A1.35.0-4%2Bdeb12u1%2Bb1?arch=amd64"
+	var found *Component
+	for i, c := range b.Components {
+		if c.PURL == purl {
+			found = &b.Components[i]
+		}
+	}
+	require.NotNil(t, found, "the package is a component")
+	assert.Equal(t, []Hash{{"SHA-256", hex.EncodeToString(sum[:])}}, found.Hashes)
+	assert.Contains(t, found.Properties, Property{"infera:shipped-as", "infera-overlay.tar:/usr/bin/busybox"})
+	assert.Contains(t, b.Dependencies[0].DependsOn, purl, "the release depends on it")
+
+	for _, bad := range []string{"busybox-static", "busybox-static=1.0=amd64", "=1=amd64=/x=y"} {
+		_, err := ParsePackage(bad)
+		assert.Error(t, err, bad)
+	}
+}

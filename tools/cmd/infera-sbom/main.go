@@ -1,7 +1,7 @@
 // Command infera-sbom writes a CycloneDX 1.5 JSON bill of materials of Go
 // binaries from their build information (package sbom):
 //
-//	infera-sbom [-name NAME] [-version V] [-o FILE] BINARY...
+//	infera-sbom [-name NAME] [-version V] [-o FILE] [-deb NAME=VERSION=ARCH=FILE=WHERE] BINARY...
 //
 // The timestamp is SOURCE_DATE_EPOCH's when it is set, else there is none,
 // so the same binaries give the same bill. make release writes
@@ -32,6 +32,13 @@ func run(args []string, epoch string, stdout, stderr io.Writer) int {
 	fl.StringVar(&o.Name, "name", "infera-exec", "the bill's subject `NAME`")
 	fl.StringVar(&o.Version, "version", "dev", "the release `VERSION` (also of the project's own modules)")
 	out := fl.String("o", "-", "write the bill to `FILE` (- for stdout)")
+	fl.Func("deb", "a Debian package's file the release ships, `NAME=VERSION=ARCH=FILE=WHERE` (repeatable)", func(s string) error {
+		p, err := sbom.ParsePackage(s)
+		if err == nil {
+			o.Packages = append(o.Packages, p)
+		}
+		return err
+	})
 	if err := fl.Parse(args); err != nil {
 		return 64
 	}
