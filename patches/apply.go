@@ -610,7 +610,7 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 		if t.newText == nil {
 			t.newText = newText(t.content, t.needles)
 		}
-		if ev := patchdef.Evaluate(&vr.Edits[i], t.newText.count); ev.State != patchdef.Applied {
+		if ev := patchdef.Evaluate(&vr.Edits[i], t.content, t.newText.all); ev.State != patchdef.Applied {
 			r.State, r.Action = patchdef.Drift, "none"
 			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", vr.Edits[i].File, i+1, ev.State, ev.Why)
 			p.kind = disturbed
@@ -806,7 +806,7 @@ func evaluateVariant(v *patchdef.Variant, d *patchdef.Definition, pkg Package, f
 			er.Path, er.State, er.Why = t.path, patchdef.Drift, "file absent"
 		default:
 			er.Path = t.path
-			er.Evaluation = patchdef.Evaluate(e, t.indexed().count)
+			er.Evaluation = patchdef.Evaluate(e, t.content, t.indexed().all)
 		}
 		if er.State == patchdef.Pending || er.State == patchdef.Applied {
 			c.matched++

@@ -94,11 +94,11 @@ func TestReplaceAllMakesApplied(t *testing.T) {
 		{Anchor: "q\n", Replacement: "r\n", Count: 3},
 	} {
 		content := newText("head\n"+strings.Repeat(e.Anchor+"mid\n", e.Count)+"tail\n", nil)
-		if !assert.Equal(t, patchdef.Pending, patchdef.Evaluate(e, content.count).State, "%q", e.Anchor) {
+		if !assert.Equal(t, patchdef.Pending, patchdef.Evaluate(e, content.s, content.all).State, "%q", e.Anchor) {
 			continue
 		}
 		out := newText(content.replaceAll(e.Anchor, e.Replacement), nil)
-		assert.Equal(t, patchdef.Applied, patchdef.Evaluate(e, out.count).State, "%q -> %q", e.Anchor, e.Replacement)
+		assert.Equal(t, patchdef.Applied, patchdef.Evaluate(e, out.s, out.all).State, "%q -> %q", e.Anchor, e.Replacement)
 	}
 }
 
