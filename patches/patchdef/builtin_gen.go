@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "83dcf9f9d275f38cd93aab9c63fb2bccd18bc5bf60879a047f5c9009701efdbc"
+const builtinDigest = "5f6122fc73b17f3d82cc78a4e78cc858aea6d1d98ce478255d731d102edb63cb"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -113,7 +113,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
 							Anchor:      "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
 							Replacement: "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
-							Upstream:    "", LegacyMarker: "req.disagg_kv_sender._early_send_wait_event = ev", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "                    req.disagg_kv_sender._early_send_wait_event = ev", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyUnique: false, Site: "", SiteLines: 0},
 					},
 				},
 				{Name: "common-no-trace", Versions: "",
