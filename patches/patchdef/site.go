@@ -223,3 +223,37 @@ func rangeOf(content string, p, n int, found string) LineRange {
 	}
 	return LineRange{From: lineOf(content, p), To: lineOf(content, max(end, p)), Found: found}
 }
+
+// Ambiguous lists the markers of e (upstream, legacy_marker, and our
+// replacement) that occur in content outside every site of e, each as
+// "<key> at line N". On a pristine file, where the edit is pending, such a
+// marker is text upstream has elsewhere: it decides nothing here, but a
+// marker that can match where the fix is not is a definition to fix
+// (a longer marker, one with its indentation, or a narrower site).
+func (e *Edit) Ambiguous(content string) []string {
+	find := Find(content)
+	sites := e.sites(content, find)
+	repls := find(e.Replacement)
+	var out []string
+	for _, m := range []struct{ key, text string }{{"upstream", e.Upstream}, {"legacy_marker", e.LegacyMarker}, {"replacement", e.Replacement}} {
+		if m.text == "" {
+			continue
+		}
+		at := find(m.text)
+		if m.key != "replacement" {
+			at = outside(at, len(m.text), repls, len(e.Replacement))
+		}
+	next:
+		for _, p := range at {
+			if m.key != "replacement" {
+				for _, s := range sites {
+					if s.holds(p, len(m.text)) {
+						continue next
+					}
+				}
+			}
+			out = append(out, fmt.Sprintf("%s at line %d", m.key, lineOf(content, p)))
+		}
+	}
+	return out
+}
