@@ -213,7 +213,9 @@ func (r LineRange) String() string {
 }
 
 // lineOf is the 1-based line of offset p.
-func lineOf(content string, p int) int { return strings.Count(content[:min(p, len(content))], "\n") + 1 }
+func lineOf(content string, p int) int {
+	return strings.Count(content[:min(p, len(content))], "\n") + 1
+}
 
 // rangeOf is the lines of content[p:p+n].
 func rangeOf(content string, p, n int, found string) LineRange {
