@@ -3,7 +3,9 @@ package patches
 import (
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -353,4 +355,53 @@ func inParallel(n int, f func(int)) {
 func (r *Result) decideAgain() {
 	*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
 		Required: r.Required, Action: "none", Version: r.Version}
+}
+
+// writeFile replaces a file crash-safely, keeping its mode and owner,
+// provided the file is still the one read (identity was): how a failed
+// commit puts the original content back. A variable so tests can count
+// the restores or make them fail.
+var writeFile = atomicWrite
+
+// stageFile writes the planned content of a file into a temporary file
+// beside it, complete and fsynced, with its mode and owner, to be renamed
+// over path only while path is still the file read (identity was); a
+// variable so tests can make it fail or count the writes. It runs in
+// several goroutines at once.
+var stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+	return stageFrom(path, strings.NewReader(content), &was)
+}
+
+// stageFrom is stageFile of what r reads. The rename checks the identity
+// that was holds when it comes, not when the file is staged.
+func stageFrom(path string, r io.Reader, was *identity) (*atomicfile.Staged, error) {
+	return atomicfile.Stage(path, r, atomicfile.Options{KeepOwner: true, BeforeRename: func() error { return stillRead(path, *was)() }})
+}
+
+// renameFile puts a staged file in place (see atomicfile.Staged.Commit);
+// a variable so tests can fail a rename or stop the process between two.
+var renameFile = (*atomicfile.Staged).Commit
+
+// beforeRenameHook lets tests act as another writer at the last moment.
+var beforeRenameHook func(path string)
+
+// errChanged: the file is no longer the one that was read and evaluated.
+var errChanged = errors.New("changed by another writer since it was read")
+
+// stillRead is the last check before a rename: path is still the file
+// whose identity was was, so another writer's change is never overwritten.
+func stillRead(path string, was identity) func() error {
+	return func() error {
+		if beforeRenameHook != nil {
+			beforeRenameHook(path)
+		}
+		if now, ok := fileid.Lstat(path); !ok || now != was {
+			return fmt.Errorf("%s: %w; not written", path, errChanged)
+		}
+		return nil
+	}
+}
+
+func atomicWrite(path string, data []byte, was identity) error {
+	return atomicfile.WriteBytes(path, data, atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(path, was)})
 }

@@ -212,8 +212,8 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		return res
 	}
 	file := filepath.Join(opt.StateDir, "patches-"+key[:16]+".json")
-	res, ok, again := fromRecord(file, key, set, loc, opt)
-	if ok {
+	res, b := fromRecord(file, key, set, loc, opt)
+	if b == recordHolds {
 		return res
 	}
 	start := fileid.Now()
@@ -224,7 +224,7 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 			kept = seen.results
 		}
 		rec := record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}
-		keepReplay(&rec, file, res, seen.wrote, again)
+		keepReplay(&rec, file, res, seen.wrote, b == pristineAgain)
 		writeRecord(file, rec, start)
 	}
 	return res
@@ -275,6 +275,23 @@ func withoutPycs(results []Result) []Result {
 	return results
 }
 
+// belief is what a restart may believe of a record (fromRecord).
+type belief int
+
+const (
+	// fullCheck: the record says nothing about the files as they are
+	// (absent, another key, a file changed): the full check decides.
+	fullCheck belief = iota
+	// recordHolds: every file the record names holds what was verified
+	// (or was written again by replay): its results are this start's.
+	recordHolds
+	// pristineAgain: the files the recorded run wrote hold again what it
+	// read (a new container of the same image), but no replay could be
+	// done: the full check decides, and its record keeps the blob a
+	// replay needs.
+	pristineAgain
+)
+
 // fromRecord returns the recorded results when the record is trusted, has
 // this key, and every file it names still holds what was verified
 // (fileid.Check): its identity is unchanged, or, on a new mount of the
@@ -285,15 +302,15 @@ func withoutPycs(results []Result) []Result {
 // removed runs the full check. A record confirmed by content is renewed
 // with the identities seen, so that the next start in the same container
 // reads nothing.
-func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) (res []Result, ok, again bool) {
+func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) (res []Result, b belief) {
 	start := fileid.Now()
 	data, ok := statedir.ReadCache(opt.StateDir, filepath.Base(file), maxStateBytes)
 	if !ok {
-		return nil, false, false
+		return nil, fullCheck
 	}
 	var rec record
 	if json.Unmarshal(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
-		return nil, false, false
+		return nil, fullCheck
 	}
 	var pycDirs map[string]bool
 	var replays []int // files that may hold again what the recorded run read
@@ -303,14 +320,14 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		if f.Type {
 			id, ok := fileid.Stat(f.Path)
 			if !ok || typeOnly(id) != f.ID {
-				return nil, false, false
+				return nil, fullCheck
 			}
 			continue
 		}
 		id, ok := fileid.Lstat(f.Path)
 		switch {
 		case !ok:
-			return nil, false, false
+			return nil, fullCheck
 		case id == f.ID && !f.Unsettled:
 		case f.PyCache:
 			if pycDirs == nil {
@@ -332,7 +349,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 				continue
 			}
 			if !ok {
-				return nil, false, false
+				return nil, fullCheck
 			}
 			// Confirmed by content: kept as seen, and unsettled again
 			// when the clock had not passed it at this start.
@@ -344,23 +361,26 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		// Every file the recorded run wrote holds what it read, or none.
 		for i, f := range rec.Files {
 			if f.Pristine != nil && !slices.Contains(replays, i) {
-				return nil, false, false
+				return nil, fullCheck
 			}
 		}
 		if rec.Wrote == nil {
-			return nil, false, true // no blob yet: this run writes one
+			return nil, pristineAgain // no blob yet: this run writes one
 		}
 		res, ok, renew := replay(file, &rec, replays, loc, set, opt)
 		if renew {
 			writeRecord(file, rec, start)
 		}
-		return res, ok, !ok
+		if !ok {
+			return nil, pristineAgain
+		}
+		return res, recordHolds
 	}
 	res = rec.Results
 	for i, d := range set.Defs {
 		r := &res[i]
 		if r.ID != d.ID {
-			return nil, false, false
+			return nil, fullCheck
 		}
 		r.Required = d.Required || opt.Require[d.ID]
 		r.Before, r.Action, r.Recorded = r.State, "none", true
@@ -374,7 +394,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			}
 			removed, stuck := removePycs(e.Path, false, false, nil)
 			if len(stuck) > 0 {
-				return nil, false, false
+				return nil, fullCheck
 			}
 			e.PycsRemoved = removed
 		}
@@ -387,5 +407,5 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 		}
 		writeRecord(file, rec, start)
 	}
-	return res, true, false
+	return res, recordHolds
 }
