@@ -56,6 +56,9 @@ type EditResult struct {
 	SHA256Before string   `json:"sha256_before,omitempty"`
 	SHA256After  string   `json:"sha256_after,omitempty"`
 	PycsRemoved  []string `json:"pycs_removed,omitempty"`
+	// Wrote is where this run put the replacement (lines of the file as
+	// written); At (the evaluation's) is where it looked before.
+	Wrote []patchdef.LineRange `json:"wrote,omitempty"`
 }
 
 // planningHook lets tests see the run about to plan definition i.
@@ -171,10 +174,10 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		// once.
 		commitGroups(groupsOf(plans, v), set, plans, results, make([]byte, 64<<10))
 		for _, d := range v.changed {
-			d.settleEarly() // one the commit did not take: discarded
+			d.settle() // one the commit did not take: discarded
 		}
 		for _, d := range v.changed {
-			if d.finalOK && d.cur != d.data {
+			if _, ok := d.final(); ok && d.cur != d.data {
 				seen.wrote = append(seen.wrote, d)
 			}
 		}
@@ -231,7 +234,7 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files,
 		if t.verified || t.disk == nil || !t.disk.changed {
 			continue
 		}
-		if !t.disk.finalOK {
+		if _, ok := t.disk.final(); !ok {
 			return p.fs, *r, true // unverified: not recorded
 		}
 		again = true
@@ -243,10 +246,11 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files,
 		w := newView(false, v.minor, v.needles)
 		w.real, w.types, w.sums = v.real, v.types, v.sums
 		for path, dk := range v.disk {
-			if dk.changed && !dk.finalOK {
+			final, ok := dk.final()
+			if dk.changed && !ok {
 				continue // read from disk, if this patch reads it
 			}
-			w.disk[path] = &diskFile{path: path, data: dk.cur, id: dk.final, cur: dk.cur, text: dk.text, sums: v.sums}
+			w.disk[path] = &diskFile{path: path, data: dk.cur, id: final, cur: dk.cur, text: dk.text, sums: v.sums}
 			if !dk.changed {
 				w.disk[path].id = dk.id
 			}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -59,14 +61,14 @@ func TestFailedStageRenamesNothing(t *testing.T) {
 		patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"},
 		patchdef.Edit{File: "b.py", Anchor: "    register()\n", Replacement: "    pass\n"},
 	)
-	stage := stageFile
-	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+	stage := commit.Stage
+	commit.Stage = func(path, content string, was identity) (*atomicfile.Staged, error) {
 		if filepath.Base(path) == "b.py" {
 			return nil, errors.New("replace " + path + ": no space left on device")
 		}
 		return stage(path, content, was)
 	}
-	t.Cleanup(func() { stageFile = stage })
+	t.Cleanup(func() { commit.Stage = stage })
 	renamed, restores := 0, 0
 	failRename(t, func(s *atomicfile.Staged) error { renamed++; return s.Commit() })
 	countRestores(t, &restores)
@@ -83,30 +85,30 @@ func TestFailedStageRenamesNothing(t *testing.T) {
 
 // failRename replaces the rename of staged files for one test.
 func failRename(t *testing.T, f func(*atomicfile.Staged) error) {
-	rename := renameFile
-	renameFile = f
-	t.Cleanup(func() { renameFile = rename })
+	rename := commit.Rename
+	commit.Rename = f
+	t.Cleanup(func() { commit.Rename = rename })
 }
 
 // countRestores counts the writes that put a file's original back.
 func countRestores(t *testing.T, n *int) {
-	writeFile = func(path string, data []byte, was identity) error {
+	commit.Restore = func(path string, data []byte, was identity) error {
 		*n++
-		return atomicWrite(path, data, was)
+		return commit.WriteBytes(path, data, was)
 	}
-	t.Cleanup(func() { writeFile = atomicWrite })
+	t.Cleanup(func() { commit.Restore = commit.WriteBytes })
 }
 
 // countStages counts the files staged (written) by a run; staging runs in
 // several goroutines at once.
 func countStages(t *testing.T) *atomic.Int32 {
 	var n atomic.Int32
-	stage := stageFile
-	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+	stage := commit.Stage
+	commit.Stage = func(path, content string, was identity) (*atomicfile.Staged, error) {
 		n.Add(1)
 		return stage(path, content, was)
 	}
-	t.Cleanup(func() { stageFile = stage })
+	t.Cleanup(func() { commit.Stage = stage })
 	return &n
 }
 
@@ -240,7 +242,7 @@ func TestConcurrentWriterInGroup(t *testing.T) {
 	site, loc := pkgTree(t, files)
 	other := filepath.Join(site, "demo/other.py")
 	calls, restores := 0, 0
-	beforeRenameHook = func(path string) {
+	commit.BeforeRename = func(path string) {
 		calls++
 		if path == other && calls <= 2 {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -249,7 +251,7 @@ func TestConcurrentWriterInGroup(t *testing.T) {
 			f.Close()
 		}
 	}
-	t.Cleanup(func() { beforeRenameHook = nil })
+	t.Cleanup(func() { commit.BeforeRename = nil })
 	countRestores(t, &restores)
 	stages := countStages(t)
 	res := applySet(&patchdef.Set{Defs: defs}, loc, options{})
@@ -274,22 +276,22 @@ func TestReadsAs(t *testing.T) {
 	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 	for _, size := range []int{1, 3, 64 << 10} {
 		buf := make([]byte, size)
-		id, ok := readsAs(p, content, buf)
+		id, ok := source.Holds(p, content, buf)
 		require.True(t, ok, "buffer of %d", size)
 		want, _ := fileid.Lstat(p)
 		assert.Equal(t, want, id)
-		_, ok = readsAs(p, content[:len(content)-1]+"X", buf)
+		_, ok = source.Holds(p, content[:len(content)-1]+"X", buf)
 		assert.False(t, ok, "other bytes matched (buffer of %d)", size)
-		_, ok = readsAs(p, content+"more", buf)
+		_, ok = source.Holds(p, content+"more", buf)
 		assert.False(t, ok, "a longer plan matched")
-		_, ok = readsAs(p, content[:10], buf)
+		_, ok = source.Holds(p, content[:10], buf)
 		assert.False(t, ok, "a shorter plan matched")
 	}
 	fifo := filepath.Join(dir, "fifo")
 	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
-	_, ok := readsAs(fifo, "", make([]byte, 8))
+	_, ok := source.Holds(fifo, "", make([]byte, 8))
 	assert.False(t, ok, "a FIFO matched")
-	_, ok = readsAs(filepath.Join(dir, "missing"), "", make([]byte, 8))
+	_, ok = source.Holds(filepath.Join(dir, "missing"), "", make([]byte, 8))
 	assert.False(t, ok)
 }
 
@@ -298,14 +300,14 @@ func TestReadsAs(t *testing.T) {
 // restored over the other writer, and not recorded.
 func TestReadBackMismatchIsNotApplied(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
-	rename := renameFile
-	renameFile = func(s *atomicfile.Staged) error {
+	rename := commit.Rename
+	commit.Rename = func(s *atomicfile.Staged) error {
 		if err := rename(s); err != nil {
 			return err
 		}
 		return os.WriteFile(s.Path(), []byte("theirs\n"), 0o644)
 	}
-	t.Cleanup(func() { renameFile = rename })
+	t.Cleanup(func() { commit.Rename = rename })
 
 	d := def(t, "fix", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
 	opt := options{StateDir: t.TempDir()}
@@ -333,8 +335,8 @@ func TestFinalFileStagedWhileLaterPatchesArePlanned(t *testing.T) {
 	started := make(chan struct{})
 	var mu sync.Mutex
 	staged := map[string]string{}
-	stage := stageFile
-	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+	stage := commit.Stage
+	commit.Stage = func(path, content string, was identity) (*atomicfile.Staged, error) {
 		mu.Lock()
 		staged[filepath.Base(path)] += content
 		mu.Unlock()
@@ -352,7 +354,7 @@ func TestFinalFileStagedWhileLaterPatchesArePlanned(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { stageFile, planningHook = stage, nil })
+	t.Cleanup(func() { commit.Stage, planningHook = stage, nil })
 	res := applySet(set, loc, options{})
 	assert.Equal(t, "applied", res[0].Action, res[0].Why)
 	assert.Equal(t, "none", res[1].Action, "%s: %s", res[1].State, res[1].Why)
@@ -375,14 +377,14 @@ func TestEarlyStageOfAFileChangedAgainIsDiscarded(t *testing.T) {
 	}}
 	var mu sync.Mutex
 	var contents []string
-	stage := stageFile
-	stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+	stage := commit.Stage
+	commit.Stage = func(path, content string, was identity) (*atomicfile.Staged, error) {
 		mu.Lock()
 		contents = append(contents, content)
 		mu.Unlock()
 		return stage(path, content, was)
 	}
-	t.Cleanup(func() { stageFile = stage })
+	t.Cleanup(func() { commit.Stage = stage })
 	res := applySet(set, loc, options{})
 	want := "    a = x[0]\n    pass\n"
 	assert.Equal(t, want, read(t, filepath.Join(site, "demo/real/m.py")), "both edits, as the run planned them: %+v", res)

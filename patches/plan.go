@@ -29,8 +29,9 @@ type plan struct {
 	links []*diskFile // files it changes, or read as planned by an earlier patch
 
 	err, restoreErr error
-	twice           bool  // another writer got in the way of both attempts
-	lockErr         error // the package directory could not be locked: decided, not written
+	twice           bool                   // another writer got in the way of both attempts
+	lockErr         error                  // the package directory could not be locked: decided, not written
+	wrote           [][]patchdef.LineRange // by edit: the lines its replacement takes in the planned content
 }
 
 // planOne decides a patch against the view and, when it is pending in a
@@ -90,11 +91,18 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 		if t.newText == nil {
 			t.newText = newText(t.content, t.needles)
 		}
-		if ev := patchdef.Evaluate(&vr.Edits[i], t.content, t.newText.all); ev.State != patchdef.Applied {
+		ev := patchdef.Evaluate(&vr.Edits[i], t.content, t.newText.all)
+		if ev.State != patchdef.Applied {
 			r.State, r.Action = patchdef.Drift, "none"
 			r.Why = fmt.Sprintf("%s: after applying, edit %d is %s (%s): the edits of this patch disturb one another", vr.Edits[i].File, i+1, ev.State, ev.Why)
 			p.kind = disturbed
 			return p
+		}
+		if r.Edits[i].State == patchdef.Pending {
+			if p.wrote == nil {
+				p.wrote = make([][]patchdef.LineRange, len(vr.Edits))
+			}
+			p.wrote[i] = found(ev.At, "replacement")
 		}
 	}
 	if dry {
@@ -170,7 +178,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	// Bytecode is checked against the source now on disk.
 	for _, t := range files {
 		if d := t.disk; d != nil && d.changed {
-			t.id, t.verified = d.final, d.finalOK
+			t.id, t.verified = d.final()
 		}
 	}
 	wrote := p.kind == writes && p.err == nil
@@ -190,6 +198,11 @@ func (p *plan) finish(r *Result, dry bool) {
 	case writes:
 		if wrote {
 			r.Action, r.State = "applied", patchdef.Applied
+			for i := range r.Edits {
+				if i < len(p.wrote) {
+					r.Edits[i].Wrote = p.wrote[i]
+				}
+			}
 			checkBytecode(r, files, true, false, p.fs.v.types)
 			fillAfter(r, files)
 			break
@@ -404,4 +417,44 @@ func firstWhy(edits []EditResult, s patchdef.State) string {
 		}
 	}
 	return ""
+}
+
+// found is the ranges of at that hold what (anchor, replacement, ...).
+func found(at []patchdef.LineRange, what ...string) []patchdef.LineRange {
+	var out []patchdef.LineRange
+	for _, r := range at {
+		if slices.Contains(what, r.Found) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// fileLines names each file of edits with the lines lines(e) gives it, in
+// the edits' order: "a.py (lines 3-9), b.py (line 4, lines 10-12)".
+func fileLines(edits []EditResult, lines func(*EditResult) []patchdef.LineRange) string {
+	var order []string
+	by := map[string][]string{}
+	for i := range edits {
+		e := &edits[i]
+		p := e.Path
+		if p == "" {
+			p = e.File
+		}
+		for _, r := range lines(e) {
+			if _, ok := by[p]; !ok {
+				order = append(order, p)
+			}
+			l := fmt.Sprintf("lines %d-%d", r.From, r.To)
+			if r.From == r.To {
+				l = fmt.Sprintf("line %d", r.From)
+			}
+			by[p] = append(by[p], l)
+		}
+	}
+	out := make([]string, len(order))
+	for i, p := range order {
+		out[i] = p + " (" + strings.Join(by[p], ", ") + ")"
+	}
+	return strings.Join(out, ", ")
 }

@@ -31,7 +31,7 @@ import (
 // is not ours alone) runs the full check, never a shortcut to "applied".
 
 // recordVersion changes with the record's format or meaning.
-const recordVersion = "4"
+const recordVersion = "5"
 
 // record is kept as JSON: it is read on every restart.
 type record struct {

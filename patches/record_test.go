@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -315,7 +316,7 @@ func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 	p := filepath.Join(site, "demo/a.py")
 	d := def(t, "race", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
 	calls := 0
-	beforeRenameHook = func(path string) {
+	commit.BeforeRename = func(path string) {
 		calls++
 		if calls == 1 {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -324,7 +325,7 @@ func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 			f.Close()
 		}
 	}
-	t.Cleanup(func() { beforeRenameHook = nil })
+	t.Cleanup(func() { commit.BeforeRename = nil })
 	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, patchdef.Applied, r.State, r.Why)
 	assert.Equal(t, "    a = x[0]\n# the other writer's line\n", read(t, p), "both changes are there")
@@ -337,13 +338,13 @@ func TestConcurrentWriterTwiceIsDrift(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
 	p := filepath.Join(site, "demo/a.py")
 	d := def(t, "race", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	beforeRenameHook = func(path string) {
+	commit.BeforeRename = func(path string) {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 		require.NoError(t, err)
 		f.WriteString("#\n")
 		f.Close()
 	}
-	t.Cleanup(func() { beforeRenameHook = nil })
+	t.Cleanup(func() { commit.BeforeRename = nil })
 	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "changed by another writer")

@@ -63,6 +63,10 @@ func TestChunkWaitEventOnReleases(t *testing.T) {
 				assert.Contains(t, lines[i-1], "req.disagg_kv_sender._early_send_wait_event = chunk_done", "line %d", i+1)
 			}
 			assert.Equal(t, 1, found, "one overlap send")
+			// The result names the lines written: the send is their last.
+			require.Len(t, last.Wrote, 1)
+			assert.Equal(t, overlapSend, strings.TrimSpace(lines[last.Wrote[0].To-1]), "the last line written, %v", last.Wrote)
+			assert.Contains(t, fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return e.Wrote }), prefill+" (lines ")
 			if python, err := exec.LookPath("python3"); err == nil {
 				out, err := exec.Command(python, "-m", "py_compile", prefill).CombinedOutput()
 				assert.NoError(t, err, "%s", out)

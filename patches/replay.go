@@ -13,11 +13,11 @@ import (
 	"unsafe"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
-	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/statedir"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
-	"golang.org/x/sys/unix"
+	"github.com/infera/infera-exec/patches/source"
 )
 
 // A Kubernetes restart is a new container from the same image: the
@@ -219,7 +219,7 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	pristine := true
 	for k, i := range idx {
 		p := rec.Files[i].Pristine
-		read, id, sum, err := hashOpen(files[k].path, buf)
+		read, id, sum, err := source.Open(files[k].path, buf)
 		files[k].read, files[k].id = read, id
 		if err != nil || sum != p.Sum || id.Portable() != p.ID {
 			pristine = false
@@ -265,26 +265,6 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	return res, true, renew
 }
 
-// hashOpen opens path as readSource does (stableOpen), hashes it through
-// buf, within maxSourceBytes, and returns it open, with the identity it
-// had while it was read and its SHA-256.
-func hashOpen(path string, buf []byte) (*os.File, identity, string, error) {
-	h := sha256.New()
-	f, id, err := stableOpen(path, func(f *os.File, st *unix.Stat_t) error {
-		if st.Size > maxSourceBytes {
-			return &boundedread.Error{Path: path, Cap: maxSourceBytes, Err: boundedread.ErrTooLarge}
-		}
-		// A LimitedReader, which has no WriteTo: the copy goes through
-		// buf (the file's own WriteTo would make a buffer of its own).
-		_, err := io.CopyBuffer(h, io.LimitReader(f, st.Size+1), buf)
-		return err
-	})
-	if err != nil {
-		return nil, identity{}, "", err
-	}
-	return f, id, hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // stageAgain starts staging each file's part of the blob, as a first
 // start's commit stages (a few at a time, fsynced), each checked against
 // its sum as it is written, and returns the wait for them all: true when
@@ -295,10 +275,10 @@ func stageAgain(files []*replayFile) (wait func() bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		inParallel(len(files), func(k int) {
+		commit.InParallel(len(files), func(k int) {
 			r := files[k]
 			h := sha256.New()
-			staged, err := stageFrom(r.path, io.TeeReader(r.part, h), &r.id)
+			staged, err := commit.StageFrom(r.path, io.TeeReader(r.part, h), &r.id)
 			switch {
 			case err != nil:
 				failed.Store(true)
@@ -323,12 +303,12 @@ func stageAgain(files []*replayFile) (wait func() bool) {
 func writeAgain(files []*replayFile, buf []byte) bool {
 	var renamed []*replayFile
 	for _, r := range files {
-		if err := renameFile(r.staged); err != nil {
+		if err := commit.Rename(r.staged); err != nil {
 			// The staged files are discarded by the caller (the
 			// renamed ones no longer exist as such).
 			for i := len(renamed) - 1; i >= 0; i-- {
 				r := renamed[i]
-				atomicfile.Write(r.path, io.NewSectionReader(r.read, 0, r.id.Size), atomicfile.Options{KeepOwner: true, BeforeRename: stillRead(r.path, r.renamed)})
+				atomicfile.Write(r.path, io.NewSectionReader(r.read, 0, r.id.Size), atomicfile.Options{KeepOwner: true, BeforeRename: commit.StillRead(r.path, r.renamed)})
 			}
 			return false
 		}
@@ -336,22 +316,11 @@ func writeAgain(files []*replayFile, buf []byte) bool {
 		renamed = append(renamed, r)
 	}
 	for _, r := range files {
-		id, ok := hashesAs(r.path, r.sum, buf)
+		id, ok := source.Hashes(r.path, r.sum, buf)
 		if !ok {
 			return false // another writer's now: not restored
 		}
 		r.final = id
 	}
 	return true
-}
-
-// hashesAs reports whether the regular file at path has the SHA-256 sum,
-// read through buf, and its identity when it has.
-func hashesAs(path, sum string, buf []byte) (identity, bool) {
-	f, id, got, err := hashOpen(path, buf)
-	if err != nil {
-		return identity{}, false
-	}
-	f.Close()
-	return id, got == sum
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -167,7 +168,7 @@ func TestReplayFallsBackToTheFullCheck(t *testing.T) {
 func TestReplayFailedWriteIsUndone(t *testing.T) {
 	site, set, loc, opt := replayed(t)
 	renames := 0
-	renameFile = func(s *atomicfile.Staged) error {
+	commit.Rename = func(s *atomicfile.Staged) error {
 		renames++
 		if renames == 2 {
 			s.Discard()
@@ -175,7 +176,7 @@ func TestReplayFailedWriteIsUndone(t *testing.T) {
 		}
 		return s.Commit()
 	}
-	t.Cleanup(func() { renameFile = (*atomicfile.Staged).Commit })
+	t.Cleanup(func() { commit.Rename = (*atomicfile.Staged).Commit })
 	r := applySet(set, loc, opt)[0]
 	assert.Equal(t, patchdef.Applied, r.State, r.Why)
 	assert.Equal(t, replayPlanned, read(t, filepath.Join(site, "demo/a.py")), "the full check planned and wrote, after the replay was undone")

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/commit"
+	"github.com/infera/infera-exec/patches/source"
 )
 
 type target struct {
@@ -172,12 +173,10 @@ type diskFile struct {
 	// still equal data, when a later patch undid it).
 	changed bool
 
-	staged    *atomicfile.Staged
-	stageErr  error
-	early     *earlyStage // staged while later patches were planned (see stageFinal)
-	renamedID identity    // right after this run renamed it into place
-	final     identity    // on disk after the commit
-	finalOK   bool        // final is known to be the identity of cur
+	// w is its write, once the run stages or commits one (commitFile):
+	// what it read, the content planned, and, after the commit, the
+	// identity on disk.
+	w *commit.File
 
 	sumOf, sumCur string // fileid.SumBytes of a cur over fileid.SmallFile, once computed (sumOf: the cur it is of)
 }
@@ -192,6 +191,31 @@ func (d *diskFile) sum() string {
 		d.sumCur, d.sumOf = fileid.SumBytes([]byte(d.cur)), d.cur
 	}
 	return d.sumCur
+}
+
+// commitFile is the file's write, with the content planned so far.
+func (d *diskFile) commitFile() *commit.File {
+	if d.w == nil {
+		d.w = &commit.File{Path: d.path, Read: d.data, ReadID: d.id}
+	}
+	d.w.Content = d.cur
+	return d.w
+}
+
+// final is the identity on disk after the commit, and whether it is
+// known to be the identity of cur.
+func (d *diskFile) final() (identity, bool) {
+	if d.w == nil || d.w.Content != d.cur {
+		return identity{}, false
+	}
+	return d.w.Final, d.w.FinalOK
+}
+
+// settle discards an early stage the commit did not take.
+func (d *diskFile) settle() {
+	if d.w != nil {
+		d.w.Settle()
+	}
 }
 
 // target is this file as the next patch of the run sees it.
@@ -247,7 +271,7 @@ func resolve(pkg Package, file string, fs *files) (t *target, err error) {
 		}
 		d, ok := fs.v.disk[real]
 		if !ok {
-			data, id, sum, err := readSource(real, maxSourceBytes)
+			data, id, sum, err := source.Read(real, maxSourceBytes)
 			if err != nil {
 				return nil, err
 			}
