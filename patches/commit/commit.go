@@ -79,7 +79,7 @@ func Run(groups []*Group, buf []byte) {
 		}
 		for _, f := range g.Files {
 			if f.Content == f.Read {
-				f.Settle()                           // not taken: discarded
+				f.Settle()                          // not taken: discarded
 				f.Final, f.FinalOK = f.ReadID, true // changed and changed back: not written
 				continue
 			}
