@@ -40,7 +40,8 @@ type Result struct {
 	Caveat   string                   `json:"caveat,omitempty"`
 	Upstream *patchdef.UpstreamStatus `json:"upstream,omitempty"`
 
-	err error // why a write was abandoned
+	err    error // why a write was abandoned
+	refuse error // the definition cannot be used as it is (78)
 }
 
 // Ok reports whether the patch is in a state the worker can run with.

@@ -50,6 +50,11 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 	cands := make([]candidate, len(variants))
 	for i := range variants {
 		cands[i] = evaluateVariant(&variants[i], d, pkg, fs)
+		if err := cands[i].ambiguous; err != nil {
+			r.State, r.Before, r.Why, r.refuse = patchdef.Drift, patchdef.Drift, err.Error(), err
+			p.kind = undecided
+			return p
+		}
 	}
 	c := pick(cands)
 	vr := c.variant
@@ -273,6 +278,9 @@ type candidate struct {
 	state   patchdef.State
 	why     string
 	matched int // edits pending or applied: how close a drifting variant came
+	// ambiguous: a marker of a payload definition matches the file
+	// outside its edit's site; the definition is refused (78).
+	ambiguous error
 }
 
 func evaluateVariant(v *patchdef.Variant, d *patchdef.Definition, pkg Package, files *files) candidate {
@@ -300,6 +308,14 @@ func evaluateVariant(v *patchdef.Variant, d *patchdef.Definition, pkg Package, f
 		default:
 			er.Path = t.path
 			er.Evaluation = patchdef.Evaluate(e, t.content, t.indexed().all)
+			if c.ambiguous == nil && !strings.HasPrefix(d.Source, "builtin:") {
+				// A payload's marker that matches this file where the
+				// fix is not (the built-ins are held to it in CI).
+				if stray := e.StrayMarkers(t.content, t.indexed().all); len(stray) > 0 {
+					c.ambiguous = fmt.Errorf("patch definition %s (%s): variant %q edit %d: in %s, %s: outside the edit's site, where it would read as the fix the day the site moves; give the marker its indentation or more of the fix's own lines, or name the site (site = ...)",
+						d.Source, d.ID, v.Name, i+1, t.path, strings.Join(stray, ", "))
+				}
+			}
 		}
 		if er.State == patchdef.Pending || er.State == patchdef.Applied {
 			c.matched++

@@ -96,7 +96,7 @@ type observed struct {
 }
 
 func (o *observed) add(pkg Package, r Result, fs *files) {
-	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending {
+	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending || r.refuse != nil {
 		o.incomplete = true
 	}
 	if fs == nil {

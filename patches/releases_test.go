@@ -130,3 +130,33 @@ func chunkWaitEvent(t *testing.T, set *patchdef.Set, root string, dry bool) Resu
 	t.Fatal("no result for sglang-mooncake-chunk-wait-event")
 	return Result{}
 }
+
+// A payload's definition written for the format before sites, whose
+// legacy marker is upstream's own line elsewhere in prefill.py, is
+// refused at start (78) naming the definition, the file and the line,
+// and nothing of it is written; the built-in, whose marker carries its
+// indentation, is not.
+func TestPayloadMarkerOutsideItsSiteIsRefused(t *testing.T) {
+	builtin, err := os.ReadFile("patchdef/builtin/sglang/mooncake-chunk-wait-event.toml")
+	require.NoError(t, err)
+	old := strings.Replace(string(builtin), "legacy_marker = '                    req.disagg_kv_sender._early_send_wait_event = ev'",
+		"legacy_marker = 'req.disagg_kv_sender._early_send_wait_event = ev'", 1)
+	require.NotEqual(t, string(builtin), old)
+	payload := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(payload, "patches/sglang"), 0o755))
+	def := filepath.Join(payload, "patches/sglang/mooncake-chunk-wait-event.toml")
+	require.NoError(t, os.WriteFile(def, []byte(old), 0o644))
+	set, err := loadSet(payload)
+	require.NoError(t, err, "the definition itself is valid")
+
+	trees := t.TempDir()
+	require.NoError(t, fixture.Trees("testdata/trees", trees))
+	root := treeRoot(filepath.Join(trees, "sglang-0.5.16"))
+	before := snapshot(t, root)
+	r := chunkWaitEvent(t, set, root, false)
+	assert.Equal(t, patchdef.Drift, r.State)
+	require.Error(t, r.refuse)
+	assert.Contains(t, r.refuse.Error(), def)
+	assert.Contains(t, r.refuse.Error(), "prefill.py, legacy_marker at line 1048: outside the edit's site")
+	assert.Equal(t, before, snapshot(t, root), "nothing written")
+}

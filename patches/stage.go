@@ -8,6 +8,7 @@ package patches
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -169,6 +170,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		// A dry run leaves pending what a start would write, and stale
 		// bytecode a start would remove; a module that loads from
 		// another file stays shadowed whatever a start does.
+		if r.refuse != nil && !errors.As(refusal, new(*ConfigError)) {
+			refusal = &ConfigError{r.refuse}
+		}
 		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == patchdef.Pending || r.State == patchdef.Shadowed && !r.NotImported)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}

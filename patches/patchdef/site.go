@@ -234,24 +234,35 @@ func rangeOf(content string, p, n int, found string) LineRange {
 // (a longer marker, one with its indentation, or a narrower site).
 func (e *Edit) Ambiguous(content string) []string {
 	find := Find(content)
+	out := e.StrayMarkers(content, find)
+	for _, p := range find(e.Replacement) {
+		out = append(out, fmt.Sprintf("replacement at line %d", lineOf(content, p)))
+	}
+	return out
+}
+
+// StrayMarkers is Ambiguous of the upstream and legacy markers alone,
+// which any file may be asked about: our replacement elsewhere is a
+// state (partial), not a flaw of the definition.
+func (e *Edit) StrayMarkers(content string, find Finder) []string {
+	if e.Upstream == "" && e.LegacyMarker == "" {
+		return nil
+	}
+	if find == nil {
+		find = Find(content)
+	}
 	sites := e.sites(content, find)
 	repls := find(e.Replacement)
 	var out []string
-	for _, m := range []struct{ key, text string }{{"upstream", e.Upstream}, {"legacy_marker", e.LegacyMarker}, {"replacement", e.Replacement}} {
+	for _, m := range []struct{ key, text string }{{"upstream", e.Upstream}, {"legacy_marker", e.LegacyMarker}} {
 		if m.text == "" {
 			continue
 		}
-		at := find(m.text)
-		if m.key != "replacement" {
-			at = outside(at, len(m.text), repls, len(e.Replacement))
-		}
 	next:
-		for _, p := range at {
-			if m.key != "replacement" {
-				for _, s := range sites {
-					if s.holds(p, len(m.text)) {
-						continue next
-					}
+		for _, p := range outside(find(m.text), len(m.text), repls, len(e.Replacement)) {
+			for _, s := range sites {
+				if s.holds(p, len(m.text)) {
+					continue next
 				}
 			}
 			out = append(out, fmt.Sprintf("%s at line %d", m.key, lineOf(content, p)))
