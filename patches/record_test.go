@@ -22,6 +22,7 @@ import (
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/record"
 )
 
 // recorded sets up package demo with one pending patch and a state
@@ -173,13 +174,13 @@ func TestRecordSurvivesNewMount(t *testing.T) {
 }
 
 // readRecord returns the one record in opt's state directory, and its path.
-func readRecord(t *testing.T, opt options) (string, record) {
+func readRecord(t *testing.T, opt options) (string, record.Record) {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
 	require.Len(t, files, 1)
 	b, err := os.ReadFile(files[0])
 	require.NoError(t, err)
-	var rec record
+	var rec record.Record
 	require.NoError(t, json.Unmarshal(b, &rec))
 	return files[0], rec
 }
@@ -193,7 +194,7 @@ func TestRecordKeepsItsOwnWritesUnsettled(t *testing.T) {
 	site, set, loc, opt := recorded(t)
 	p := filepath.Join(site, "demo/a.py")
 	file, rec := readRecord(t, opt)
-	var entry *recordedFile
+	var entry *record.File
 	for i := range rec.Files {
 		if rec.Files[i].Path == p {
 			entry = &rec.Files[i]
@@ -366,7 +367,7 @@ func TestRecordKeyPackageLine(t *testing.T) {
 		{Name: "sglang"},
 	} {
 		loc := &Location{Fingerprint: "f", Packages: map[string]Package{p.Name: p}}
-		want := digest.Bytes([]byte(fmt.Sprintf("record v%s\x00defs %s\x00probe %s\x00", recordVersion, "d", "f") +
+		want := digest.Bytes([]byte(fmt.Sprintf("record v%s\x00defs %s\x00probe %s\x00", record.Version, "d", "f") +
 			fmt.Sprintf("pkg %s %t %q %q %q\x00", p.Name, p.Found, p.Dir, p.Dirs, p.Version)))
 		assert.Equal(t, want, recordKey(set, loc), "%+v", p)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/record"
 )
 
 // The pristine module of the replay tests, and the two replacements: the
@@ -257,7 +258,7 @@ func TestReplayBlobWrittenWhenPristineAgain(t *testing.T) {
 	site, set, loc, opt := replayed(t)
 	file, rec := readRecord(t, opt)
 	require.NotNil(t, rec.Wrote)
-	assert.FileExists(t, filepath.Join(opt.StateDir, blobName(file)))
+	assert.FileExists(t, filepath.Join(opt.StateDir, record.BlobName(file)))
 	r := applySet(set, loc, opt)[0]
 	assert.True(t, r.Replayed, r.Why)
 	assert.Equal(t, replayRecorded, read(t, filepath.Join(site, "demo/a.py")))

@@ -1,22 +1,19 @@
-package patches
+package record
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/patches/commit"
-	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/infera/infera-exec/patches/source"
 )
 
@@ -36,18 +33,18 @@ import (
 // read back), and the bytecode of the edited modules is checked as after
 // any write. Anything else, including a failed write, runs the full check.
 
-// pristineFile is what a file the recorded run wrote held before the
-// write (the portable part of the identity read, the SHA-256 of the
+// Pristine is what a file the recorded run wrote held before the
+// write (the portable part of the fileid.Identity read, the SHA-256 of the
 // content read), and where the content it wrote is in the record's blob
 // (its SHA-256 is the record entry's Sum).
-type pristineFile struct {
-	ID      identity  `json:"id"`
-	Sum     string    `json:"sum"`
-	Written blobRange `json:"written"`
+type Pristine struct {
+	ID      fileid.Identity `json:"id"`
+	Sum     string          `json:"sum"`
+	Written BlobRange       `json:"written"`
 }
 
-// blobRange is a part of the blob beside a record.
-type blobRange struct {
+// BlobRange is a part of the blob beside a record.
+type BlobRange struct {
 	Off int    `json:"off"`
 	Len int    `json:"len"`
 	Sum string `json:"sum,omitempty"` // its SHA-256, when no other field holds it
@@ -56,76 +53,65 @@ type blobRange struct {
 // section is the part of parts (a blob's) that r names; false when r
 // reaches past it (a blob torn by a crash: it is written without fsync)
 // or is longer than limit.
-func (r blobRange) section(parts *io.SectionReader, limit int) (*io.SectionReader, bool) {
+func (r BlobRange) section(parts *io.SectionReader, limit int) (*io.SectionReader, bool) {
 	if r.Off < 0 || r.Len < 0 || r.Len > limit || int64(r.Off) > parts.Size()-int64(r.Len) {
 		return nil, false
 	}
 	return io.NewSectionReader(parts, int64(r.Off), int64(r.Len)), true
 }
 
-// blobName is the name of the blob beside the record file.
-func blobName(recordFile string) string {
+// BlobName is the name of the blob beside the record file.
+func BlobName(recordFile string) string {
 	return strings.TrimSuffix(filepath.Base(recordFile), ".json") + ".blob"
 }
 
-// keepReplay adds to rec what the run wrote (wrote, with res its
-// results): what each written file held before and, with blob, what a
-// start needs to write it again: each written file's content and the
-// results, in a blob written beside the record first. It adds nothing
-// when some file an applied patch edits is neither among them nor a file
-// the record names, or when a file among them is not in the record.
+// Written is one file the recorded run wrote and read back: what it read
+// (its identity and SHA-256) and what it wrote (the content and its
+// SHA-256, which is the record entry's Sum).
+type Written struct {
+	Path         string
+	ReadID       fileid.Identity
+	ReadSum, Sum string
+	Content      string
+}
+
+// KeepReplay adds to rec what the run wrote: what each written file held
+// before and, with results (the run's, as it reported them; nil: none),
+// what a start needs to write it again: each written file's content and
+// the results, in a blob written beside the record first. It adds
+// nothing when a file among them is not in the record as an engine file
+// with the content written.
 //
 // The blob (the engine files' size) is written only by a run that found
 // the files pristine again under a record of their writing (a new
 // container layer of the same image: what a replay is for); a first start
 // keeps what they held before, which costs it nothing, so that the first
 // such restart knows it is one.
-func keepReplay(rec *record, file string, res []Result, wrote []*diskFile, blob bool) {
+func KeepReplay(rec *Record, file string, wrote []Written, results []byte) {
 	if len(wrote) == 0 {
 		return
-	}
-	written := map[string]*diskFile{}
-	for _, d := range wrote {
-		written[d.path] = d
 	}
 	at := map[string]int{}
 	for i, f := range rec.Files {
 		at[f.Path] = i
 	}
-	// A file an applied patch edits and the run did not write (that edit
-	// was in place already, as a v0.2.2 script left it) is a file the
-	// record vouches for by itself.
-	for _, r := range res {
-		if r.Action != "applied" {
-			continue
-		}
-		for _, e := range r.Edits {
-			if i, ok := at[e.Path]; e.State != patchdef.NotApplicable && written[e.Path] == nil && (!ok || rec.Files[i].Type) {
-				return
-			}
-		}
-	}
 	var parts []string
-	kept := map[int]*pristineFile{}
+	kept := map[int]*Pristine{}
 	off := 0
-	for _, d := range wrote {
-		i, ok := at[d.path]
-		if !ok || rec.Files[i].Type || rec.Files[i].Sum != d.sums.of(d.cur) {
+	for _, w := range wrote {
+		i, ok := at[w.Path]
+		if !ok || rec.Files[i].Type || rec.Files[i].Sum != w.Sum {
 			return
 		}
-		kept[i] = &pristineFile{ID: d.id.Portable(), Sum: d.sums.of(d.data), Written: blobRange{Off: off, Len: len(d.cur)}}
-		parts = append(parts, d.cur)
-		off += len(d.cur)
+		kept[i] = &Pristine{ID: w.ReadID.Portable(), Sum: w.ReadSum, Written: BlobRange{Off: off, Len: len(w.Content)}}
+		parts = append(parts, w.Content)
+		off += len(w.Content)
 	}
-	if blob {
-		results, err := json.Marshal(withoutPycs(res))
-		if err != nil {
-			return
-		}
+	if results != nil {
 		h := sha256.Sum256(results)
-		rec.Wrote = &blobRange{Off: off, Len: len(results), Sum: hex.EncodeToString(h[:])}
-		parts = append(parts, unsafe.String(unsafe.SliceData(results), len(results)))
-		statedir.WriteBlob(filepath.Dir(file), blobName(file), parts)
+		rec.Wrote = &BlobRange{Off: off, Len: len(results), Sum: hex.EncodeToString(h[:])}
+		parts = append(parts, string(results))
+		statedir.WriteBlob(filepath.Dir(file), BlobName(file), parts)
 	}
 	rec.Files = slices.Clone(rec.Files)
 	for i, p := range kept {
@@ -138,61 +124,61 @@ func keepReplay(rec *record, file string, res []Result, wrote []*diskFile, blob 
 type replayFile struct {
 	path    string
 	read    *os.File
-	id      identity // of read, as it was read
+	id      fileid.Identity // of read, as it was read
 	part    *io.SectionReader
 	sum     string // of part, the record entry's Sum
 	staged  *atomicfile.Staged
-	renamed identity // right after the rename
-	final   identity // read back
+	renamed fileid.Identity // right after the rename
+	final   fileid.Identity // read back
 }
 
-// replay writes again, as one group, the recorded files at idx, which
-// hold by their portable identity what the recorded run read, and
-// returns that run's results as this start's, or ok false when it did
-// not write them all (the full check then decides, on the files as they
-// are). renew says whether rec, updated with what it wrote, may be kept.
+// Replay writes again, as one group, the recorded files at idx (a
+// Replayable verdict's), which hold by their portable identity what the
+// recorded run read, and returns the results that run reported (the blob's,
+// once accept took them), or ok false when it did not write them all (the
+// full check then decides, on the files as they are). written is each
+// file's identity as read back; rec's entries are updated with them.
+// lock takes the locks of the package directories the files are in (all
+// of them, or ok false).
 //
 // Every byte goes through one small buffer (and the kernel's copies): a
 // file is hashed as it is read, the blob's part as it is staged, the
 // written file as it is read back; no file is held in memory whole.
-func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Set, opt options) (res []Result, ok, renew bool) {
-	parts, closeBlob, ok := statedir.OpenBlob(opt.StateDir, blobName(file))
+func Replay(dir, file string, rec *Record, idx []int, pkgDirs []string, lock func(dirs []string) (release func(), ok bool), accept func(results []byte) bool) (results []byte, written map[string]fileid.Identity, ok bool) {
+	parts, closeBlob, ok := statedir.OpenBlob(dir, BlobName(file))
 	if !ok {
-		return nil, false, false
+		return nil, nil, false
 	}
 	defer closeBlob()
 	// The results, a few kilobytes, are read whole; a torn blob, or
 	// another run's, fails their SHA-256 (a written file's part, staged
 	// below, its own).
-	var wrote []Result
-	sec, ok := rec.Wrote.section(parts, maxStateBytes)
+	sec, ok := rec.Wrote.section(parts, MaxBytes)
 	if !ok {
-		return nil, false, false
+		return nil, nil, false
 	}
 	b := make([]byte, rec.Wrote.Len)
 	if _, err := io.ReadFull(sec, b); err != nil {
-		return nil, false, false
+		return nil, nil, false
 	}
-	if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != rec.Wrote.Sum || json.Unmarshal(b, &wrote) != nil || len(wrote) != len(set.Defs) {
-		return nil, false, false
-	}
-	for i, d := range set.Defs {
-		if wrote[i].ID != d.ID {
-			return nil, false, false
-		}
+	if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != rec.Wrote.Sum || !accept(b) {
+		return nil, nil, false
 	}
 	var dirs []string
-	for _, p := range loc.Packages {
+	for _, d := range pkgDirs {
 		for _, i := range idx {
-			if p.Found && strings.HasPrefix(rec.Files[i].Path, p.Dir+string(filepath.Separator)) && !slices.Contains(dirs, p.Dir) {
-				dirs = append(dirs, p.Dir)
+			if strings.HasPrefix(rec.Files[i].Path, d+string(filepath.Separator)) && !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
 			}
 		}
 	}
-	unlocked, release := lockDirs(dirs, opt.LockTimeout)
+	if len(dirs) == 0 {
+		return nil, nil, false
+	}
+	release, ok := lock(dirs)
 	defer release()
-	if len(dirs) == 0 || len(unlocked) > 0 {
-		return nil, false, false
+	if !ok {
+		return nil, nil, false
 	}
 	files := make([]*replayFile, len(idx))
 	defer func() {
@@ -204,9 +190,9 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 	}()
 	for k, i := range idx {
 		f := rec.Files[i]
-		part, ok := f.Pristine.Written.section(parts, maxSourceBytes)
+		part, ok := f.Pristine.Written.section(parts, source.MaxBytes)
 		if !ok {
-			return nil, false, false
+			return nil, nil, false
 		}
 		files[k] = &replayFile{path: f.Path, sum: f.Sum, part: part}
 		atomicfile.RemoveStale(f.Path) // before this run stages its own beside it
@@ -232,43 +218,20 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 				r.staged.Discard() // no-op for the ones renamed
 			}
 		}
-		return nil, false, false
+		return nil, nil, false
 	}
+	written = map[string]fileid.Identity{}
 	for k, i := range idx {
 		rec.Files[i].ID = files[k].final
+		written[files[k].path] = files[k].final
 	}
-	renew = true
-
-	// The bytecode of the edited modules, as after the recorded run's
-	// write (checkBytecode): every .pyc of a written module goes, and the
-	// unchecked-hash ones of the others; one that cannot go makes its
-	// patch shadowed, and the run unrecorded.
-	written := map[string]*target{}
-	for _, r := range files {
-		written[r.path] = &target{path: r.path, id: r.final, verified: true}
-	}
-	res = wrote
-	for i, d := range set.Defs {
-		r := &res[i]
-		r.Required = d.Required || opt.Require[d.ID]
-		r.Replayed = r.Action == "applied"
-		if r.State == patchdef.Applied {
-			checkBytecode(r, written, r.Action == "applied", false, nil)
-			renew = renew && r.State != patchdef.Shadowed
-		}
-	}
-	for i, f := range rec.Files {
-		if f.PyCache {
-			rec.Files[i].ID, _ = fileid.Lstat(f.Path)
-		}
-	}
-	return res, true, renew
+	return b, written, true
 }
 
 // stageAgain starts staging each file's part of the blob, as a first
 // start's commit stages (a few at a time, fsynced), each checked against
 // its sum as it is written, and returns the wait for them all: true when
-// every file was staged. A file's stage renames only over the identity
+// every file was staged. A file's stage renames only over the fileid.Identity
 // its id holds when the rename comes (set once the file is read).
 func stageAgain(files []*replayFile) (wait func() bool) {
 	var failed atomic.Bool
