@@ -1,7 +1,9 @@
 package patchdef
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -117,7 +119,8 @@ func (e *Edit) sites(content string, find Finder) []span {
 			out = append(out, span{backward(content, t, n), t})
 		}
 	}
-	return out
+	slices.SortFunc(out, func(a, b span) int { return cmp.Or(cmp.Compare(a.from, b.from), cmp.Compare(a.to, b.to)) })
+	return slices.Compact(out) // a head's span and its tail's are one site
 }
 
 // block is the Python block whose opening line holds offset p: from
