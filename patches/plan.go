@@ -447,7 +447,7 @@ func found(at []patchdef.LineRange, what ...string) []patchdef.LineRange {
 }
 
 // fileLines names each file of edits with the lines lines(e) gives it, in
-// the edits' order: "a.py (lines 3-9), b.py (line 4, lines 10-12)".
+// the edits' order: "a.py (lines 3-9), b.py (lines 4, 10-12)".
 func fileLines(edits []EditResult, lines func(*EditResult) []patchdef.LineRange) string {
 	var order []string
 	by := map[string][]string{}
@@ -461,16 +461,20 @@ func fileLines(edits []EditResult, lines func(*EditResult) []patchdef.LineRange)
 			if _, ok := by[p]; !ok {
 				order = append(order, p)
 			}
-			l := fmt.Sprintf("lines %d-%d", r.From, r.To)
+			l := fmt.Sprintf("%d-%d", r.From, r.To)
 			if r.From == r.To {
-				l = fmt.Sprintf("line %d", r.From)
+				l = fmt.Sprint(r.From)
 			}
 			by[p] = append(by[p], l)
 		}
 	}
 	out := make([]string, len(order))
 	for i, p := range order {
-		out[i] = p + " (" + strings.Join(by[p], ", ") + ")"
+		word := "lines "
+		if len(by[p]) == 1 && !strings.Contains(by[p][0], "-") {
+			word = "line "
+		}
+		out[i] = p + " (" + word + strings.Join(by[p], ", ") + ")"
 	}
 	return strings.Join(out, ", ")
 }
