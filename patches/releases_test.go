@@ -94,6 +94,14 @@ func TestChunkWaitEventDecidedAtItsSite(t *testing.T) {
 	require.NoError(t, err)
 	pristine := string(data)
 	require.Equal(t, patchdef.Pending, patchdef.Evaluate(&e, pristine, nil).State)
+	// The marker as the format before sites had it, without its
+	// indentation, is upstream's line at 1048 too: still pending, since
+	// that line is not at the edit's site.
+	bare := e
+	bare.LegacyMarker = strings.TrimSpace(e.LegacyMarker)
+	require.Contains(t, pristine, "            "+bare.LegacyMarker+"\n")
+	ev := patchdef.Evaluate(&bare, pristine, nil)
+	assert.Equal(t, patchdef.Pending, ev.State, ev.Why)
 
 	head, tail := e.Context()
 	require.NotEmpty(t, head)
@@ -101,7 +109,7 @@ func TestChunkWaitEventDecidedAtItsSite(t *testing.T) {
 	script := strings.Replace(pristine, e.Anchor, head+
 		"                    ev = torch.cuda.Event()\n                    ev.record(self.forward_stream)\n"+
 		"                    req.disagg_kv_sender._early_send_wait_event = ev\n"+tail, 1)
-	ev := patchdef.Evaluate(&e, script, nil)
+	ev = patchdef.Evaluate(&e, script, nil)
 	assert.Equal(t, patchdef.Applied, ev.State)
 	assert.Contains(t, ev.Why, "by the v0.2.2 script")
 	assert.Contains(t, ev.At, patchdef.LineRange{From: 757, To: 757, Found: "legacy"})
