@@ -94,6 +94,9 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 			if r.Why != "" && r.State != patchdef.Pending {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
 			}
+			if r.State != patchdef.NotApplicable && r.State != patchdef.Skipped {
+				writeEditSites(w, r.Edits)
+			}
 			if r.Caveat != "" && r.State != patchdef.NotApplicable {
 				fmt.Fprintf(w, "  %-40s %-15s caveat: %s\n", "", "", r.Caveat)
 			}
@@ -101,5 +104,25 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Upstream)
 			}
 		}
+	}
+}
+
+// writeEditSites says, per edit, where in its file it looked and what it
+// found there (the anchor, our replacement, a marker at its site), or,
+// for an edit that found none of them, its state and why.
+func writeEditSites(w io.Writer, edits []EditResult) {
+	for i, e := range edits {
+		if e.State == patchdef.NotApplicable {
+			continue
+		}
+		var at []string
+		for _, r := range e.At {
+			at = append(at, r.String())
+		}
+		where := strings.Join(at, ", ")
+		if where == "" {
+			where = "nothing found"
+		}
+		fmt.Fprintf(w, "  %-40s %-15s edit %d %s: %s: %s\n", "", "", i+1, e.File, e.State, where)
 	}
 }

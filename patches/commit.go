@@ -2,24 +2,18 @@ package patches
 
 import (
 	"errors"
-	"fmt"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 
-	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
-
-	"github.com/infera/infera-exec/internal/atomicfile"
 )
 
 // group is one transaction of a run: patches tied by the files they
 // change, or read as an earlier patch of the run planned them (see
 // plan.link). Its files are all written or, after a failure, all restored.
 type group struct {
-	pats    []int       // its patches, indexes into the run's definitions, in order
-	files   []*diskFile // the files they change, in order of first change
-	renamed []*diskFile // renamed into place by this run, in order
+	pats  []int       // its patches, indexes into the run's definitions, in order
+	files []*diskFile // the files they change, in order of first change
 
 	err, restoreErr error
 	twice           bool // another writer got in the way of both attempts
@@ -82,9 +76,9 @@ func groupsOf(plans []*plan, v *view) []*group {
 // still failed that wrote nothing themselves are decided again against
 // the files as they are now on disk.
 func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []Result, buf []byte) {
-	commit(groups, plans, buf)
+	commitFiles(groups, plans, buf)
 	for _, g := range groups {
-		if errors.Is(g.err, errChanged) {
+		if errors.Is(g.err, commit.ErrChanged) {
 			g = replan(g, set, plans, results, buf)
 		}
 		if g.err != nil {
@@ -103,8 +97,8 @@ func replan(g *group, set *patchdef.Set, plans []*plan, results []Result, buf []
 		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
 	}
 	again := &group{pats: g.pats, files: v.changed}
-	commit([]*group{again}, plans, buf)
-	if errors.Is(again.err, errChanged) {
+	commitFiles([]*group{again}, plans, buf)
+	if errors.Is(again.err, commit.ErrChanged) {
 		again.twice = true
 		for _, i := range again.pats {
 			plans[i].twice = true
@@ -129,135 +123,6 @@ func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
 	}
 }
 
-// commit stages every changed file of every group (a few at a time: the
-// kernel can batch their journal commits), renames each group's files
-// into place, and reads back what it wrote, through buf (any size): an
-// identity is known only for the bytes this run planned. Directories are
-// not fsynced: a rename lost in a crash only means that the next start
-// patches the file again. It records each
-// group's outcome in its writers' plans.
-func commit(groups []*group, plans []*plan, buf []byte) {
-	// Temporary files left by a start killed mid-write go first (we hold
-	// the lock), before this run stages its own beside them; the path of
-	// a file staged early was cleaned before that stage began.
-	stale := map[string]bool{}
-	for _, g := range groups {
-		for _, d := range g.files {
-			stale[d.path] = stale[d.path] || d.early != nil
-		}
-	}
-	var todo []*diskFile
-	for _, g := range groups {
-		for _, i := range g.pats {
-			if p := plans[i]; p.kind == writes {
-				for _, path := range p.fs.order {
-					if !stale[path] {
-						stale[path] = true
-						atomicfile.RemoveStale(path)
-					}
-				}
-			}
-		}
-		for _, d := range g.files {
-			if d.cur == d.data {
-				d.settleEarly()                 // not taken: discarded
-				d.final, d.finalOK = d.id, true // changed and changed back: not written
-				continue
-			}
-			todo = append(todo, d)
-		}
-	}
-	inParallel(len(todo), func(k int) {
-		d := todo[k]
-		if d.settleEarly() {
-			return
-		}
-		d.staged, d.stageErr = stageFile(d.path, d.cur, d.id)
-	})
-	for _, g := range groups {
-		g.rename()
-	}
-
-	// No directory fsync: a rename lost in a crash leaves the file read,
-	// and the next start patches it again (each file is its old or its
-	// new complete content either way).
-
-	for _, g := range groups {
-		if g.err == nil {
-			for _, d := range g.renamed {
-				if id, ok := readsAs(d.path, d.cur, buf); ok {
-					d.final, d.finalOK = id, true
-				} else if g.err == nil {
-					// Not restored: what is there now is another writer's.
-					// Only what was read back counts as applied.
-					g.err = fmt.Errorf("%s: read back after the write, it does not hold what was written (another writer got in, or the filesystem did not keep it); the next start decides it again", d.path)
-				}
-			}
-		}
-		for _, i := range g.pats {
-			if p := plans[i]; p.kind == writes {
-				p.err, p.restoreErr = g.err, g.restoreErr
-			}
-		}
-	}
-}
-
-// rename puts the group's staged files in place, each only while it is
-// still the file read; on the first failure (or when one could not be
-// staged) the rest are discarded and the ones renamed are restored.
-func (g *group) rename() {
-	var staged []*diskFile
-	for _, d := range g.files {
-		if d.staged == nil && d.stageErr == nil {
-			continue // not written
-		}
-		staged = append(staged, d)
-		if d.stageErr != nil && g.err == nil {
-			g.err = d.stageErr
-		}
-	}
-	if g.err == nil {
-		for _, d := range staged {
-			if err := renameFile(d.staged); err != nil {
-				g.err = err
-				break
-			}
-			d.renamedID, _ = fileid.Lstat(d.path)
-			g.renamed = append(g.renamed, d)
-		}
-	}
-	if g.err != nil {
-		for _, d := range staged {
-			if d.staged != nil {
-				d.staged.Discard() // no-op for the ones renamed
-			}
-		}
-		g.restoreErr = restore(g.renamed)
-	}
-}
-
-// restore puts back the content read of the files this run renamed into
-// place, last first, each only while it is still the file this run wrote.
-func restore(renamed []*diskFile) error {
-	var errs []error
-	for i := len(renamed) - 1; i >= 0; i-- {
-		d := renamed[i]
-		if err := writeFile(d.path, []byte(d.data), d.renamedID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// earlyStage is a file staged while the run was still planning: after
-// the last patch that may edit it (see stageFinal), its content was final.
-type earlyStage struct {
-	content string
-	done    chan struct{}
-	staged  *atomicfile.Staged
-	err     error
-}
-
 // lastEditors is, for each file some definition may edit (any variant's
 // edits, joined to its package's directory), the last definition that
 // may: once that one is planned, the file's content is final.
@@ -276,81 +141,52 @@ func lastEditors(set *patchdef.Set, pkgs []Package) map[string]int {
 	return last
 }
 
-// stageFinal starts staging, beside the planning of the patches after
-// patch i, each file the run changes whose content no later patch may
-// change (a few files at a time, as commit stages): the commit then finds
-// them staged, or still being fsynced. A file whose path lastEditors does
-// not know (the package reached through a link) waits for the commit.
-// The commit takes an early stage only for the content it would write:
-// any other is discarded (settleEarly).
-func (v *view) stageFinal(last map[string]int, i int) {
-	for _, d := range v.changed {
-		if j, ok := last[d.path]; d.early != nil || d.cur == d.data || !ok || j > i {
-			continue
-		}
-		atomicfile.RemoveStale(d.path) // under the lock, before this run stages beside it
-		e := &earlyStage{content: d.cur, done: make(chan struct{})}
-		d.early = e
-		path, was := d.path, d.id
-		go func() {
-			defer close(e.done)
-			earlySlots <- struct{}{}
-			defer func() { <-earlySlots }()
-			e.staged, e.err = stageFile(path, e.content, was)
-		}()
-	}
-}
-
-// earlySlots bounds the early stages running at once, as stagers bounds
-// the commit's.
-var earlySlots = make(chan struct{}, stagers)
-
-// settleEarly waits for the file's early stage, if it has one, and
-// reports whether it staged the content the file will be written with
-// (d.staged and d.stageErr are then its outcome); any other is discarded.
-func (d *diskFile) settleEarly() bool {
-	e := d.early
-	if e == nil {
-		return false
-	}
-	d.early = nil
-	<-e.done
-	if e.content == d.cur && d.cur != d.data {
-		d.staged, d.stageErr = e.staged, e.err
-		return true
-	}
-	if e.staged != nil {
-		e.staged.Discard()
-	}
-	return false
-}
-
-// stagers bounds how many files are staged (written and fsynced) at
-// once: fsyncs wait on the disk, not the CPU, but each goroutine beyond
-// a few is a thread and its stack for the runtime to start.
-const stagers = 4
-
-// inParallel runs f(0..n-1) on at most stagers goroutines.
-func inParallel(n int, f func(int)) {
-	if n == 1 {
-		f(0)
-		return
-	}
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(n, stagers) {
-		wg.Go(func() {
-			for k := int(next.Add(1) - 1); k < n; k = int(next.Add(1) - 1) {
-				f(k)
-			}
-		})
-	}
-	wg.Wait()
-}
-
 // decideAgain clears what a decision put in r, keeping what the
 // definition and the package say, for planOne to decide it afresh.
 func (r *Result) decideAgain() {
 	*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
 		Required: r.Required, Action: "none", Version: r.Version}
+}
+
+// commitFiles writes the groups' files (package commit): each group's
+// files are written together or not at all. The files a writing patch
+// read are cleaned of a killed start's leftovers first. Each group's
+// outcome goes to its writers' plans.
+func commitFiles(groups []*group, plans []*plan, buf []byte) {
+	cgs := make([]*commit.Group, len(groups))
+	for k, g := range groups {
+		cg := &commit.Group{}
+		for _, i := range g.pats {
+			if p := plans[i]; p.kind == writes {
+				cg.Clean = append(cg.Clean, p.fs.order...)
+			}
+		}
+		for _, d := range g.files {
+			cg.Files = append(cg.Files, d.commitFile())
+		}
+		cgs[k] = cg
+	}
+	commit.Run(cgs, buf)
+	for k, g := range groups {
+		g.err, g.restoreErr = cgs[k].Err, cgs[k].RestoreErr
+		for _, i := range g.pats {
+			if p := plans[i]; p.kind == writes {
+				p.err, p.restoreErr = g.err, g.restoreErr
+			}
+		}
+	}
+}
+
+// stageFinal starts staging, beside the planning of the patches after
+// patch i, each file the run changes whose content no later patch may
+// change (commit.File.StageEarly): the commit then finds them staged, or
+// still being fsynced. A file whose path lastEditors does not know (the
+// package reached through a link) waits for the commit.
+func (v *view) stageFinal(last map[string]int, i int) {
+	for _, d := range v.changed {
+		if j, ok := last[d.path]; d.cur == d.data || !ok || j > i || d.w != nil && d.w.Staging() {
+			continue
+		}
+		d.commitFile().StageEarly()
+	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/testsupport"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -43,13 +44,13 @@ func TestMain(m *testing.M) {
 					time.Sleep(time.Hour) // not select{}: the runtime would end a process whose goroutines all block
 				}
 			}
-			stage, rename := stageFile, renameFile
-			stageFile = func(path, content string, was identity) (*atomicfile.Staged, error) {
+			stage, rename := commit.Stage, commit.Rename
+			commit.Stage = func(path, content string, was identity) (*atomicfile.Staged, error) {
 				s, err := stage(path, content, was)
 				hold()
 				return s, err
 			}
-			renameFile = func(s *atomicfile.Staged) error {
+			commit.Rename = func(s *atomicfile.Staged) error {
 				err := rename(s)
 				hold()
 				return err
@@ -57,7 +58,7 @@ func TestMain(m *testing.M) {
 		}
 		if n, err := strconv.Atoi(os.Getenv("INFERA_PATCHES_DIE_AFTER_RENAMES")); err == nil {
 			renamed := 0
-			renameFile = func(s *atomicfile.Staged) error {
+			commit.Rename = func(s *atomicfile.Staged) error {
 				err := s.Commit()
 				if renamed++; renamed == n {
 					os.Exit(3) // no cleanup: the other staged files stay behind

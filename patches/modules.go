@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/record"
 )
 
 // A patched source file is only worth "applied" if it is the file the
@@ -129,7 +130,7 @@ func newTypeCache() *typeCache { return &typeCache{m: map[string]typeSeen{}} }
 // can count the stats.
 var statType = func(path string) (identity, bool) {
 	id, ok := fileid.Stat(path)
-	return typeOnly(id), ok
+	return record.TypeOnly(id), ok
 }
 
 // stat is statType(path), once per path and run.

@@ -3,17 +3,15 @@ package patches
 import (
 	"encoding/json"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/record"
 
 	"github.com/infera/infera-exec/internal/digest"
-	"github.com/infera/infera-exec/internal/statedir"
 )
 
 // The record is what makes a restart cheap. Right after a run has read
@@ -30,62 +28,12 @@ import (
 // interpreter or sys.path, other definitions, a record or directory that
 // is not ours alone) runs the full check, never a shortcut to "applied".
 
-// recordVersion changes with the record's format or meaning.
-const recordVersion = "4"
-
-// record is kept as JSON: it is read on every restart.
-type record struct {
-	Version string         `json:"version"`
-	Key     string         `json:"key"`
-	Files   []recordedFile `json:"files"`
-	Results []Result       `json:"results"`
-	// Wrote: where, in the blob beside the record, the results of the
-	// run that wrote the files that have a Pristine are, as it reported
-	// them, for a start that writes the same again (see replay.go); kept
-	// out of the record, which every restart reads.
-	Wrote *blobRange `json:"wrote,omitempty"`
-}
-
-type recordedFile struct {
-	Path string   `json:"path"`
-	ID   identity `json:"id"`
-	// Sum is what the path held when ID was taken (fileid.Sum: an engine
-	// file's SHA-256, a directory's names): on a new mount of the same
-	// image, where ID's device, inode and change time are new, an
-	// unchanged portable identity and this sum stand for it.
-	Sum string `json:"sum,omitempty"`
-	// PyCache: a __pycache__ directory; when it alone changed, only the
-	// bytecode of the edited modules in it is checked again.
-	PyCache bool `json:"pycache,omitempty"`
-	// Type: only what the path is, as stat(2) sees it following links (a
-	// regular file, a directory, absent), counts: a name the import
-	// system tries before an edited module's file.
-	Type bool `json:"type,omitempty"`
-	// Unsettled: ID was taken before the file clock had passed its change
-	// time (fileid.SettledAt), so a second write within that tick could
-	// have left it equal: the next start confirms the path by Sum (a
-	// __pycache__ directory: checks the edited modules' bytecode again)
-	// even when its identity is unchanged.
-	Unsettled bool `json:"unsettled,omitempty"`
-	// Pristine: what the file held before the recorded run wrote it, and
-	// where what it wrote is kept (see replay.go).
-	Pristine *pristineFile `json:"pristine,omitempty"`
-}
-
-// typeOnly is the part of an identity a Type entry compares.
-func typeOnly(id identity) identity {
-	if id.Absent {
-		return id
-	}
-	return identity{Mode: id.Mode & syscall.S_IFMT}
-}
-
 // observed is what a run saw, for the record; incomplete when something
 // cannot be vouched for by identities (a namespace package, a path
 // through a symlink, a failed or shadowed patch, a file read while it
 // changed).
 type observed struct {
-	files      []recordedFile
+	files      []record.File
 	seen       map[string]bool
 	incomplete bool
 	// results are what the record keeps when they differ from the run's
@@ -96,7 +44,7 @@ type observed struct {
 }
 
 func (o *observed) add(pkg Package, r Result, fs *files) {
-	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending {
+	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending || r.refuse != nil {
 		o.incomplete = true
 	}
 	if fs == nil {
@@ -125,7 +73,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		}
 		if !o.seen[p] {
 			o.seen[p] = true
-			f := recordedFile{Path: p, ID: t.id}
+			f := record.File{Path: p, ID: t.id}
 			if d := t.disk; d != nil {
 				// A verified identity is the one of the content the run
 				// planned last: what it read, or wrote and read back.
@@ -149,7 +97,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			o.incomplete = true
 			continue
 		}
-		o.files = append(o.files, recordedFile{Path: p, ID: id, Type: true})
+		o.files = append(o.files, record.File{Path: p, ID: id, Type: true})
 	}
 	for _, d := range fs.dirs {
 		if o.seen[d] {
@@ -160,7 +108,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 		if !ok {
 			o.incomplete = true
 		}
-		o.files = append(o.files, recordedFile{Path: d, ID: id, Sum: sum})
+		o.files = append(o.files, record.File{Path: d, ID: id, Sum: sum})
 	}
 	for _, e := range r.Edits {
 		if e.State == patchdef.NotApplicable || !strings.HasSuffix(e.Path, ".py") {
@@ -173,7 +121,7 @@ func (o *observed) add(pkg Package, r Result, fs *files) {
 			if !ok {
 				o.incomplete = true
 			}
-			o.files = append(o.files, recordedFile{Path: pc, ID: id, PyCache: true})
+			o.files = append(o.files, record.File{Path: pc, ID: id, PyCache: true})
 		}
 	}
 }
@@ -185,7 +133,7 @@ func recordKey(set *patchdef.Set, loc *Location) string {
 		return ""
 	}
 	h := &strings.Builder{}
-	h.WriteString("record v" + recordVersion + "\x00defs " + set.Digest + "\x00probe " + loc.Fingerprint + "\x00")
+	h.WriteString("record v" + record.Version + "\x00defs " + set.Digest + "\x00probe " + loc.Fingerprint + "\x00")
 	names := make([]string, 0, len(loc.Packages))
 	for n := range loc.Packages {
 		names = append(names, n)
@@ -204,7 +152,8 @@ func recordKey(set *patchdef.Set, loc *Location) string {
 }
 
 // applyRecorded is Apply with the record: the recorded results when they
-// still hold, else the full run, recorded when it can be vouched for.
+// still hold (or written again by replay), else the full run, recorded
+// when it can be vouched for.
 func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 	key := recordKey(set, loc)
 	if key == "" {
@@ -212,51 +161,71 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 		return res
 	}
 	file := filepath.Join(opt.StateDir, "patches-"+key[:16]+".json")
-	res, ok, again := fromRecord(file, key, set, loc, opt)
-	if ok {
+	res, b := fromRecord(file, key, set, loc, opt)
+	if b == recordHolds {
 		return res
 	}
 	start := fileid.Now()
 	res, seen := apply(set, loc, opt)
-	if !seen.incomplete {
-		kept := res
-		if seen.results != nil {
-			kept = seen.results
-		}
-		rec := record{Version: recordVersion, Key: key, Files: seen.files, Results: kept}
-		keepReplay(&rec, file, res, seen.wrote, again)
-		writeRecord(file, rec, start)
+	if seen.incomplete {
+		return res
 	}
+	kept := res
+	if seen.results != nil {
+		kept = seen.results
+	}
+	results, err := json.Marshal(withoutPycs(kept))
+	if err != nil {
+		return res
+	}
+	rec := record.Record{Version: record.Version, Key: key, Files: seen.files, Results: results}
+	keepReplay(&rec, file, res, seen.wrote, b == pristineAgain)
+	record.Write(file, rec, start)
 	return res
 }
 
-// writeRecord keeps rec, without waiting for the clock. An identity
-// taken by a read that began at start or later vouches for the bytes read
-// only when the clock had passed the file's change time then
-// (fileid.SettledAt): otherwise a second write within the same tick could
-// leave every field equal. Such an entry (this very run's writes, a
-// __pycache__ it cleaned, a file changed just before the start) is kept
-// Unsettled, with the Sum that stands for its content, and the next start
-// confirms it by reading it (a __pycache__: by checking the edited
-// modules' bytecode) and renews the record; a run that consulted an
-// unsettled path it cannot confirm that way is not recorded. Best effort:
-// without a record the next start runs the full check.
-func writeRecord(file string, rec record, start fileid.Tick) {
-	rec.Files = append([]recordedFile(nil), rec.Files...)
-	for i := range rec.Files {
-		f := &rec.Files[i]
-		f.Unsettled = !f.ID.SettledAt(start)
-		if f.Unsettled && !f.PyCache && f.Sum == "" {
+// keepReplay adds to rec what the run wrote (wrote, with res its
+// results), for a start on the same files as they were read to write
+// them again (record.KeepReplay; with blob, what it needs to). It adds
+// nothing when some file an applied patch edits is neither among them
+// nor a file the record names: the record could not vouch for it.
+func keepReplay(rec *record.Record, file string, res []Result, wrote []*diskFile, blob bool) {
+	if len(wrote) == 0 {
+		return
+	}
+	written := map[string]bool{}
+	for _, d := range wrote {
+		written[d.path] = true
+	}
+	at := map[string]int{}
+	for i, f := range rec.Files {
+		at[f.Path] = i
+	}
+	// A file an applied patch edits and the run did not write (that edit
+	// was in place already, as a v0.2.2 script left it) is a file the
+	// record vouches for by itself.
+	for _, r := range res {
+		if r.Action != "applied" {
+			continue
+		}
+		for _, e := range r.Edits {
+			if i, ok := at[e.Path]; e.State != patchdef.NotApplicable && !written[e.Path] && (!ok || rec.Files[i].Type) {
+				return
+			}
+		}
+	}
+	ws := make([]record.Written, len(wrote))
+	for i, d := range wrote {
+		ws[i] = record.Written{Path: d.path, ReadID: d.id, ReadSum: d.sums.of(d.data), Sum: d.sums.of(d.cur), Content: d.cur}
+	}
+	var results []byte
+	if blob {
+		var err error
+		if results, err = json.Marshal(withoutPycs(res)); err != nil {
 			return
 		}
 	}
-	rec.Results = withoutPycs(rec.Results)
-	b, err := json.Marshal(&rec)
-	if err != nil {
-		return
-	}
-	// No fsync: a record lost or torn by a crash is simply not used.
-	statedir.WriteCache(filepath.Dir(file), filepath.Base(file), b)
+	record.KeepReplay(rec, file, ws, results)
 }
 
 // withoutPycs is a copy of results without the bytecode removed, which
@@ -275,117 +244,137 @@ func withoutPycs(results []Result) []Result {
 	return results
 }
 
-// fromRecord returns the recorded results when the record is trusted, has
-// this key, and every file it names still holds what was verified
-// (fileid.Check): its identity is unchanged, or, on a new mount of the
-// same image, its portable identity is and its content (read now) has the
-// recorded digest. A changed __pycache__ directory alone is not a change
-// of the source: the edited modules' bytecode is checked again (and stale
-// bytecode removed), and the record renewed; bytecode that cannot be
-// removed runs the full check. A record confirmed by content is renewed
-// with the identities seen, so that the next start in the same container
-// reads nothing.
-func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) (res []Result, ok, again bool) {
+// belief is what a restart may believe of a record (fromRecord).
+type belief int
+
+const (
+	// fullCheck: the record says nothing about the files as they are
+	// (absent, another key, a file changed): the full check decides.
+	fullCheck belief = iota
+	// recordHolds: every file the record names holds what was verified
+	// (or was written again by replay): its results are this start's.
+	recordHolds
+	// pristineAgain: the files the recorded run wrote hold again what it
+	// read (a new container of the same image), but no replay could be
+	// done: the full check decides, and its record keeps the blob a
+	// replay needs.
+	pristineAgain
+)
+
+// fromRecord returns the recorded results when the record is trusted,
+// has this key, and every file it names still holds what was verified
+// (record.Record.Check). A changed __pycache__ directory alone is not a
+// change of the source: the edited modules' bytecode is checked again
+// (and stale bytecode removed), and the record renewed; bytecode that
+// cannot be removed runs the full check. A record confirmed by content is
+// renewed with the identities seen, so that the next start in the same
+// container reads nothing. Files that hold again what the recorded run
+// read are written again (writeAgainRecorded).
+func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options) ([]Result, belief) {
 	start := fileid.Now()
-	data, ok := statedir.ReadCache(opt.StateDir, filepath.Base(file), maxStateBytes)
+	rec, ok := record.Read(opt.StateDir, filepath.Base(file), key)
 	if !ok {
-		return nil, false, false
+		return nil, fullCheck
 	}
-	var rec record
-	if json.Unmarshal(data, &rec) != nil || rec.Version != recordVersion || rec.Key != key || len(rec.Results) != len(set.Defs) {
-		return nil, false, false
+	var res []Result
+	if json.Unmarshal(rec.Results, &res) != nil || len(res) != len(set.Defs) {
+		return nil, fullCheck
 	}
-	var pycDirs map[string]bool
-	var replays []int // files that may hold again what the recorded run read
-	buf := &fileid.Buffer{}
-	renew := false
-	for i, f := range rec.Files {
-		if f.Type {
-			id, ok := fileid.Stat(f.Path)
-			if !ok || typeOnly(id) != f.ID {
-				return nil, false, false
-			}
-			continue
-		}
-		id, ok := fileid.Lstat(f.Path)
-		switch {
-		case !ok:
-			return nil, false, false
-		case id == f.ID && !f.Unsettled:
-		case f.PyCache:
-			if pycDirs == nil {
-				pycDirs = map[string]bool{}
-			}
-			pycDirs[f.Path] = true
-			rec.Files[i].ID = id
-		default:
-			cur := id
-			if id == f.ID {
-				id, ok = fileid.Confirm(f.Path, false, f.Sum, buf) // unsettled
-			} else {
-				id, ok = fileid.Check(f.Path, false, f.ID, f.Sum, buf)
-			}
-			if !ok && f.Pristine != nil && cur.Portable() == f.Pristine.ID {
-				// Maybe what the recorded run read (a new container
-				// layer of the same image): replay checks its content.
-				replays = append(replays, i)
-				continue
-			}
-			if !ok {
-				return nil, false, false
-			}
-			// Confirmed by content: kept as seen, and unsettled again
-			// when the clock had not passed it at this start.
-			rec.Files[i].ID = id
-			renew = renew || id != f.ID || id.SettledAt(start)
-		}
-	}
-	if replays != nil {
-		// Every file the recorded run wrote holds what it read, or none.
-		for i, f := range rec.Files {
-			if f.Pristine != nil && !slices.Contains(replays, i) {
-				return nil, false, false
-			}
-		}
-		if rec.Wrote == nil {
-			return nil, false, true // no blob yet: this run writes one
-		}
-		res, ok, renew := replay(file, &rec, replays, loc, set, opt)
+	v := rec.Check(start)
+	switch v.Belief {
+	case record.FullCheck:
+		return nil, fullCheck
+	case record.PristineAgain:
+		return nil, pristineAgain
+	case record.Replayable:
+		res, ok, renew := writeAgainRecorded(file, rec, v.Replays, loc, set, opt)
 		if renew {
-			writeRecord(file, rec, start)
+			record.Write(file, *rec, start)
 		}
-		return res, ok, !ok
+		if !ok {
+			return nil, pristineAgain
+		}
+		return res, recordHolds
 	}
-	res = rec.Results
 	for i, d := range set.Defs {
 		r := &res[i]
 		if r.ID != d.ID {
-			return nil, false, false
+			return nil, fullCheck
 		}
 		r.Required = d.Required || opt.Require[d.ID]
 		r.Before, r.Action, r.Recorded = r.State, "none", true
-		if r.State != patchdef.Applied || pycDirs == nil {
+		if r.State != patchdef.Applied || v.PycDirs == nil {
 			continue
 		}
 		for j := range r.Edits {
 			e := &r.Edits[j]
-			if e.State == patchdef.NotApplicable || !pycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
+			if e.State == patchdef.NotApplicable || !v.PycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
 				continue
 			}
 			removed, stuck := removePycs(e.Path, false, false, nil)
 			if len(stuck) > 0 {
-				return nil, false, false
+				return nil, fullCheck
 			}
 			e.PycsRemoved = removed
 		}
 	}
-	if pycDirs != nil || renew {
-		for i, f := range rec.Files {
-			if pycDirs[f.Path] {
-				rec.Files[i].ID, _ = fileid.Lstat(f.Path)
+	if v.PycDirs != nil || v.Renew {
+		rec.RenewPyCaches(func(p string) bool { return v.PycDirs[p] })
+		record.Write(file, *rec, start)
+	}
+	return res, recordHolds
+}
+
+// writeAgainRecorded writes again what the recorded run wrote
+// (record.Replay), under the package directories' locks, and returns
+// that run's results as this start's, with the bytecode of the edited
+// modules checked as after any write (checkBytecode): every .pyc of a
+// written module goes, and the unchecked-hash ones of the others; one
+// that cannot go makes its patch shadowed, and the run unrecorded. ok
+// false: it did not write them all (the full check then decides). renew
+// says whether rec, updated with what it wrote, may be kept.
+func writeAgainRecorded(file string, rec *record.Record, idx []int, loc *Location, set *patchdef.Set, opt options) (res []Result, ok, renew bool) {
+	var wrote []Result
+	accept := func(b []byte) bool {
+		if json.Unmarshal(b, &wrote) != nil || len(wrote) != len(set.Defs) {
+			return false
+		}
+		for i, d := range set.Defs {
+			if wrote[i].ID != d.ID {
+				return false
 			}
 		}
-		writeRecord(file, rec, start)
+		return true
 	}
-	return res, true, false
+	var dirs []string
+	for _, p := range loc.Packages {
+		if p.Found {
+			dirs = append(dirs, p.Dir)
+		}
+	}
+	lock := func(dirs []string) (func(), bool) {
+		unlocked, release := lockDirs(dirs, opt.LockTimeout)
+		return release, len(unlocked) == 0
+	}
+	_, ids, ok := record.Replay(opt.StateDir, file, rec, idx, dirs, lock, accept)
+	if !ok {
+		return nil, false, false
+	}
+	renew = true
+	written := map[string]*target{}
+	for p, id := range ids {
+		written[p] = &target{path: p, id: id, verified: true}
+	}
+	res = wrote
+	for i, d := range set.Defs {
+		r := &res[i]
+		r.Required = d.Required || opt.Require[d.ID]
+		r.Replayed = r.Action == "applied"
+		if r.State == patchdef.Applied {
+			checkBytecode(r, written, r.Action == "applied", false, nil)
+			renew = renew && r.State != patchdef.Shadowed
+		}
+	}
+	rec.RenewPyCaches(func(string) bool { return true })
+	return res, true, renew
 }

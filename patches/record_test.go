@@ -20,7 +20,9 @@ import (
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/launch"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/record"
 )
 
 // recorded sets up package demo with one pending patch and a state
@@ -172,13 +174,13 @@ func TestRecordSurvivesNewMount(t *testing.T) {
 }
 
 // readRecord returns the one record in opt's state directory, and its path.
-func readRecord(t *testing.T, opt options) (string, record) {
+func readRecord(t *testing.T, opt options) (string, record.Record) {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(opt.StateDir, "patches-*.json"))
 	require.Len(t, files, 1)
 	b, err := os.ReadFile(files[0])
 	require.NoError(t, err)
-	var rec record
+	var rec record.Record
 	require.NoError(t, json.Unmarshal(b, &rec))
 	return files[0], rec
 }
@@ -192,7 +194,7 @@ func TestRecordKeepsItsOwnWritesUnsettled(t *testing.T) {
 	site, set, loc, opt := recorded(t)
 	p := filepath.Join(site, "demo/a.py")
 	file, rec := readRecord(t, opt)
-	var entry *recordedFile
+	var entry *record.File
 	for i := range rec.Files {
 		if rec.Files[i].Path == p {
 			entry = &rec.Files[i]
@@ -315,7 +317,7 @@ func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 	p := filepath.Join(site, "demo/a.py")
 	d := def(t, "race", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
 	calls := 0
-	beforeRenameHook = func(path string) {
+	commit.BeforeRename = func(path string) {
 		calls++
 		if calls == 1 {
 			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
@@ -324,7 +326,7 @@ func TestConcurrentWriterIsNotOverwritten(t *testing.T) {
 			f.Close()
 		}
 	}
-	t.Cleanup(func() { beforeRenameHook = nil })
+	t.Cleanup(func() { commit.BeforeRename = nil })
 	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, patchdef.Applied, r.State, r.Why)
 	assert.Equal(t, "    a = x[0]\n# the other writer's line\n", read(t, p), "both changes are there")
@@ -337,13 +339,13 @@ func TestConcurrentWriterTwiceIsDrift(t *testing.T) {
 	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
 	p := filepath.Join(site, "demo/a.py")
 	d := def(t, "race", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})
-	beforeRenameHook = func(path string) {
+	commit.BeforeRename = func(path string) {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 		require.NoError(t, err)
 		f.WriteString("#\n")
 		f.Close()
 	}
-	t.Cleanup(func() { beforeRenameHook = nil })
+	t.Cleanup(func() { commit.BeforeRename = nil })
 	r := applySet(&patchdef.Set{Defs: []*patchdef.Definition{d}}, loc, options{})[0]
 	assert.Equal(t, patchdef.Drift, r.State)
 	assert.Contains(t, r.Why, "changed by another writer")
@@ -365,7 +367,7 @@ func TestRecordKeyPackageLine(t *testing.T) {
 		{Name: "sglang"},
 	} {
 		loc := &Location{Fingerprint: "f", Packages: map[string]Package{p.Name: p}}
-		want := digest.Bytes([]byte(fmt.Sprintf("record v%s\x00defs %s\x00probe %s\x00", recordVersion, "d", "f") +
+		want := digest.Bytes([]byte(fmt.Sprintf("record v%s\x00defs %s\x00probe %s\x00", record.Version, "d", "f") +
 			fmt.Sprintf("pkg %s %t %q %q %q\x00", p.Name, p.Found, p.Dir, p.Dirs, p.Version)))
 		assert.Equal(t, want, recordKey(set, loc), "%+v", p)
 	}

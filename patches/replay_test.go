@@ -19,7 +19,9 @@ import (
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/record"
 )
 
 // The pristine module of the replay tests, and the two replacements: the
@@ -167,7 +169,7 @@ func TestReplayFallsBackToTheFullCheck(t *testing.T) {
 func TestReplayFailedWriteIsUndone(t *testing.T) {
 	site, set, loc, opt := replayed(t)
 	renames := 0
-	renameFile = func(s *atomicfile.Staged) error {
+	commit.Rename = func(s *atomicfile.Staged) error {
 		renames++
 		if renames == 2 {
 			s.Discard()
@@ -175,7 +177,7 @@ func TestReplayFailedWriteIsUndone(t *testing.T) {
 		}
 		return s.Commit()
 	}
-	t.Cleanup(func() { renameFile = (*atomicfile.Staged).Commit })
+	t.Cleanup(func() { commit.Rename = (*atomicfile.Staged).Commit })
 	r := applySet(set, loc, opt)[0]
 	assert.Equal(t, patchdef.Applied, r.State, r.Why)
 	assert.Equal(t, replayPlanned, read(t, filepath.Join(site, "demo/a.py")), "the full check planned and wrote, after the replay was undone")
@@ -256,7 +258,7 @@ func TestReplayBlobWrittenWhenPristineAgain(t *testing.T) {
 	site, set, loc, opt := replayed(t)
 	file, rec := readRecord(t, opt)
 	require.NotNil(t, rec.Wrote)
-	assert.FileExists(t, filepath.Join(opt.StateDir, blobName(file)))
+	assert.FileExists(t, filepath.Join(opt.StateDir, record.BlobName(file)))
 	r := applySet(set, loc, opt)[0]
 	assert.True(t, r.Replayed, r.Why)
 	assert.Equal(t, replayRecorded, read(t, filepath.Join(site, "demo/a.py")))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/record"
 )
 
 // countStats makes every stat of the importer's go through a counter, by
@@ -71,7 +72,7 @@ func TestImporterStatsEachPathOncePerRun(t *testing.T) {
 	require.Len(t, files, 1, "a first start records what it wrote, without waiting for the clock")
 	data, err := os.ReadFile(files[0])
 	require.NoError(t, err)
-	var rec record
+	var rec record.Record
 	require.NoError(t, json.Unmarshal(data, &rec))
 	inRecord := map[string]bool{}
 	for _, f := range rec.Files {

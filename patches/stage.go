@@ -8,6 +8,7 @@ package patches
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -169,6 +170,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		// A dry run leaves pending what a start would write, and stale
 		// bytecode a start would remove; a module that loads from
 		// another file stays shadowed whatever a start does.
+		if r.refuse != nil && !errors.As(refusal, new(*ConfigError)) {
+			refusal = &ConfigError{r.refuse}
+		}
 		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == patchdef.Pending || r.State == patchdef.Shadowed && !r.NotImported)) {
 			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
 		}
@@ -288,12 +292,18 @@ func logResult(log *slog.Logger, r Result) {
 			from = ", as recorded"
 		}
 		log.Info(fmt.Sprintf("patch %s applied to %s (%s%s)", r.ID, strings.Join(files, ", "), r.Summary, from))
+		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return e.Wrote }); lines != "" {
+			log.Info(fmt.Sprintf("patch %s wrote %s", r.ID, lines))
+		}
 	case r.Action == "would-apply":
 		log.Info(fmt.Sprintf("patch %s would be applied (%s)", r.ID, r.Summary))
 	case r.Action == "failed":
 		log.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, r.Why))
 	case r.State == patchdef.Applied:
 		log.Info(fmt.Sprintf("patch %s already applied", r.ID))
+		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return found(e.At, "replacement", "legacy") }); lines != "" {
+			log.Info(fmt.Sprintf("patch %s found fixed at %s", r.ID, lines))
+		}
 	case r.State == patchdef.Upstream:
 		log.Info(fmt.Sprintf("patch %s not needed: fixed upstream (%s)", r.ID, r.Why))
 	case r.Missing:

@@ -179,6 +179,16 @@ func (t *text) count(needle string) int {
 	return n
 }
 
+// all lists the starts of needle's non-overlapping occurrences from the
+// left (a patchdef.Finder of the content).
+func (t *text) all(needle string) []int {
+	n, at := t.find(needle, true)
+	if n == 0 || at != nil {
+		return at
+	}
+	return patchdef.Find(t.s)(needle)
+}
+
 // replaceAll is strings.ReplaceAll(t.s, old, new).
 func (t *text) replaceAll(old, new string) string {
 	n, at := t.find(old, true)

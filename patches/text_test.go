@@ -13,6 +13,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/source"
 )
 
 // text.count agrees with strings.Count on contents and needles built from
@@ -94,11 +95,11 @@ func TestReplaceAllMakesApplied(t *testing.T) {
 		{Anchor: "q\n", Replacement: "r\n", Count: 3},
 	} {
 		content := newText("head\n"+strings.Repeat(e.Anchor+"mid\n", e.Count)+"tail\n", nil)
-		if !assert.Equal(t, patchdef.Pending, patchdef.Evaluate(e, content.count).State, "%q", e.Anchor) {
+		if !assert.Equal(t, patchdef.Pending, patchdef.Evaluate(e, content.s, content.all).State, "%q", e.Anchor) {
 			continue
 		}
 		out := newText(content.replaceAll(e.Anchor, e.Replacement), nil)
-		assert.Equal(t, patchdef.Applied, patchdef.Evaluate(e, out.count).State, "%q -> %q", e.Anchor, e.Replacement)
+		assert.Equal(t, patchdef.Applied, patchdef.Evaluate(e, out.s, out.all).State, "%q -> %q", e.Anchor, e.Replacement)
 	}
 }
 
@@ -115,19 +116,19 @@ func setOf(s ...string) *needles {
 // SHA-256 of the whole content, for sizes around the chunk's.
 func TestReadSourceHashesWhatItRead(t *testing.T) {
 	dir := t.TempDir()
-	for _, n := range []int{0, 1, sourceChunk - 1, sourceChunk, sourceChunk + 1, 3*sourceChunk + 17} {
+	for _, n := range []int{0, 1, source.Chunk - 1, source.Chunk, source.Chunk + 1, 3*source.Chunk + 17} {
 		p := filepath.Join(dir, fmt.Sprintf("f%d.py", n))
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte('a' + i%26)
 		}
 		require.NoError(t, os.WriteFile(p, b, 0o644))
-		data, id, sum, err := readSource(p, maxSourceBytes)
+		data, id, sum, err := source.Read(p, maxSourceBytes)
 		require.NoError(t, err)
 		assert.Equal(t, b, data)
 		assert.Equal(t, int64(n), id.Size)
 		assert.Equal(t, digest.Bytes(b), sum, "size %d", n)
 	}
-	_, _, _, err := readSource(filepath.Join(dir, fmt.Sprintf("f%d.py", 3*sourceChunk+17)), sourceChunk)
+	_, _, _, err := source.Read(filepath.Join(dir, fmt.Sprintf("f%d.py", 3*source.Chunk+17)), source.Chunk)
 	assert.Error(t, err, "a file over the limit was read")
 }

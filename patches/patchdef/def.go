@@ -161,6 +161,16 @@ type Edit struct {
 	// upstream's names). Without it the upstream marker decides first, for
 	// a script whose change is the same text as upstream's fix.
 	LegacyUnique bool `toml:"legacy_unique" json:"-"`
+	// Site is text on the line that opens the Python block (def or class)
+	// the fix is in, for an edit whose anchor and replacement share no
+	// whole line or whose upstream fix stands elsewhere in that block: its
+	// upstream and legacy markers are looked for only inside such a block
+	// (see site.go). Without it the site is where the lines the anchor and
+	// the replacement share at their start and end stand.
+	Site string `toml:"site" json:"-"`
+	// SiteLines is how many lines a site without Site spans beyond its
+	// context; 0 = 12 more than the longer of anchor and replacement.
+	SiteLines int `toml:"site_lines" json:"-"`
 }
 
 var (
@@ -331,6 +341,15 @@ func validateEdits(owner string, edits []Edit) error {
 			return fmt.Errorf("%s: legacy_script %q: want the file name of a patch script (*.py)", where, e.LegacyScript)
 		case e.LegacyMarker != "" && strings.Contains(e.Anchor, e.LegacyMarker):
 			return fmt.Errorf("%s: the legacy marker occurs in the anchor, so it cannot tell the script's result from the code to patch", where)
+		case e.SiteLines < 0:
+			return fmt.Errorf("%s: site_lines %d is negative", where, e.SiteLines)
+		}
+		if head, tail := e.Context(); head == "" && tail == "" && (e.Upstream != "" || e.LegacyMarker != "") {
+			key := "upstream"
+			if e.Upstream == "" {
+				key = "legacy_marker"
+			}
+			return fmt.Errorf("%s: %s is decided at the edit's site, and this edit has none: the anchor and the replacement share no whole line; add site = '<text of the def or class line the fix is in>' (markers are then looked for in that block only)", where, key)
 		}
 	}
 	return nil

@@ -302,7 +302,7 @@ func TestParseRejectsOverlappingVariants(t *testing.T) {
 
 func TestParseUpstreamAndLegacy(t *testing.T) {
 	base := "id = \"x\"\nsummary = \"s\"\npackage = \"demo\"\ndistribution = \"demo\"\n[[edit]]\nfile = \"a.py\"\nanchor = \"x = 1\"\nreplacement = \"x = 2\"\n"
-	d, err := Parse([]byte(base+"legacy_marker = \"FIXED-BY-SCRIPT\"\nlegacy_script = \"patch_x.py\"\n[upstream]\nissue = \"none found\"\npr = \"none found\"\ndrop = \"upstream assigns 2\"\n"), "t.toml")
+	d, err := Parse([]byte(base+"site = \"def f(\"\nlegacy_marker = \"FIXED-BY-SCRIPT\"\nlegacy_script = \"patch_x.py\"\n[upstream]\nissue = \"none found\"\npr = \"none found\"\ndrop = \"upstream assigns 2\"\n"), "t.toml")
 	require.NoError(t, err)
 	assert.Equal(t, "upstream issue none found, PR none found; drop when upstream assigns 2", d.Status.String())
 	for _, c := range []struct{ extra, want string }{
@@ -310,6 +310,10 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 		{"legacy_marker = \"x\"\nlegacy_script = \"p.py\"\n", "legacy marker occurs in the anchor"},
 		{"legacy_marker = \"m\"\nlegacy_script = \"../p.py\"\n", "want the file name of a patch script"},
 		{"[upstream]\nissue = \"#1\"\n", "[upstream] wants issue, pr and drop"},
+		// A marker needs a site: these anchor and replacement share no line.
+		{"legacy_marker = \"m\"\nlegacy_script = \"p.py\"\n", "legacy_marker is decided at the edit's site, and this edit has none"},
+		{"upstream = \"m\"\n", "upstream is decided at the edit's site, and this edit has none"},
+		{"site = \"def f(\"\nsite_lines = -1\nupstream = \"m\"\n", "site_lines -1 is negative"},
 	} {
 		_, err := Parse([]byte(base+c.extra), "t.toml")
 		require.Error(t, err, c.extra)
@@ -318,11 +322,14 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 	// What the script leaves is applied, in its name; the anchor still
 	// there is pending; neither is drift.
 	e := &d.Edits[0]
-	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, counter("# FIXED-BY-SCRIPT\nx = 3\n")))
-	assert.Equal(t, Pending, Evaluate(e, counter("x = 1\n")).State)
-	// A script that inserted its fix elsewhere leaves the anchor: still its fix.
-	assert.Equal(t, Applied, Evaluate(e, counter("# FIXED-BY-SCRIPT\nx = 1\n")).State)
-	assert.Equal(t, Drift, Evaluate(e, counter("x = 3\n")).State)
+	assert.Equal(t, Applied, Evaluate(e, "def f():\n    # FIXED-BY-SCRIPT\n    x = 3\n", nil).State)
+	assert.Contains(t, Evaluate(e, "def f():\n    # FIXED-BY-SCRIPT\n    x = 3\n", nil).Why, "by the v0.2.2 script patch_x.py")
+	assert.Equal(t, Pending, Evaluate(e, "def f():\n    x = 1\n", nil).State)
+	// A script that inserted its fix in f, leaving the anchor: still its fix.
+	assert.Equal(t, Applied, Evaluate(e, "def f():\n    # FIXED-BY-SCRIPT\n    x = 1\n", nil).State)
+	// The marker's text in another function decides nothing: f is pending.
+	assert.Equal(t, Pending, Evaluate(e, "def g():\n    # FIXED-BY-SCRIPT\n    y = 1\n\ndef f():\n    x = 1\n", nil).State)
+	assert.Equal(t, Drift, Evaluate(e, "def f():\n    x = 3\n", nil).State)
 }
 
 // Every built-in definition says where its fix stands upstream and when

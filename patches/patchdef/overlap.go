@@ -52,7 +52,7 @@ func matchesAll(v *Variant, files map[string]*strings.Builder) bool {
 		if !ok {
 			return false
 		}
-		if content := f.String(); Evaluate(&e, func(s string) int { return strings.Count(content, s) }).State != Pending {
+		if content := f.String(); Evaluate(&e, content, nil).State != Pending {
 			return false
 		}
 	}

@@ -31,64 +31,134 @@ const (
 )
 
 // Evaluation is the state of one edit in one file content, with the counts
-// that decided it.
+// that decided it and where in the file it looked.
 type Evaluation struct {
 	State       State  `json:"state"`
 	Anchors     int    `json:"anchors"`      // anchor occurrences outside replacements
 	Replacement int    `json:"replacements"` // replacement occurrences
 	Why         string `json:"why,omitempty"`
+	// At is where the edit looked and what it found there: the anchor's
+	// and the replacement's occurrences, the markers found at a site, and,
+	// when none of them decided it, the sites it looked at.
+	At []LineRange `json:"at,omitempty"`
 }
 
-// Evaluate decides the state of e in a file content, given as count: the
-// number of non-overlapping occurrences of a string in it (strings.Count,
-// or an index that answers the same). Anchor and replacement may contain
-// one another (an insertion keeps its anchor inside the replacement);
-// occurrences inside the other string are not counted twice.
-func Evaluate(e *Edit, count func(string) int) Evaluation {
-	if e.LegacyUnique && count(e.Replacement) == 0 && count(e.LegacyMarker) > 0 {
-		return Evaluation{State: Applied, Anchors: count(e.Anchor), Why: "by the v0.2.2 script " + e.LegacyScript}
+// Evaluate decides the state of e in content at e's sites (see site.go):
+// the anchor there is pending, our replacement there applied, the v0.2.2
+// script's marker there applied (by the script), upstream's marker there
+// upstream. A marker's text elsewhere in the file decides nothing. find
+// lists a needle's occurrences in content (nil: the strings package; a
+// run passes its index). Anchor and replacement may contain one another
+// (an insertion keeps its anchor inside the replacement); occurrences
+// inside the other string are not counted twice. An anchor and a
+// replacement both in the file, at different sites, are partial: the
+// fix stands in one place and not in the other.
+func Evaluate(e *Edit, content string, find Finder) Evaluation {
+	if find == nil {
+		find = Find(content)
 	}
-	if e.Upstream != "" {
-		// Occurrences inside our own replacement are ours, not upstream's.
-		m := count(e.Upstream)
-		if k := strings.Count(e.Replacement, e.Upstream); k > 0 {
-			m -= count(e.Replacement) * k
+	anchors, repls := find(e.Anchor), find(e.Replacement)
+	ownA := outside(anchors, len(e.Anchor), repls, len(e.Replacement))
+	ownR := outside(repls, len(e.Replacement), anchors, len(e.Anchor))
+	ev := Evaluation{Anchors: len(ownA), Replacement: len(ownR)}
+	for _, p := range ownA {
+		ev.At = append(ev.At, rangeOf(content, p, len(e.Anchor), "anchor"))
+	}
+	for _, p := range ownR {
+		ev.At = append(ev.At, rangeOf(content, p, len(e.Replacement), "replacement"))
+	}
+	var sites []span
+	if e.Upstream != "" || e.LegacyMarker != "" {
+		sites = e.sites(content, find)
+	}
+	// A marker counts where it stands at a site, outside our own
+	// replacement (a marker we write ourselves is ours, not theirs).
+	at := func(marker, found string) int {
+		if marker == "" {
+			return 0
 		}
-		if m > 0 {
-			return Evaluation{State: Upstream, Why: "upstream marker present"}
+		n := 0
+		for _, p := range outside(find(marker), len(marker), repls, len(e.Replacement)) {
+			for _, s := range sites {
+				if s.holds(p, len(marker)) {
+					ev.At = append(ev.At, rangeOf(content, p, len(marker), found))
+					n++
+					break
+				}
+			}
 		}
+		return n
 	}
-	a := count(e.Anchor)
-	r := count(e.Replacement)
-	if k := strings.Count(e.Replacement, e.Anchor); k > 0 {
-		a -= r * k // anchors that are part of a replacement
+	script := "by the v0.2.2 script " + e.LegacyScript + " (its marker at the edit's site)"
+	r := len(ownR)
+	if e.LegacyUnique && r == 0 && at(e.LegacyMarker, "legacy") > 0 {
+		ev.State, ev.Why = Applied, script
+		return ev
 	}
-	if j := strings.Count(e.Anchor, e.Replacement); j > 0 {
-		r -= a * j // replacements that are part of an anchor
+	if at(e.Upstream, "upstream") > 0 {
+		ev.State, ev.Why = Upstream, "upstream marker present at the edit's site"
+		return ev
 	}
-	ev := Evaluation{Anchors: a, Replacement: r}
-	if r == 0 && e.LegacyMarker != "" {
+	if !e.LegacyUnique && r == 0 && at(e.LegacyMarker, "legacy") > 0 {
 		// What a v0.2.2 script left in place of the anchor (an image that
 		// ran it at build time) is the fix, in its words.
-		m := count(e.LegacyMarker)
-		if k := strings.Count(e.Replacement, e.LegacyMarker); k > 0 {
-			m -= count(e.Replacement) * k
-		}
-		if m > 0 {
-			ev.State, ev.Why = Applied, "by the v0.2.2 script "+e.LegacyScript
-			return ev
-		}
+		ev.State, ev.Why = Applied, script
+		return ev
 	}
+	a := len(ownA)
 	switch {
 	case a == e.Count && r == 0:
 		ev.State = Pending
 	case r == e.Count && a == 0:
 		ev.State = Applied
+	case a > 0 && r > 0:
+		ev.State = Partial
+		ev.Why = fmt.Sprintf("the anchor is still at %s while the replacement is at %s: the fix stands at one site and not at the other", linesOf(ev.At, "anchor"), linesOf(ev.At, "replacement"))
 	default:
 		ev.State = Drift
 		ev.Why = fmt.Sprintf("anchor found %d times and replacement %d times; expected the anchor %d times (pending) or the replacement %d times (applied)", a, r, e.Count, e.Count)
+		for _, s := range sites {
+			ev.At = append(ev.At, rangeOf(content, s.from, s.to-s.from, "site"))
+		}
 	}
 	return ev
+}
+
+// outside lists the occurrences in at (each n long) that do not lie
+// inside one of the occurrences in other (each m long).
+func outside(at []int, n int, other []int, m int) []int {
+	if len(other) == 0 || m <= n {
+		return at
+	}
+	var out []int
+	for _, p := range at {
+		in := false
+		for _, q := range other {
+			if p >= q && p+n <= q+m {
+				in = true
+				break
+			}
+		}
+		if !in {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// linesOf names the line ranges of what was found, for messages.
+func linesOf(at []LineRange, found string) string {
+	var s []string
+	for _, r := range at {
+		if r.Found == found {
+			if r.From == r.To {
+				s = append(s, fmt.Sprintf("line %d", r.From))
+			} else {
+				s = append(s, fmt.Sprintf("lines %d-%d", r.From, r.To))
+			}
+		}
+	}
+	return strings.Join(s, ", ")
 }
 
 // Combine decides a patch's state from its edits' states: drift beside
@@ -104,7 +174,7 @@ func Combine(states []State) State {
 	}
 	live := len(states) - count[NotApplicable]
 	switch {
-	case count[Drift] > 0 && count[Applied] > 0:
+	case count[Partial] > 0, count[Drift] > 0 && count[Applied] > 0:
 		return Partial
 	case count[Drift] > 0:
 		return Drift

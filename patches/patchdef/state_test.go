@@ -12,7 +12,7 @@ func TestEvaluate(t *testing.T) {
 	insert := &Edit{Anchor: "def f():\n", Replacement: "def f():\n    g()\n", Count: 1}
 	shrink := &Edit{Anchor: "x = 1  # old\n", Replacement: "x = 1", Count: 1}
 	twice := &Edit{Anchor: "a()\n", Replacement: "b()\n", Count: 2}
-	marked := &Edit{Anchor: "conv, _ = cache\n", Replacement: "conv = cache[0]\n", Count: 1, Upstream: "_physical_blocks"}
+	marked := &Edit{Anchor: "conv, _ = cache\n", Replacement: "conv = cache[0]\n", Count: 1, Upstream: "_physical_blocks", Site: "def register("}
 	cases := []struct {
 		name    string
 		edit    *Edit
@@ -25,28 +25,32 @@ func TestEvaluate(t *testing.T) {
 		{"swap applied", swap, "x\nconv = cache[0]\ny\n", Applied, 0, 1},
 		{"swap anchor twice", swap, "conv, _ = cache\nconv, _ = cache\n", Drift, 2, 0},
 		{"swap anchor gone", swap, "conv, _, _ = cache\n", Drift, 0, 0},
-		{"swap half applied", swap, "conv, _ = cache\nconv = cache[0]\n", Drift, 1, 1},
+		{"swap half applied", swap, "conv, _ = cache\nconv = cache[0]\n", Partial, 1, 1},
 		{"insertion pending", insert, "def f():\n    pass\n", Pending, 1, 0},
 		{"insertion applied keeps its anchor", insert, "def f():\n    g()\n    pass\n", Applied, 0, 1},
-		{"insertion applied plus a stray anchor", insert, "def f():\n    g()\ndef f():\n", Drift, 1, 1},
+		{"insertion applied plus a stray anchor", insert, "def f():\n    g()\ndef f():\n", Partial, 1, 1},
 		{"shrink pending (replacement inside anchor)", shrink, "x = 1  # old\n", Pending, 1, 0},
 		{"shrink applied", shrink, "x = 1\n", Applied, 0, 1},
 		{"count 2 pending", twice, "a()\na()\n", Pending, 2, 0},
 		{"count 2 found once", twice, "a()\n", Drift, 1, 0},
 		{"count 2 applied", twice, "b()\nb()\n", Applied, 0, 2},
-		{"upstream marker wins", marked, "self._physical_blocks = 2\nconv, _ = cache\n", Upstream, 0, 0},
+		{"upstream marker wins at the site", marked, "def register(self):\n    self._physical_blocks = 2\n    conv, _ = cache\n", Upstream, 0, 0},
+		{"upstream marker elsewhere decides nothing", marked, "def other(self):\n    self._physical_blocks = 2\ndef register(self):\n    conv, _ = cache\n", Pending, 1, 0},
 		{"empty file", swap, "", Drift, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ev := Evaluate(c.edit, counter(c.content))
+			ev := Evaluate(c.edit, c.content, nil)
 			assert.Equal(t, c.want, ev.State)
 			if c.want != Upstream {
 				assert.Equal(t, c.anchors, ev.Anchors, "anchors")
 				assert.Equal(t, c.repls, ev.Replacement, "replacements")
 			}
-			if c.want == Drift {
+			switch c.want {
+			case Drift:
 				assert.Contains(t, ev.Why, "expected the anchor")
+			case Partial:
+				assert.Contains(t, ev.Why, "the fix stands at one site and not at the other")
 			}
 		})
 	}
@@ -89,20 +93,25 @@ func counter(content string) func(string) int {
 // text).
 func TestLegacyUniqueDecidesBeforeUpstream(t *testing.T) {
 	e := &Edit{Anchor: "n = shape[0]\n", Replacement: "n = shape[0] // ours\n", Count: 1, Upstream: "_per_logical",
-		LegacyMarker: "n = shape[0] // ratio", LegacyScript: "patch_x.py", LegacyUnique: true}
-	script := "self._per_logical = 1\nratio = self._per_logical\nn = shape[0] // ratio\n"
-	upstream := "self._per_logical = 1\nn = shape[0]\nexpand(self._per_logical)\n"
-	assert.Equal(t, Evaluation{State: Applied, Why: "by the v0.2.2 script patch_x.py"}, Evaluate(e, counter(script)))
-	assert.Equal(t, Upstream, Evaluate(e, counter(upstream)).State)
-	assert.Equal(t, Pending, Evaluate(e, counter("n = shape[0]\n")).State)
-	assert.Equal(t, Applied, Evaluate(e, counter("n = shape[0] // ours\n")).State)
+		LegacyMarker: "n = shape[0] // ratio", LegacyScript: "patch_x.py", LegacyUnique: true, Site: "class W"}
+	script := "class W:\n  self._per_logical = 1\n  ratio = self._per_logical\n  n = shape[0] // ratio\n"
+	upstream := "class W:\n  self._per_logical = 1\n  n = shape[0]\n  expand(self._per_logical)\n"
+	ev := Evaluate(e, script, nil)
+	assert.Equal(t, Applied, ev.State)
+	assert.Contains(t, ev.Why, "by the v0.2.2 script patch_x.py")
+	assert.Contains(t, ev.At, LineRange{From: 4, To: 4, Found: "legacy"}, "where the marker stands")
+	assert.Equal(t, Upstream, Evaluate(e, upstream, nil).State)
+	assert.Equal(t, Pending, Evaluate(e, "class W:\n  n = shape[0]\n", nil).State)
+	assert.Equal(t, Applied, Evaluate(e, "class W:\n  n = shape[0] // ours\n", nil).State)
+	assert.Equal(t, Pending, Evaluate(e, "class V:\n  ratio = self._per_logical\nclass W:\n  n = shape[0]\n", nil).State, "the marker in another class decides nothing")
 
 	shared := *e
 	shared.LegacyUnique = false
-	assert.Equal(t, Upstream, Evaluate(&shared, counter(script)).State, "without legacy_unique the upstream marker decides first")
+	assert.Equal(t, Upstream, Evaluate(&shared, script, nil).State, "without legacy_unique the upstream marker decides first")
 
 	bad := *e
 	bad.File, bad.Replacement = "a.py", "n = shape[0] // ratio  # ours\n"
+	bad.Site = ""
 	d := &Definition{ID: "x", Summary: "s", Package: "demo", Distribution: "demo", Edits: []Edit{bad}}
 	assert.ErrorContains(t, d.Validate(), "the legacy marker occurs in the replacement")
 }
