@@ -10,6 +10,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/userdb"
 )
 
 // Defaults, each used by the one entry of Vars that reads its variable.
@@ -114,6 +115,17 @@ var Vars = []Var{
 			l.c.Init = InitGroup
 		}
 		return err
+	}},
+	{"INFERA_EXEC_USER", "run the worker as UID[:GID] or NAME[:GROUP] after the steps that need root, like --user (which wins)", "", func(l *loader, v string) error {
+		if v == "" {
+			return nil
+		}
+		s, err := userdb.ParseSpec(v)
+		if err != nil {
+			return &Error{fmt.Sprintf("INFERA_EXEC_USER=%v", err)}
+		}
+		l.c.User, l.c.UserFrom = &s, "INFERA_EXEC_USER"
+		return nil
 	}},
 	{"INFERA_ABI_FAMILY", "force the family, e.g. rocm7-py312 (debugging)", "", func(l *loader, v string) error {
 		if v == "" {
