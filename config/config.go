@@ -34,6 +34,7 @@ type Config struct {
 	RequirePatches     []string    `json:"require_patches,omitempty"`
 	SkipPatches        []string    `json:"skip_patches,omitempty"`   // INFERA_SKIP_PATCHES: patch ids not applied
 	PatchLockTimeout   string      `json:"patch_lock_timeout"`       // INFERA_PATCH_LOCK_TIMEOUT
+	PatchWrite         PatchWrite  `json:"patch_write"`              // INFERA_PATCH_WRITE
 	PreflightOff       bool        `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
 	PreflightSkip      []string    `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
 	PreflightShmMin    uint64      `json:"preflight_shm_min"`        // INFERA_PREFLIGHT_SHM_MIN, bytes
@@ -63,6 +64,16 @@ type Config struct {
 	preflightTimeout time.Duration
 	patchLockTimeout time.Duration
 }
+
+// PatchWrite is where a start writes the engine patches
+// (INFERA_PATCH_WRITE).
+type PatchWrite string
+
+const (
+	PatchWriteAuto    PatchWrite = "auto"     // in place; in a shadow tree where in place is impossible
+	PatchWriteInPlace PatchWrite = "in-place" // only in place
+	PatchWriteShadow  PatchWrite = "shadow"   // always in a shadow tree
+)
 
 // InitMode is how infera-exec starts the worker: exec'ing it, or staying
 // as its init.

@@ -178,6 +178,18 @@ var Vars = []Var{
 		l.c.SkipPatches = splitList(v)
 		return nil
 	}},
+	{"INFERA_PATCH_WRITE", "where a start writes the engine patches: auto = in place, and in a shadow tree in the state directory where the engine's files cannot be written (read-only, another owner); in-place = only in place; shadow = always in a shadow tree", string(PatchWriteAuto), func(l *loader, v string) error {
+		switch w := PatchWrite(strings.ToLower(strings.TrimSpace(v))); w {
+		case "":
+			l.c.PatchWrite = PatchWriteAuto
+		case PatchWriteAuto, PatchWriteInPlace, PatchWriteShadow:
+			l.c.PatchWrite = w
+		default:
+			l.c.PatchWrite = PatchWriteAuto
+			return &Error{fmt.Sprintf("INFERA_PATCH_WRITE=%q: want auto, in-place or shadow", v)}
+		}
+		return nil
+	}},
 	{"INFERA_PATCH_LOCK_TIMEOUT", "how long a start waits, in all, for the engine's package directories that another process holds locked; then it starts unpatched (a warning; 65 when a patch is required). 0 = do not wait", DefaultPatchLockTimeout.String(), func(l *loader, v string) error {
 		l.c.patchLockTimeout = DefaultPatchLockTimeout
 		if v = strings.TrimSpace(v); v != "" {

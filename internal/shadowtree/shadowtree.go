@@ -65,19 +65,45 @@ type Tree struct {
 	Reused bool     `json:"reused"` // found whole, built by an earlier start
 }
 
+// Find returns the tree of s under parent when one was made for the
+// package's present content (found), without making one.
+func Find(parent string, s Spec) (t *Tree, found bool, err error) {
+	t, _, err = locate(parent, s)
+	if err != nil {
+		return nil, false, err
+	}
+	st, err := os.Lstat(t.Root)
+	if err != nil {
+		return t, false, nil
+	}
+	if err := ours(t.Root, st); err != nil {
+		return nil, false, err
+	}
+	t.Reused = true
+	return t, true, nil
+}
+
+func locate(parent string, s Spec) (*Tree, *inputs, error) {
+	if !filepath.IsAbs(s.Pkg) || s.Name == "" || strings.ContainsRune(s.Name, '/') {
+		return nil, nil, fmt.Errorf("shadow tree of %q (%s): want an absolute package directory and a plain name", s.Pkg, s.Name)
+	}
+	in, err := readInputs(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	root := filepath.Join(parent, s.Name+"-"+in.key[:20])
+	return &Tree{Root: root, Dir: filepath.Join(root, s.Name), Copied: in.files}, in, nil
+}
+
 // Ensure returns the tree of s under parent (a directory of infera-exec's
 // own, not writable by others), building it when there is none for the
 // package's present content. It never changes anything of s.Pkg.
 func Ensure(parent string, s Spec) (*Tree, error) {
-	if !filepath.IsAbs(s.Pkg) || s.Name == "" || strings.ContainsRune(s.Name, '/') {
-		return nil, fmt.Errorf("shadow tree of %q (%s): want an absolute package directory and a plain name", s.Pkg, s.Name)
-	}
-	in, err := readInputs(s)
+	t, in, err := locate(parent, s)
 	if err != nil {
 		return nil, err
 	}
-	root := filepath.Join(parent, s.Name+"-"+in.key[:20])
-	t := &Tree{Root: root, Dir: filepath.Join(root, s.Name), Copied: in.files}
+	root := t.Root
 	if st, err := os.Lstat(root); err == nil {
 		if err := ours(root, st); err != nil {
 			return nil, err
