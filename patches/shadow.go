@@ -50,6 +50,7 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 	if mode == config.PatchWriteInPlace || loc == nil {
 		return sh
 	}
+	ignores := ignoresPythonPath(in, in.Env)
 	for _, name := range slices.Sorted(maps.Keys(loc.Packages)) {
 		pkg := loc.Packages[name]
 		files := editedFiles(set, name)
@@ -65,6 +66,9 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 			why = err.Error()
 		}
 		switch {
+		case ignores != "":
+			log.Warn(fmt.Sprintf("%s at %s: %s, and a shadow tree would not be in force: %s; its patches are tried in place", name, pkg.Dir, why, ignores))
+			continue
 		case pkg.Namespace || len(pkg.Dirs) > 1:
 			log.Warn(fmt.Sprintf("%s at %s: %s, and a namespace package of several directories gets no shadow tree; its patches are tried in place", name, pkg.Dir, why))
 			continue
@@ -147,8 +151,8 @@ func (sh *shadowing) confirm(ctx context.Context, in Input, names []string, dist
 	// The worker's own command line decides first: an interpreter started
 	// with -E or -I reads no PYTHONPATH, whatever a probe without its
 	// options answered.
-	if c, perr := pyimport.ParseCommand(in.Worker.Argv, in.Worker.Path, env.Get, in.Worker.Cwd); perr == nil && c.Flags.IgnoreEnv {
-		got, err = nil, errors.New("the worker's interpreter is started with -E or -I, so it reads no PYTHONPATH")
+	if why := ignoresPythonPath(in, env); why != "" {
+		got, err = nil, errors.New(why)
 	}
 	var kept []string
 	for _, n := range shadowed {
@@ -186,6 +190,20 @@ func (sh *shadowing) confirm(ctx context.Context, in Input, names []string, dist
 		return nil, nil
 	}
 	return []environ.Edit{environ.Prepend("PYTHONPATH", kept...)}, got
+}
+
+// ignoresPythonPath says why the worker's interpreter reads no
+// PYTHONPATH, as its command line shows (-E, -I); "" when it reads it or
+// the command is not an interpreter's (the probe's question decides then).
+func ignoresPythonPath(in Input, env *environ.Env) string {
+	if in.Worker == nil {
+		return ""
+	}
+	c, err := pyimport.ParseCommand(in.Worker.Argv, in.Worker.Path, env.Get, in.Worker.Cwd)
+	if err == nil && c.Flags.IgnoreEnv {
+		return "the worker's interpreter is started with -E or -I, so it reads no PYTHONPATH"
+	}
+	return ""
 }
 
 // sameAsImage reports whether every file r edited reads in the tree as
