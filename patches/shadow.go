@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/pyimport"
@@ -59,7 +57,7 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 		}
 		why := "INFERA_PATCH_WRITE=shadow"
 		if mode != config.PatchWriteShadow {
-			err := inPlaceBlocked(pkg.Dir, files)
+			err := shadowtree.Blocked(pkg.Dir, files)
 			if err == nil {
 				continue
 			}
@@ -241,33 +239,6 @@ func editedFiles(set *patchdef.Set, name string) []string {
 	}
 	slices.Sort(files)
 	return files
-}
-
-// inPlaceBlocked is why the files of dir cannot be written in place: a
-// directory holding one of them that this process may not write (a
-// read-only mount: EROFS; permissions: EACCES, EPERM), or, for a start
-// that is not root, a file of another owner (a rename over it would lose
-// its owner). nil when they all can.
-func inPlaceBlocked(dir string, files []string) error {
-	euid := os.Geteuid()
-	for _, f := range files {
-		p := filepath.Join(dir, f)
-		var st unix.Stat_t
-		if err := unix.Stat(p, &st); err != nil {
-			continue // absent: nothing to write there
-		}
-		d := filepath.Dir(p)
-		if err := unix.Access(d, unix.W_OK); err != nil {
-			if errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-				return fmt.Errorf("%s cannot be written in place: %v", d, err)
-			}
-			continue
-		}
-		if euid != 0 && int(st.Uid) != euid {
-			return fmt.Errorf("%s belongs to uid %d, not to uid %d that infera-exec runs as", p, st.Uid, euid)
-		}
-	}
-	return nil
 }
 
 // distInfoBeside is the distribution's metadata directory when it lies

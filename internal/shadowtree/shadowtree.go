@@ -310,3 +310,34 @@ func copyFile(from, to string) error {
 	}
 	return out.Close()
 }
+
+// Blocked is why the files of dir (relative paths) cannot be written in
+// place by this process: a directory holding one of them that it may not
+// write (a read-only mount: EROFS; permissions: EACCES, EPERM), or, for a
+// process that is not root, a file of another owner (a rename over it
+// would lose its owner). nil when each file there can be; absent files
+// are passed over.
+func Blocked(dir string, files []string) error {
+	euid := os.Geteuid()
+	for _, f := range files {
+		p := filepath.Join(dir, f)
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+				continue
+			}
+			return fmt.Errorf("%s cannot be written in place: %v", p, err)
+		}
+		d := filepath.Dir(p)
+		if err := unix.Access(d, unix.W_OK); err != nil {
+			if errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+				return fmt.Errorf("%s cannot be written in place: %v", d, err)
+			}
+			continue
+		}
+		if euid != 0 && int(st.Uid) != euid {
+			return fmt.Errorf("%s belongs to uid %d, not to uid %d that infera-exec runs as", p, st.Uid, euid)
+		}
+	}
+	return nil
+}
