@@ -148,7 +148,10 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 			if r.Why != "" && r.State != patchdef.Pending {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
 			}
-			if r.State != patchdef.NotApplicable && r.State != patchdef.Skipped {
+			switch {
+			case rep.Wrote && r.Action == "applied":
+				fmt.Fprintf(w, "  %-40s %-15s written by this --apply (it was %s)\n", "", "", r.Before)
+			case r.State != patchdef.NotApplicable && r.State != patchdef.Skipped:
 				writeEditSites(w, r.Edits)
 			}
 			if r.Caveat != "" && r.State != patchdef.NotApplicable {
