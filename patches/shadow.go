@@ -85,6 +85,9 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 				continue // in force in the image as it is (a baked image): nothing to shadow
 			}
 			if err = statedir.Dir(parent); err == nil {
+				for _, r := range shadowtree.Sweep(parent) {
+					log.Info(fmt.Sprintf("%s: removed %s, a shadow tree a killed start left half-built", parent, r))
+				}
 				tree, err = shadowtree.Ensure(parent, spec)
 			}
 		}
@@ -106,6 +109,9 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 			made = "kept from an earlier start"
 		}
 		log.Info(fmt.Sprintf("%s at %s: %s; its patches go into the shadow tree %s (%s)", name, pkg.Dir, why, tree.Root, made))
+		for _, n := range tree.Notes {
+			log.Warn(fmt.Sprintf("%s: shadow tree %s: %s", name, tree.Root, n))
+		}
 	}
 	return sh
 }

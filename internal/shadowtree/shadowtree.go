@@ -32,10 +32,12 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/elfload"
 )
 
 // format changes when the layout of a tree changes, so that a tree of an
@@ -63,6 +65,14 @@ type Tree struct {
 	Dir    string   `json:"dir"`    // Root/Name: the package directory in the tree
 	Copied []string `json:"copied"` // the files copied, relative to Dir
 	Reused bool     `json:"reused"` // found whole, built by an earlier start
+	// Notes name what may not work through the tree: an extension module
+	// linked in a directory the tree makes real whose DT_RUNPATH (or
+	// DT_RPATH) climbs out of the package through $ORIGIN. The dynamic
+	// loader takes $ORIGIN from the path it opened (the link's, in the
+	// tree), so it looks for those libraries beside the tree, where they
+	// are not; one already loaded by its soname (torch's, once torch is
+	// imported) is found anyway.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Find returns the tree of s under parent when one was made for the
@@ -92,7 +102,7 @@ func locate(parent string, s Spec) (*Tree, *inputs, error) {
 		return nil, nil, err
 	}
 	root := filepath.Join(parent, s.Name+"-"+in.key[:20])
-	return &Tree{Root: root, Dir: filepath.Join(root, s.Name), Copied: in.files}, in, nil
+	return &Tree{Root: root, Dir: filepath.Join(root, s.Name), Copied: in.files, Notes: in.notes}, in, nil
 }
 
 // Ensure returns the tree of s under parent (a directory of infera-exec's
@@ -160,6 +170,7 @@ type inputs struct {
 	files []string           // the files copied, relative to Pkg
 	skip  map[string]bool    // entries of a real __pycache__ left out: the bytecode of copied modules
 	key   string
+	notes []string
 }
 
 func readInputs(s Spec) (*inputs, error) {
@@ -226,6 +237,9 @@ func readInputs(s Spec) (*inputs, error) {
 		for _, e := range ents {
 			in.dirs[d] = append(in.dirs[d], entry{name: e.Name(), mode: e.Type()})
 			fmt.Fprintf(h, "%s %o\x00", e.Name(), e.Type())
+			if e.Type().IsRegular() && elfload.IsLibraryName(e.Name()) {
+				in.notes = append(in.notes, originEscapes(s.Pkg, filepath.Join(d, e.Name()))...)
+			}
 		}
 	}
 	for _, b := range slices.Sorted(slices.Values(s.Beside)) {
@@ -340,4 +354,64 @@ func Blocked(dir string, files []string) error {
 		}
 	}
 	return nil
+}
+
+// originEscapes says which $ORIGIN entries of the search path of the
+// shared object rel (relative to pkg) lead out of pkg.
+func originEscapes(pkg, rel string) []string {
+	o, err := elfload.Read(filepath.Join(pkg, rel))
+	if err != nil {
+		return nil
+	}
+	dirs := o.RunPath
+	if len(dirs) == 0 {
+		dirs = o.RPath
+	}
+	var out []string
+	for _, d := range dirs {
+		rest, ok := strings.CutPrefix(d, "$ORIGIN")
+		if !ok {
+			rest, ok = strings.CutPrefix(d, "${ORIGIN}")
+		}
+		if !ok {
+			continue
+		}
+		if to := filepath.Join(filepath.Dir(rel), "./"+rest); to == ".." || strings.HasPrefix(to, "../") {
+			out = append(out, fmt.Sprintf("%s searches %s, out of the package: through the shadow tree's link the loader looks beside the tree instead, and finds there no library that is not already loaded", filepath.Join(pkg, rel), d))
+		}
+	}
+	return out
+}
+
+// StaleAfter is how old a tree left half-built (by a start that was
+// killed) must be before Sweep removes it: far longer than any build.
+const StaleAfter = time.Minute
+
+// Sweep removes from parent the trees that a killed start left half-built
+// (".NAME-KEY.tmp-N"), by proof: a directory of that name, of this user,
+// older than StaleAfter. Removal never follows a link. It returns what it
+// removed.
+func Sweep(parent string) []string {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasPrefix(n, ".") || !strings.Contains(n, ".tmp-") || !e.IsDir() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < StaleAfter {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+			continue
+		}
+		if os.RemoveAll(filepath.Join(parent, n)) == nil {
+			removed = append(removed, n)
+		}
+	}
+	return removed
 }

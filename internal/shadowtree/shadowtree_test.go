@@ -198,3 +198,49 @@ print("record", [str(f.locate()) for f in md.files("eng")][0])
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, "image\n", string(out))
 }
+
+// An extension module linked in a directory the tree makes real, whose
+// RUNPATH climbs out of the package through $ORIGIN, is named: through the
+// link the loader looks beside the tree. One whose $ORIGIN stays inside
+// the package is not.
+func TestEnsureNamesExtensionsWhoseOriginLeavesThePackage(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("needs a C compiler (apt-get install gcc libc6-dev)")
+	}
+	_, pkg := image(t)
+	src := filepath.Join(t.TempDir(), "e.c")
+	require.NoError(t, os.WriteFile(src, []byte("int e(void){return 1;}\n"), 0o644))
+	for name, rpath := range map[string]string{"_out.abi3.so": "$ORIGIN/../torch/lib", "_in.abi3.so": "$ORIGIN/libs", "_abs.so": "/opt/x/lib"} {
+		out, err := exec.Command(cc, "-shared", "-fPIC", "-o", filepath.Join(pkg, name), src, "-Wl,-rpath,"+rpath, "-Wl,--enable-new-dtags").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	tr, err := Ensure(t.TempDir(), Spec{Pkg: pkg, Name: "eng", Files: []string{"sub/conn/mod.py"}})
+	require.NoError(t, err)
+	require.Len(t, tr.Notes, 1, "%q", tr.Notes)
+	assert.Contains(t, tr.Notes[0], filepath.Join(pkg, "_out.abi3.so")+" searches $ORIGIN/../torch/lib, out of the package")
+}
+
+func TestSweepRemovesOnlyOldHalfBuiltTreesOfItsOwn(t *testing.T) {
+	parent := t.TempDir()
+	old := time.Now().Add(-2 * StaleAfter)
+	mk := func(name string, dir bool, age time.Time) {
+		p := filepath.Join(parent, name)
+		if dir {
+			require.NoError(t, os.MkdirAll(filepath.Join(p, "eng"), 0o755))
+		} else {
+			require.NoError(t, os.WriteFile(p, nil, 0o644))
+		}
+		require.NoError(t, os.Chtimes(p, age, age))
+	}
+	mk(".eng-abc.tmp-1", true, old)        // left by a killed start: removed
+	mk(".eng-abc.tmp-2", true, time.Now()) // another start building now: kept
+	mk("eng-abc", true, old)               // a whole tree: kept
+	mk(".eng-abc.tmp-3", false, old)       // not a directory: kept
+	require.NoError(t, os.Symlink(t.TempDir(), filepath.Join(parent, ".eng-abc.tmp-4")))
+	assert.Equal(t, []string{".eng-abc.tmp-1"}, Sweep(parent))
+	for _, n := range []string{".eng-abc.tmp-2", "eng-abc", ".eng-abc.tmp-3", ".eng-abc.tmp-4"} {
+		_, err := os.Lstat(filepath.Join(parent, n))
+		assert.NoError(t, err, n)
+	}
+}
