@@ -188,7 +188,7 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 		return InitOutcome{}, fmt.Errorf("start %s: %w", s.Path, err)
 	}
 	if s.User != nil {
-		err, unverified := s.User.verifyChild(pid)
+		unverified, err := s.User.verifyChild(pid)
 		if err != nil {
 			syscall.Kill(pid, syscall.SIGKILL)
 			var ws syscall.WaitStatus

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -74,7 +75,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	if err := CheckDir(cfg.Chdir); err != nil {
 		return o, &config.Error{Msg: err.Error()}
 	}
-	drop, err := planDrop(cfg, cmpOr(in.Root, "/"), os.Geteuid())
+	drop, err := planDrop(cfg, cmp.Or(in.Root, "/"), os.Geteuid())
 	if err != nil {
 		return o, err // a *NotRootError (77) or a *config.Error (78)
 	}
@@ -190,11 +191,4 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom, User: o.User}, log), nil
 	}
 	return Exec(o.Path, o.Argv, env)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -219,11 +219,11 @@ func ParseStatus(b []byte) (Creds, error) {
 				dst = &c.GID
 			}
 			if len(f) != 4 {
-				return c, fmt.Errorf("%s line %q: not four ids", key, val)
+				return c, fmt.Errorf("the %s line %q: not four ids", key, val)
 			}
 			for i := range f {
 				if dst[i], err = strconv.Atoi(f[i]); err != nil {
-					return c, fmt.Errorf("%s line %q: %w", key, val, err)
+					return c, fmt.Errorf("the %s line %q: %w", key, val, err)
 				}
 			}
 			seen++
@@ -232,18 +232,18 @@ func ParseStatus(b []byte) (Creds, error) {
 			for _, g := range f {
 				n, err := strconv.Atoi(g)
 				if err != nil {
-					return c, fmt.Errorf("Groups line %q: %w", val, err)
+					return c, fmt.Errorf("the Groups line %q: %w", val, err)
 				}
 				c.Groups = append(c.Groups, n)
 			}
 			seen++
 		case "CapEff", "CapPrm":
 			if len(f) != 1 {
-				return c, fmt.Errorf("%s line %q", key, val)
+				return c, fmt.Errorf("the %s line %q: not one number", key, val)
 			}
 			n, err := strconv.ParseUint(f[0], 16, 64)
 			if err != nil {
-				return c, fmt.Errorf("%s line %q: %w", key, val, err)
+				return c, fmt.Errorf("the %s line %q: %w", key, val, err)
 			}
 			if key == "CapEff" {
 				c.CapEff = n
@@ -263,14 +263,14 @@ func ParseStatus(b []byte) (Creds, error) {
 // compares them with the drop; without /proc it says so (the child's own
 // setgroups, setgid and setuid, each of which ends it on failure, are
 // then what holds).
-func (d *Drop) verifyChild(pid int) (err error, unverified string) {
+func (d *Drop) verifyChild(pid int) (unverified string, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return nil, fmt.Sprintf("the worker's credentials not read back (%v): they are what its start set, or it did not start", err)
+		return fmt.Sprintf("the worker's credentials not read back (%v): they are what its start set, or it did not start", err), nil
 	}
 	c, err := ParseStatus(b)
 	if err != nil {
-		return &DropError{fmt.Sprintf("%s %s: /proc/%d/status: %v", d.From, d.Spec, pid, err)}, ""
+		return "", &DropError{fmt.Sprintf("%s %s: /proc/%d/status: %v", d.From, d.Spec, pid, err)}
 	}
-	return d.Verify(c, fmt.Sprintf("the worker (pid %d)", pid)), ""
+	return "", d.Verify(c, fmt.Sprintf("the worker (pid %d)", pid))
 }
