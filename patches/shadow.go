@@ -151,7 +151,14 @@ func (sh *shadowing) confirm(ctx context.Context, in Input, names []string, dist
 	env.Apply(environ.Prepend("PYTHONPATH", roots...))
 	probe := in
 	probe.Env = env
-	got, err := locator(probe, dists).locate(ctx, names)
+	l := locator(probe, dists)
+	if l.CacheDir != "" {
+		// Its answer is kept apart from the start's own question (the
+		// same interpreter, directory and names, without the trees),
+		// which would otherwise replace each other's at every start.
+		l.CacheDir = filepath.Join(l.CacheDir, shadowDir)
+	}
+	got, err := l.locate(ctx, names)
 	// The worker's own command line decides first: an interpreter started
 	// with -E or -I reads no PYTHONPATH, whatever a probe without its
 	// options answered.
