@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/userdb"
 )
 
 // Config is the run's configuration.
@@ -33,6 +34,7 @@ type Config struct {
 	RequirePatches     []string    `json:"require_patches,omitempty"`
 	SkipPatches        []string    `json:"skip_patches,omitempty"`   // INFERA_SKIP_PATCHES: patch ids not applied
 	PatchLockTimeout   string      `json:"patch_lock_timeout"`       // INFERA_PATCH_LOCK_TIMEOUT
+	PatchWrite         PatchWrite  `json:"patch_write"`              // INFERA_PATCH_WRITE
 	PreflightOff       bool        `json:"preflight_off,omitempty"`  // INFERA_PREFLIGHT=off
 	PreflightSkip      []string    `json:"preflight_skip,omitempty"` // INFERA_PREFLIGHT_SKIP
 	PreflightShmMin    uint64      `json:"preflight_shm_min"`        // INFERA_PREFLIGHT_SHM_MIN, bytes
@@ -49,6 +51,10 @@ type Config struct {
 	// Init says whether infera-exec stays as the worker's init, from
 	// --init/--init-group and INFERA_EXEC_INIT/INFERA_EXEC_INIT_GROUP.
 	Init InitMode `json:"init,omitempty"`
+	// User is whom the worker runs as, from --user or INFERA_EXEC_USER
+	// (UserFrom says which); nil: as infera-exec runs.
+	User     *userdb.Spec `json:"user,omitempty"`
+	UserFrom string       `json:"user_from,omitempty"`
 	// PreflightTimeoutError: a filesystem that does not answer within
 	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
 	// instead of being a warning.
@@ -58,6 +64,16 @@ type Config struct {
 	preflightTimeout time.Duration
 	patchLockTimeout time.Duration
 }
+
+// PatchWrite is where a start writes the engine patches
+// (INFERA_PATCH_WRITE).
+type PatchWrite string
+
+const (
+	PatchWriteAuto    PatchWrite = "auto"     // in place; in a shadow tree where in place is impossible
+	PatchWriteInPlace PatchWrite = "in-place" // only in place
+	PatchWriteShadow  PatchWrite = "shadow"   // always in a shadow tree
+)
 
 // InitMode is how infera-exec starts the worker: exec'ing it, or staying
 // as its init.
@@ -86,6 +102,7 @@ func (m InitMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil
 // mode options (--explain, --doctor, ...) are the main package's.
 type Flags struct {
 	Init, InitGroup bool
+	User            string // --user, checked by ParseArgs
 }
 
 // WorkDir is where a process that stands in for the worker runs (the
@@ -194,6 +211,11 @@ func Load(env *environ.Env, exe, cwd string, flags Flags) (Config, []string, err
 		l.c.Init = InitGroup
 	case flags.Init && l.c.Init == InitOff:
 		l.c.Init = InitChild
+	}
+	if flags.User != "" { // before INFERA_EXEC_USER, as the command line is
+		if s, err := userdb.ParseSpec(flags.User); err == nil {
+			l.c.User, l.c.UserFrom = &s, "--user"
+		}
 	}
 	return l.c, l.warns, first
 }

@@ -671,3 +671,28 @@ func TestLoadPreflightOnTimeout(t *testing.T) {
 	require.Len(t, warns, 1)
 	assert.Contains(t, warns[0], `INFERA_PREFLIGHT_ON_TIMEOUT="explode"`)
 }
+
+func TestUserAndPatchWrite(t *testing.T) {
+	c, _ := load(t, map[string]string{"INFERA_EXEC_USER": "1000:1000"})
+	require.NotNil(t, c.User)
+	assert.Equal(t, "1000:1000", c.User.String())
+	assert.Equal(t, "INFERA_EXEC_USER", c.UserFrom)
+	assert.Equal(t, PatchWriteAuto, c.PatchWrite, "the default")
+
+	// The command line wins over the variable.
+	c, _, err := Load(envOf(map[string]string{"INFERA_EXEC_USER": "1000:1000"}), testExe, testCwd, Flags{User: "app"})
+	require.NoError(t, err)
+	assert.Equal(t, "app", c.User.String())
+	assert.Equal(t, "--user", c.UserFrom)
+
+	for v, want := range map[string]PatchWrite{"in-place": PatchWriteInPlace, " Shadow ": PatchWriteShadow, "auto": PatchWriteAuto} {
+		c, _ := load(t, map[string]string{"INFERA_PATCH_WRITE": v})
+		assert.Equal(t, want, c.PatchWrite, v)
+	}
+	for k, v := range map[string]string{"INFERA_EXEC_USER": "1000:", "INFERA_PATCH_WRITE": "sideways"} {
+		_, _, err := Load(envOf(map[string]string{k: v}), testExe, testCwd, Flags{})
+		var ce *Error
+		require.ErrorAs(t, err, &ce, "%s=%s", k, v)
+		assert.Contains(t, err.Error(), k)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/infera/infera-exec/internal/userdb"
 )
 
 // Options is a parsed command line: infera-exec's own options, then the
@@ -14,6 +16,7 @@ type Options struct {
 	Help, Version, Explain, Doctor, JSON, Verbose, Quiet bool
 	Flags                                                         // --init, --init-group
 	Check                                                string   // --check ROOT
+	Apply                                                string   // --apply ROOT
 	Install                                              string   // --install DEST
 	Command                                              []string // the worker command and its arguments
 }
@@ -41,8 +44,10 @@ var options = []option{
 	{[]string{"doctor"}, "", "run only the preflight checks on the command that follows; exit 0, 1 (warnings) or 78 (errors)", func(o *Options) any { return &o.Doctor }},
 	{[]string{"install"}, "DEST", "copy the payload this binary belongs to into DEST (an emptyDir), checked against payload.index.json; no command", func(o *Options) any { return &o.Install }},
 	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing, and the payload's trees against it; exit 65 if a patch drifted, 69 if a payload file does not load there or shadows the image's", func(o *Options) any { return &o.Check }},
+	{[]string{"apply"}, "ROOT", "write the engine patches (built-in and the payload's) into an unpacked image or a site-packages directory at build time, without Python, as a start would write them; then the payload's trees against it; exit codes as --check (65 also when a patch could not be written)", func(o *Options) any { return &o.Apply }},
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding every signal but KILL, STOP and CHLD (TSTP, TTIN, TTOU stop the init too), reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group, which gets SIGTERM when the worker ends (SIGKILL 5s later)", func(o *Options) any { return &o.InitGroup }},
+	{[]string{"user"}, "UID[:GID]", "after the steps that need root (libionic swap, patches, limits), run the worker as this user (a uid or a name of the image's /etc/passwd; GID or group name: that group and no supplementary ones, else the user's groups from /etc/group), HOME from /etc/passwd; as gosu does; only as root (else 77); also INFERA_EXEC_USER", func(o *Options) any { return &o.User }},
 	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},
 	{[]string{"q", "quiet"}, "", "with --install: no progress lines, only the summary", func(o *Options) any { return &o.Quiet }},
 	{[]string{"version"}, "", "print version, commit and Go version", func(o *Options) any { return &o.Version }},
@@ -53,7 +58,9 @@ var options = []option{
 // missing.
 var valueWhat = map[string]string{
 	"check":   "a directory: an unpacked image root filesystem or a site-packages directory",
+	"apply":   "a directory: an unpacked image root filesystem or a site-packages directory",
 	"install": "the directory to install the payload into (an emptyDir in a pod)",
+	"user":    "the user to run the worker as: UID[:GID] or NAME[:GROUP], e.g. 1000:1000",
 }
 
 // ParseArgs splits infera-exec's own options from the command (args
@@ -81,13 +88,18 @@ func ParseArgs(args []string) (Options, error) {
 	if len(fs.Args()) > 0 {
 		o.Command = fs.Args()
 	}
-	for _, n := range []string{"check", "install"} {
+	for _, n := range []string{"check", "apply", "install", "user"} {
 		if f := fs.Lookup(n); f != nil && f.Value.String() == "" && set(fs, n) {
 			return o, &UsageError{fmt.Sprintf("--%s needs %s", n, valueWhat[n])}
 		}
 	}
 	if o.InitGroup {
 		o.Init = true
+	}
+	if o.User != "" {
+		if _, err := userdb.ParseSpec(o.User); err != nil {
+			return o, &UsageError{fmt.Sprintf("--user %v", err)}
+		}
 	}
 	return o, o.validate()
 }
@@ -159,7 +171,7 @@ func usageOf(err error, args []string) error {
 // validate refuses the combinations of modes that cannot run together.
 func (o Options) validate() error {
 	modes := 0
-	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Install != ""} {
+	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Apply != "", o.Install != ""} {
 		if on {
 			modes++
 		}
@@ -167,14 +179,18 @@ func (o Options) validate() error {
 	switch {
 	case len(o.Command) == 0 && modes == 0 && !o.Help && !o.Version:
 		return &UsageError{"no command given: infera-exec prepares the container and then runs a worker command (infera-exec [OPTIONS] [--] COMMAND [ARG...])"}
-	case o.JSON && !o.Explain && !o.Doctor && o.Check == "":
-		return &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
-	case o.Init && (o.Doctor || o.Check != "" || o.Install != ""):
-		return &UsageError{"--init starts a worker and stays as its init; --doctor, --check and --install run no worker"}
+	case o.JSON && !o.Explain && !o.Doctor && o.Check == "" && o.Apply == "":
+		return &UsageError{"--json goes with --explain, --doctor, --check or --apply (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	case o.Init && (o.Doctor || o.Check != "" || o.Apply != "" || o.Install != ""):
+		return &UsageError{"--init starts a worker and stays as its init; --doctor, --check, --apply and --install run no worker"}
+	case o.User != "" && (o.Doctor || o.Check != "" || o.Apply != "" || o.Install != ""):
+		return &UsageError{"--user says whom the worker runs as; --doctor, --check, --apply and --install run no worker"}
 	case o.Doctor && modes > 1:
 		return &UsageError{"--doctor runs the preflight checks on the command that follows it; use it without --explain, --check or --install"}
 	case o.Check != "" && (modes > 1 || len(o.Command) > 0):
 		return &UsageError{"--check evaluates patches against a directory and runs no command; use it alone (with --json if wanted)"}
+	case o.Apply != "" && (modes > 1 || len(o.Command) > 0):
+		return &UsageError{"--apply writes the patches into a directory and runs no command; use it alone (with --json if wanted)"}
 	case o.Install != "" && (modes > 1 || len(o.Command) > 0):
 		return &UsageError{"--install copies the payload and runs no command; use it alone"}
 	}

@@ -26,6 +26,10 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"install", "/overlay"}, Options{Command: []string{"install", "/overlay"}}}, // a command named like a mode is a command
 		{[]string{"--explain"}, Options{Explain: true}},                                      // the plan says "no command given"
 		{[]string{"--help"}, Options{Help: true}},
+		{[]string{"--apply", "--json", "/img"}, Options{Apply: "/img", JSON: true}},
+		{[]string{"apply", "/img"}, Options{Command: []string{"apply", "/img"}}}, // a command named like a mode is a command
+		{[]string{"--user", "1000:1000", "--init", "python3", "--user", "x"}, Options{Flags: Flags{Init: true, User: "1000:1000"}, Command: []string{"python3", "--user", "x"}}},
+		{[]string{"--user=app", "python3"}, Options{Flags: Flags{User: "app"}, Command: []string{"python3"}}},
 	}
 	for _, c := range cases {
 		got, err := ParseArgs(c.args)
@@ -42,7 +46,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{nil, "no command given"},
 		{[]string{"--verbose"}, "no command given"},
 		{[]string{"--frob", "x"}, "unknown option --frob"},
-		{[]string{"--json", "x"}, "--json goes with --explain, --doctor or --check"},
+		{[]string{"--json", "x"}, "--json goes with --explain, --doctor, --check or --apply"},
 		{[]string{"--doctor", "--explain", "x"}, "--doctor runs the preflight checks"},
 		{[]string{"--check"}, "--check needs a directory"},
 		{[]string{"--check="}, "--check needs a directory"},
@@ -50,6 +54,15 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"--check", "/a", "true"}, "--check evaluates patches"},
 		{[]string{"--install", "/a", "--explain"}, "--install copies the payload and runs no command"},
 		{[]string{"--install", "/a", "python3"}, "--install copies the payload and runs no command"},
+		{[]string{"--apply"}, "--apply needs a directory"},
+		{[]string{"--apply", "/a", "--check", "/b"}, "--check evaluates patches against a directory and runs no command"},
+		{[]string{"--apply", "/a", "true"}, "--apply writes the patches"},
+		{[]string{"--user"}, "--user needs the user to run the worker as"},
+		{[]string{"--user", "1000:", "x"}, `--user "1000:": nothing after the colon`},
+		{[]string{"--user=-1", "x"}, `--user "-1": "-1" is not an id`},
+		{[]string{"--user", "1000", "--check", "/a"}, "--user says whom the worker runs as"},
+		{[]string{"--user", "1000", "--apply", "/a"}, "--user says whom the worker runs as"},
+		{[]string{"--init", "--apply", "/a"}, "--init starts a worker"},
 	}
 	for _, c := range cases {
 		_, err := ParseArgs(c.args)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/userdb"
 )
 
 // Defaults, each used by the one entry of Vars that reads its variable.
@@ -115,6 +116,17 @@ var Vars = []Var{
 		}
 		return err
 	}},
+	{"INFERA_EXEC_USER", "run the worker as UID[:GID] or NAME[:GROUP] after the steps that need root, like --user (which wins)", "", func(l *loader, v string) error {
+		if v == "" {
+			return nil
+		}
+		s, err := userdb.ParseSpec(v)
+		if err != nil {
+			return &Error{fmt.Sprintf("INFERA_EXEC_USER=%v", err)}
+		}
+		l.c.User, l.c.UserFrom = &s, "INFERA_EXEC_USER"
+		return nil
+	}},
 	{"INFERA_ABI_FAMILY", "force the family, e.g. rocm7-py312 (debugging)", "", func(l *loader, v string) error {
 		if v == "" {
 			return nil
@@ -164,6 +176,18 @@ var Vars = []Var{
 	}},
 	{"INFERA_SKIP_PATCHES", "patch ids not to apply or check (unknown id: 78)", "", func(l *loader, v string) error {
 		l.c.SkipPatches = splitList(v)
+		return nil
+	}},
+	{"INFERA_PATCH_WRITE", "where a start writes the engine patches: auto = in place, and in a shadow tree in the state directory where the engine's files cannot be written (read-only, another owner); in-place = only in place; shadow = always in a shadow tree", string(PatchWriteAuto), func(l *loader, v string) error {
+		switch w := PatchWrite(strings.ToLower(strings.TrimSpace(v))); w {
+		case "":
+			l.c.PatchWrite = PatchWriteAuto
+		case PatchWriteAuto, PatchWriteInPlace, PatchWriteShadow:
+			l.c.PatchWrite = w
+		default:
+			l.c.PatchWrite = PatchWriteAuto
+			return &Error{fmt.Sprintf("INFERA_PATCH_WRITE=%q: want auto, in-place or shadow", v)}
+		}
 		return nil
 	}},
 	{"INFERA_PATCH_LOCK_TIMEOUT", "how long a start waits, in all, for the engine's package directories that another process holds locked; then it starts unpatched (a warning; 65 when a patch is required). 0 = do not wait", DefaultPatchLockTimeout.String(), func(l *loader, v string) error {

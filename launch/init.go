@@ -98,6 +98,11 @@ type InitSpec struct {
 	// OOM says why the worker died of SIGKILL when the kernel can tell
 	// (Become).
 	OOM OOMWatch
+	// User, when set, is whom the worker runs as: the child takes the
+	// credentials before its exec and the init, which stays root, reads
+	// them back before it supervises (a mismatch: the worker is killed
+	// and the start refused).
+	User *Drop
 }
 
 // InitOutcome is how the worker ended.
@@ -150,6 +155,9 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 
 	terminal := isTerminal(0)
 	attr := &syscall.SysProcAttr{Setpgid: true}
+	if s.User != nil {
+		attr.Credential = s.User.credential()
+	}
 	if terminal {
 		// The child hands the terminal to its group with every signal
 		// blocked (syscall.forkAndExecInChild), so no SIGTTOU stops it,
@@ -178,6 +186,18 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 			os.Chdir(start)
 		}
 		return InitOutcome{}, fmt.Errorf("start %s: %w", s.Path, err)
+	}
+	if s.User != nil {
+		unverified, err := s.User.verifyChild(pid)
+		if err != nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			syscall.Wait4(pid, &ws, 0, nil)
+			return InitOutcome{}, err
+		}
+		if unverified != "" {
+			note("init: " + unverified)
+		}
 	}
 	if terminal {
 		// As tini does: the terminal is the worker's now, and a line the

@@ -23,13 +23,18 @@ func InitRole() string {
 // Become runs the worker as this process's child and stays its init
 // until it ends, logging what happened; it returns the code infera-exec
 // exits with: the worker's, 128+N when signal N killed it, or the shell's
-// 126/127 when it could not be started at all, as a failed exec gives.
+// 126/127 when it could not be started at all, as a failed exec gives
+// (77 when it did not get the user's credentials exactly).
 func Become(s InitSpec, log *slog.Logger) int {
 	before := s.OOM.count()
 	out, err := Supervise(s, func(msg string) { log.Warn(msg) })
 	if err != nil {
 		code := lookpath.CodeNotExecutable
-		if errors.Is(err, syscall.ENOENT) {
+		var drop *DropError
+		switch {
+		case errors.As(err, &drop):
+			code = drop.ExitCode()
+		case errors.Is(err, syscall.ENOENT):
 			code = lookpath.CodeNotFound
 		}
 		log.Error(err.Error(), "exit", code)

@@ -35,6 +35,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(dropChildEnv); spec != "" {
+		os.Exit(dropChild(spec))
+	}
 	if script := os.Getenv(initChildEnv); script != "" {
 		os.Unsetenv(initChildEnv)
 		grace, _ := time.ParseDuration(os.Getenv("INITPROC_TEST_GRACE"))

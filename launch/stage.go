@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -29,6 +30,9 @@ type Input struct {
 	// Probe reads the model's size after a worker the OOM killer ended
 	// (init mode), with the run's deadline.
 	Probe *fsprobe.Prober
+	// Root is the image root whose etc/passwd and etc/group name the
+	// worker's user (Config.User); "" is /.
+	Root string
 }
 
 // Outcome is what is (or would be) executed: the report's exec section.
@@ -45,8 +49,11 @@ type Outcome struct {
 	// "init-group" when signals go to the worker's process group); empty:
 	// it execs the worker and is gone.
 	Init config.InitMode `json:"init,omitempty"`
+	// User is the user the worker runs as (--user, INFERA_EXEC_USER);
+	// nil: as infera-exec runs.
+	User *Drop `json:"user,omitempty"`
 	// Edits is what the worker's environment gains:
-	// INFERA_ENGINE_READY_TIMEOUT.
+	// INFERA_ENGINE_READY_TIMEOUT, and HOME of User.
 	Edits []environ.Edit `json:"-"`
 	oom   OOMWatch
 }
@@ -67,6 +74,15 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	}
 	if err := CheckDir(cfg.Chdir); err != nil {
 		return o, &config.Error{Msg: err.Error()}
+	}
+	drop, err := planDrop(cfg, cmp.Or(in.Root, "/"), os.Geteuid())
+	if err != nil {
+		return o, err // a *NotRootError (77) or a *config.Error (78)
+	}
+	if drop != nil {
+		o.User = drop
+		o.Edits = append(o.Edits, drop.homeEdit())
+		in.Log.Info(fmt.Sprintf("user: the worker will run as %s (%s %s), after the steps that need root", drop, drop.From, drop.Spec))
 	}
 	in.Log.Info(fmt.Sprintf("engine ready timeout %ds (%s)", cfg.ReadyTimeout, cfg.ReadyTimeoutFrom))
 	n, err := RaiseNofile(in.DryRun)
@@ -116,6 +132,9 @@ func (o *Outcome) WriteText(w io.Writer) {
 	} else {
 		p("  argv   %s", report.QuoteArgs(report.RedactArgs(o.Command)))
 	}
+	if o.User != nil {
+		p("  user   %s (%s %s)", o.User, o.User.From, o.User.Spec)
+	}
 	switch o.Init {
 	case config.InitOff:
 		p("  start  exec: infera-exec is replaced by the worker")
@@ -138,25 +157,38 @@ func (o *Outcome) WriteText(w io.Writer) {
 // and says how the run ends, for the report.
 func (o *Outcome) Announce(log *slog.Logger) report.Result {
 	argv := report.QuoteArgs(report.RedactArgs(o.Argv))
+	as := ""
+	if o.User != nil {
+		as = fmt.Sprintf(" as uid %d gid %d", o.User.UID, o.User.GID)
+	}
 	if o.Init != config.InitOff {
-		log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-			argv, o.Path, o.Cwd, InitRole()), "path", o.Path)
+		log.Info(fmt.Sprintf("init: starting %s (%s) in %s%s; infera-exec stays as its %s, forwarding signals and reaping zombies",
+			argv, o.Path, o.Cwd, as, InitRole()), "path", o.Path)
 		return report.ResultInit
 	}
-	log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, o.Path, o.Cwd), "path", o.Path)
+	log.Info(fmt.Sprintf("exec %s (%s) in %s%s", argv, o.Path, o.Cwd, as), "path", o.Path)
 	return report.ResultExec
 }
 
-// Start is the irreversible end of the pass: chdir, then execve the
-// worker, or, in init mode, start it and stay as its init. It returns the
-// code infera-exec exits with; an exec that succeeds never returns.
+// Start is the irreversible end of the pass: the drop to the worker's
+// user (exec mode: of infera-exec itself), chdir, then execve the worker,
+// or, in init mode, start it (with the user's credentials) and stay as its
+// init. It returns the code infera-exec exits with; an exec that succeeds
+// never returns. A drop that fails or does not give exactly what was asked
+// is a *DropError (77), and nothing is started.
 func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
+	if o.User != nil && o.Init == config.InitOff {
+		if err := o.User.dropSelf(); err != nil {
+			return CodeNoPerm, err
+		}
+		log.Info(fmt.Sprintf("user: now %s, verified (uids, gids, groups, no capabilities)", o.User))
+	}
 	if err := os.Chdir(o.Cwd); err != nil {
 		return 78, &config.Error{Msg: fmt.Sprintf("chdir %s (INFERA_EXEC_CHDIR): %v", o.Cwd, err)}
 	}
 	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
-		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom}, log), nil
+		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom, User: o.User}, log), nil
 	}
 	return Exec(o.Path, o.Argv, env)
 }

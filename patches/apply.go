@@ -39,6 +39,9 @@ type Result struct {
 	// keeping the fix on, and where it stands upstream.
 	Caveat   string                   `json:"caveat,omitempty"`
 	Upstream *patchdef.UpstreamStatus `json:"upstream,omitempty"`
+	// Shadow is the shadow tree the patch is in force from (the worker
+	// imports its package from there; see shadow.go); "" in place.
+	Shadow string `json:"shadow,omitempty"`
 
 	err    error // why a write was abandoned
 	refuse error // the definition cannot be used as it is (78)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/infera/infera-exec/patches/patchdef"
 )
@@ -21,6 +22,17 @@ type CheckReport struct {
 	// edited file (a package directory or extension module beside it):
 	// not in force whatever a start does.
 	Shadowed bool `json:"shadowed"`
+	// Wrote: --apply: the patches were written (Results are their states
+	// after the write); Failed are those that were pending and could not
+	// be written, with why.
+	Wrote  bool      `json:"wrote,omitempty"`
+	Failed []Failure `json:"failed,omitempty"`
+}
+
+// Failure is a patch --apply could not write.
+type Failure struct {
+	ID  string `json:"id"`
+	Why string `json:"why"`
 }
 
 // CheckAnswering is Check after asking, through answers, whether the
@@ -31,6 +43,51 @@ func CheckAnswering(root, payloadRoot string, answers func(paths ...string) erro
 		return nil, &ConfigError{err}
 	}
 	return check(root, payloadRoot)
+}
+
+// ApplyAnswering is --apply ROOT: the built-in and the payload's
+// definitions written into root at build time, offline, with the plans,
+// states and transactions of a start (each package directory locked,
+// within lockTimeout in all), then reported as Check reports. No record
+// is kept: a start on an image built from root finds the patches applied
+// in its files.
+func ApplyAnswering(root, payloadRoot string, answers func(paths ...string) error, lockTimeout time.Duration) (*CheckReport, error) {
+	if err := answers(root, payloadRoot); err != nil {
+		return nil, &ConfigError{err}
+	}
+	set, err := loadSet(payloadRoot)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	loc, err := LocateOffline(root, set.Packages())
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	loc.fillDistVersions(set, root)
+	rep := &CheckReport{Root: root, Location: loc, Wrote: true, Results: applySet(set, loc, options{LockTimeout: lockTimeout})}
+	rep.judge()
+	for _, r := range rep.Results {
+		if r.Action == "failed" || r.State == patchdef.Pending {
+			why := r.Why
+			if why == "" {
+				why = "still " + string(r.State) + " after the write"
+			}
+			rep.Failed = append(rep.Failed, Failure{ID: r.ID, Why: why})
+		}
+	}
+	return rep, nil
+}
+
+// judge sets Drift and Shadowed from the results.
+func (rep *CheckReport) judge() {
+	for _, r := range rep.Results {
+		if r.State == patchdef.Drift || r.State == patchdef.Partial {
+			rep.Drift = true
+		}
+		if r.NotImported {
+			rep.Shadowed = true
+		}
+	}
 }
 
 // check evaluates the built-in and the payload's definitions against root
@@ -47,20 +104,17 @@ func check(root, payloadRoot string) (*CheckReport, error) {
 	}
 	loc.fillDistVersions(set, root)
 	rep := &CheckReport{Root: root, Location: loc, Results: applySet(set, loc, options{DryRun: true})}
-	for _, r := range rep.Results {
-		if r.State == patchdef.Drift || r.State == patchdef.Partial {
-			rep.Drift = true
-		}
-		if r.NotImported {
-			rep.Shadowed = true
-		}
-	}
+	rep.judge()
 	return rep, nil
 }
 
 // WriteText prints the report as a table per package.
 func (rep *CheckReport) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "infera-exec --check %s (nothing is written)\n", rep.Root)
+	if rep.Wrote {
+		fmt.Fprintf(w, "infera-exec --apply %s (the states after the write)\n", rep.Root)
+	} else {
+		fmt.Fprintf(w, "infera-exec --check %s (nothing is written)\n", rep.Root)
+	}
 	for _, n := range rep.Location.Notes {
 		fmt.Fprintf(w, "note: not certain: %s; the lookup passed over it\n", n)
 	}
@@ -94,7 +148,10 @@ func (rep *CheckReport) WriteText(w io.Writer) {
 			if r.Why != "" && r.State != patchdef.Pending {
 				fmt.Fprintf(w, "  %-40s %-15s %s\n", "", "", r.Why)
 			}
-			if r.State != patchdef.NotApplicable && r.State != patchdef.Skipped {
+			switch {
+			case rep.Wrote && r.Action == "applied":
+				fmt.Fprintf(w, "  %-40s %-15s written by this --apply (it was %s)\n", "", "", r.Before)
+			case r.State != patchdef.NotApplicable && r.State != patchdef.Skipped:
 				writeEditSites(w, r.Edits)
 			}
 			if r.Caveat != "" && r.State != patchdef.NotApplicable {

@@ -64,6 +64,9 @@ type Outcome struct {
 	Results  []Result       `json:"results,omitempty"`
 	Scripts  []legacyScript `json:"scripts,omitempty"`
 	Notes    []string       `json:"notes,omitempty"`
+	// Edits is what the worker's environment gains: the shadow trees it
+	// imports the patched packages from, first on PYTHONPATH.
+	Edits []environ.Edit `json:"-"`
 }
 
 // Fields and WriteText render the outcome in the report and --explain.
@@ -160,8 +163,14 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Info(fmt.Sprintf("%s %s at %s%s", n, orUnknown(pkg.Version), pkg.Dir, cached))
 	}
 
-	o.Results = sel.withSkipped(set, applySet(sel.set, loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
+	// Where the files cannot be written in place, into a shadow tree
+	// (shadow.go), which goes on PYTHONPATH once the worker imports it.
+	sh := planShadows(in, sel.set, loc, log)
+	o.Results = sel.withSkipped(set, applySet(sel.set, sh.loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
 		LockTimeout: in.Config.PatchLockTimeoutDuration(), PyMinor: in.PyMinor}))
+	if edits, worker := sh.confirm(ctx, in, names, set.Distributions(names), o.Results, log); worker != nil {
+		o.Edits, o.Location = edits, worker
+	}
 	counts := map[patchdef.State]int{}
 	var refusal error
 	for _, r := range o.Results {
@@ -299,6 +308,8 @@ func logResult(log *slog.Logger, r Result) {
 		log.Info(fmt.Sprintf("patch %s would be applied (%s)", r.ID, r.Summary))
 	case r.Action == "failed":
 		log.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, r.Why))
+	case r.State == patchdef.Applied && r.Shadow != "":
+		log.Info(fmt.Sprintf("patch %s already applied (in the shadow tree %s)", r.ID, r.Shadow))
 	case r.State == patchdef.Applied:
 		log.Info(fmt.Sprintf("patch %s already applied", r.ID))
 		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return found(e.At, "replacement", "legacy") }); lines != "" {

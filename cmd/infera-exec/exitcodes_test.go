@@ -22,6 +22,7 @@ import (
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
@@ -46,6 +47,8 @@ var refusals = []struct {
 	{&patches.RequiredError{Err: errors.New("x")}, 65},
 	{&lookpath.Error{Code: lookpath.CodeNotFound}, 127},
 	{&lookpath.Error{Code: lookpath.CodeNotExecutable}, 126},
+	{&launch.NotRootError{}, 77},
+	{&launch.DropError{}, 77},
 }
 
 // Every type in the module with an ExitCode method is listed above with

@@ -31,7 +31,7 @@ const (
 	exitOK       = 0
 	exitWarnings = 1  // --doctor: only warnings failed
 	exitUsage    = 64 // EX_USAGE: bad options or no command
-	exitPatch    = 65 // EX_DATAERR: --check: a patch drifted
+	exitPatch    = 65 // EX_DATAERR: --check, --apply: a patch drifted (--apply: or was not written)
 	exitSoftware = 70 // EX_SOFTWARE: a bug in infera-exec
 	exitConfig   = 78 // EX_CONFIG: payload, interpreter or configuration unusable
 )
@@ -87,7 +87,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
-	noWorker := o.Doctor || o.Check != "" || o.Install != ""
+	noWorker := o.Doctor || o.Check != "" || o.Apply != "" || o.Install != ""
 	// A start's heap on huge pages (package heappages), before the start
 	// touches it; not the heap of an init that stays for the worker's life.
 	heap := heappages.Outcome{Skipped: "not a start that execs its worker"}
@@ -112,6 +112,8 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		return runInstall(cfg, o.Install, o.Quiet, stderr)
 	case o.Check != "":
 		return runCheck(cfg, o.Check, o.JSON, stdout, stderr)
+	case o.Apply != "":
+		return runApply(cfg, o.Apply, o.JSON, stdout, stderr)
 	}
 	// Only the start runs with the collector off (see collectLater):
 	// --install, --check and --doctor may read files of any size.

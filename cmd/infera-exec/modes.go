@@ -105,6 +105,37 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	return exitOK
 }
 
+// runApply writes every patch definition into an unpacked image root or a
+// site-packages directory, offline, as a start writes them (the same
+// plans, states and transactions), and then reports as runCheck does, with
+// runCheck's exit codes; 65 also when a patch that is pending could not be
+// written.
+func runApply(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
+	fmt.Fprintf(stderr, "infera-exec: applying the built-in patch definitions and those of the payload %s (%s) to %s\n", cfg.PayloadRoot, cfg.PayloadRootFrom, root)
+	rep, err := patches.ApplyAnswering(root, cfg.PayloadRoot, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer, cfg.PatchLockTimeoutDuration())
+	if err != nil {
+		return refuse(stderr, err)
+	}
+	res := checkResult{CheckReport: rep, Audit: capability.AuditImageRoot(cfg.PayloadRoot, root)}
+	printResult(stdout, asJSON, res, func() {
+		rep.WriteText(stdout)
+		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
+	})
+	for _, f := range rep.Failed {
+		fmt.Fprintf(stderr, "infera-exec: error: patch %s not written: %s\n", f.ID, f.Why)
+	}
+	if rep.Drift || rep.Shadowed || len(rep.Failed) > 0 {
+		return exitPatch
+	}
+	if err := res.Audit.Failure(); err != nil {
+		return refuse(stderr, err)
+	}
+	return exitOK
+}
+
 // printResult prints a mode's result as indented JSON, or as text.
 func printResult(w io.Writer, asJSON bool, v any, text func()) {
 	if !asJSON {

@@ -174,6 +174,7 @@ func (p *pass) preflight(ctx context.Context) (report.Section, error) {
 func (p *pass) enginePatches(ctx context.Context) (report.Section, error) {
 	out, err := patches.Run(ctx, p.patchInput(p.early))
 	p.early.Stop()
+	p.env.Apply(out.Edits...) // the shadow trees the worker imports from
 	return out, err
 }
 

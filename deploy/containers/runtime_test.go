@@ -147,6 +147,7 @@ func TestRuntime(t *testing.T) {
 			env.Setenv("CHECK", checkWorker)
 			env.Setenv("RESTARTER", restartWorker)
 			env.Setenv("STATEWORKER", stateWorker)
+			env.Setenv("IDWORKER", idWorker)
 			// The recipe's settings for a machine without GPUs, RDMA or
 			// a network the containers need.
 			env.Setenv("NOFILE", strconv.FormatUint(nofile, 10))
@@ -174,6 +175,20 @@ print("origin", origin)
 print("fixed", "conv = cache_or_caches[0]" in src, "anchor", "conv, _ = cache_or_caches" in src)
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector import MooncakeConnector
 print("build_prom_metrics", hasattr(MooncakeConnector, "build_prom_metrics"))
+`
+
+// idWorker prints the credentials the worker runs with, as the kernel
+// has them, its HOME, and whether the Mooncake connector it imports holds
+// the fix.
+const idWorker = `import os, importlib.util
+print("uid", *os.getresuid(), "fs", open("/proc/self/status").read().split("Uid:")[1].split()[3])
+print("gid", *os.getresgid())
+print("groups", ",".join(map(str, sorted(os.getgroups()))) or "none")
+caps = dict(l.split(":\t") for l in open("/proc/self/status").read().splitlines() if l.startswith("Cap"))
+print("capeff", caps["CapEff"], "capprm", caps["CapPrm"])
+print("home", os.environ.get("HOME"))
+origin = importlib.util.find_spec("vllm.distributed.kv_transfer.kv_connector.v1.mooncake.mooncake_connector").origin
+print("fixed", "conv = cache_or_caches[0]" in open(origin).read())
 `
 
 // restartWorker runs until stopped, after printing the identity of the
