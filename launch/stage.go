@@ -48,6 +48,10 @@ type Outcome struct {
 	// Edits is what the worker's environment gains:
 	// INFERA_ENGINE_READY_TIMEOUT.
 	Edits []environ.Edit `json:"-"`
+	// Ended is how the worker ended, once an init's Start returns: the
+	// line the init logged (the OOM killer's, a signal's or an exit
+	// status's).
+	Ended string `json:"-"`
 	oom   OOMWatch
 }
 
@@ -156,7 +160,9 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 	}
 	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
-		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom}, log), nil
+		var code int
+		code, o.Ended = become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom}, log)
+		return code, nil
 	}
 	return Exec(o.Path, o.Argv, env)
 }

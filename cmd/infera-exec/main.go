@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/heappages"
 	"github.com/infera/infera-exec/internal/inheritfd"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/overlay"
 )
 
@@ -74,6 +75,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	o, err := config.ParseArgs(args[1:])
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: %v\nRun 'infera-exec --help' for usage.\n", err)
+		usageToKubelet(env, err, stderr)
 		return exitCode(err)
 	}
 	switch {
@@ -102,6 +104,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 		}
 		if err != nil {
+			if o.Install != "" { // an init container's entrypoint
+				tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), logging.New(stderr, cfg.LogJSON, false, nil))
+			}
 			return refuse(stderr, err)
 		}
 	}

@@ -63,6 +63,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 		say(n)
 	}
 	if err != nil {
+		tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), logging.New(stderr, cfg.LogJSON, false, nil))
 		return refuse(stderr, err)
 	}
 	for _, l := range append([]string{r.Summary()}, capability.InstalledAudit(r.Dest)...) {

@@ -190,12 +190,16 @@ func (p *pass) exec() int {
 	p.rep.EnvChanges = environ.Diff(p.env0, p.env)
 	p.rep.Outcome = report.Outcome{Result: l.Announce(p.log)}
 	p.writeReport()
+	clearKubelet(p.cfg.TerminationLog, p.log)
 	if l.Init != config.InitOff && p.restoreGC != nil {
 		p.restoreGC() // from here on a long-lived process
 	}
 	code, err := l.Start(p.env.Slice(), p.log)
 	if err != nil {
 		return p.finish(code, report.ResultExecFailed, err)
+	}
+	if code != exitOK && l.Ended != "" { // the init's worker ended badly
+		tellKubelet(p.cfg.TerminationLog, code, l.Ended, p.log)
 	}
 	return code
 }
@@ -216,11 +220,14 @@ func (p *pass) finish(code int, result report.Result, err error) int {
 	if err != nil {
 		p.rep.Outcome.Reason = err.Error()
 		if !p.dry {
-			p.log.Error(err.Error(), "exit", code)
+			p.log.Error(err.Error(), "event", "refused", "exit_code", code)
 		}
 	}
 	if !p.dry {
 		p.writeReport()
+		if err != nil && code != exitOK {
+			tellKubelet(p.cfg.TerminationLog, code, err.Error(), p.log)
+		}
 		return code
 	}
 	p.rep.Log = p.rec.Entries()
