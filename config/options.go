@@ -12,6 +12,7 @@ import (
 // worker command.
 type Options struct {
 	Help, Version, Explain, Doctor, JSON, Verbose, Quiet bool
+	Report                                               bool     // --report: print the last report
 	Flags                                                         // --init, --init-group
 	Check                                                string   // --check ROOT
 	Install                                              string   // --install DEST
@@ -41,6 +42,7 @@ var options = []option{
 	{[]string{"doctor"}, "", "run only the preflight checks on the command that follows; exit 0, 1 (warnings) or 78 (errors)", func(o *Options) any { return &o.Doctor }},
 	{[]string{"install"}, "DEST", "copy the payload this binary belongs to into DEST (an emptyDir), checked against payload.index.json; no command", func(o *Options) any { return &o.Install }},
 	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing, and the payload's trees against it; exit 65 if a patch drifted, 69 if a payload file does not load there or shadows the image's", func(o *Options) any { return &o.Check }},
+	{[]string{"report"}, "", "print the last report of the state directory (INFERA_EXEC_REPORT, else report.json there) and exit, for an image without a shell or cat; --json: as the file holds it; exit 0, or 66 when there is none or it cannot be read", func(o *Options) any { return &o.Report }},
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding every signal but KILL, STOP and CHLD (TSTP, TTIN, TTOU stop the init too), reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group, which gets SIGTERM when the worker ends (SIGKILL 5s later)", func(o *Options) any { return &o.InitGroup }},
 	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},
@@ -159,7 +161,7 @@ func usageOf(err error, args []string) error {
 // validate refuses the combinations of modes that cannot run together.
 func (o Options) validate() error {
 	modes := 0
-	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Install != ""} {
+	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Install != "", o.Report} {
 		if on {
 			modes++
 		}
@@ -167,7 +169,9 @@ func (o Options) validate() error {
 	switch {
 	case len(o.Command) == 0 && modes == 0 && !o.Help && !o.Version:
 		return &UsageError{"no command given: infera-exec prepares the container and then runs a worker command (infera-exec [OPTIONS] [--] COMMAND [ARG...])"}
-	case o.JSON && !o.Explain && !o.Doctor && o.Check == "":
+	case o.Report && (modes > 1 || len(o.Command) > 0 || o.Init):
+		return &UsageError{"--report prints the last report and runs no command; use it alone (with --json if wanted)"}
+	case o.JSON && !o.Explain && !o.Doctor && o.Check == "" && !o.Report:
 		return &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
 	case o.Init && (o.Doctor || o.Check != "" || o.Install != ""):
 		return &UsageError{"--init starts a worker and stays as its init; --doctor, --check and --install run no worker"}

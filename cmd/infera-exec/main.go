@@ -89,7 +89,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
-	noWorker := o.Doctor || o.Check != "" || o.Install != ""
+	noWorker := o.Doctor || o.Check != "" || o.Install != "" || o.Report
 	// A start's heap on huge pages (package heappages), before the start
 	// touches it; not the heap of an init that stays for the worker's life.
 	heap := heappages.Outcome{Skipped: "not a start that execs its worker"}
@@ -117,6 +117,8 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		return runInstall(cfg, o.Install, o.Quiet, stderr)
 	case o.Check != "":
 		return runCheck(cfg, o.Check, o.JSON, stdout, stderr)
+	case o.Report:
+		return runReport(cfg, o.JSON, stdout, stderr)
 	}
 	// Only the start runs with the collector off (see collectLater):
 	// --install, --check and --doctor may read files of any size.

@@ -16,6 +16,7 @@ import (
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/report"
 )
 
 // doctorResult is --doctor's JSON: the checks, and the payload's trees against this image.
@@ -120,4 +121,25 @@ func printResult(w io.Writer, asJSON bool, v any, text func()) {
 func refuse(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 	return exitCode(err)
+}
+
+// runReport prints the last report the starts wrote (report.Last), as
+// text or as the JSON document it is: kubectl exec POD --
+// /overlay/bin/infera-exec --report, in an image without a shell or cat.
+// Exit 0, or 66 when there is none or it cannot be read.
+func runReport(cfg config.Config, asJSON bool, stdout, stderr io.Writer) int {
+	path := cfg.ReportPath
+	if cfg.ReportOff {
+		path = ""
+	}
+	where, data, err := report.Last(path, cfg.StateDir)
+	if err == nil && asJSON {
+		_, err = stdout.Write(data)
+	} else if err == nil {
+		err = report.WriteStored(stdout, where, data)
+	}
+	if err != nil {
+		return refuse(stderr, err)
+	}
+	return exitOK
 }
