@@ -115,7 +115,7 @@ func detect(ctx context.Context, in Input, interpreter string) (Family, error) {
 		rocmText = fmt.Sprintf("ROCm %d from %s", rocm.Major, rocm.DecidedBy)
 	}
 	in.Log.Info(fmt.Sprintf("ABI family %s: %s; CPython %s from %s", f.Name(), rocmText, py.Version(), py.DecidedBy),
-		"family", f.Name())
+		"event", "abi", "family", f.Name())
 	return f, nil
 }
 

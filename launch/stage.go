@@ -144,10 +144,10 @@ func (o *Outcome) Announce(log *slog.Logger) report.Result {
 	argv := report.QuoteArgs(report.RedactArgs(o.Argv))
 	if o.Init != config.InitOff {
 		log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-			argv, o.Path, o.Cwd, InitRole()), "path", o.Path)
+			argv, o.Path, o.Cwd, InitRole()), "event", "init", "file", o.Path)
 		return report.ResultInit
 	}
-	log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, o.Path, o.Cwd), "path", o.Path)
+	log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, o.Path, o.Cwd), "event", "exec", "file", o.Path)
 	return report.ResultExec
 }
 

@@ -270,6 +270,7 @@ func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 }
 
 func logResult(log *slog.Logger, r Result) {
+	log = log.With("event", "patch", "patch", r.ID, "state", string(r.State), "file", editedFiles(r)) // the fields of docs/logging.md
 	if r.Variant != "" {
 		r.Summary += "; variant " + r.Variant
 	}
@@ -312,6 +313,17 @@ func logResult(log *slog.Logger, r Result) {
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
+}
+
+// editedFiles is the files a patch's edits are on, comma-separated.
+func editedFiles(r Result) string {
+	var files []string
+	for _, e := range r.Edits {
+		if !slices.Contains(files, e.Path) {
+			files = append(files, e.Path)
+		}
+	}
+	return strings.Join(files, ",")
 }
 
 func orUnknownWhy(p Package) string {

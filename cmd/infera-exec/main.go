@@ -20,7 +20,6 @@ import (
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/heappages"
 	"github.com/infera/infera-exec/internal/inheritfd"
-	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/overlay"
 )
 
@@ -105,7 +104,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		}
 		if err != nil {
 			if o.Install != "" { // an init container's entrypoint
-				tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), logging.New(stderr, cfg.LogJSON, false, nil))
+				tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), modeLog(stderr, cfg, "install"))
 			}
 			return refuse(stderr, err)
 		}

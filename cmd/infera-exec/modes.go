@@ -11,7 +11,6 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
-	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
@@ -55,7 +54,8 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
-	say, progress := func(l string) { logging.New(stderr, cfg.LogJSON, false, nil).Info(l) }, (func(string))(nil) // text, or JSON (INFERA_EXEC_LOG)
+	log := modeLog(stderr, cfg, "install") // text, JSON or logfmt (INFERA_EXEC_LOG)
+	say, progress := func(l string) { log.Info(l) }, (func(string))(nil)
 	if !quiet {
 		progress = say
 	}
@@ -64,7 +64,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 		say(n)
 	}
 	if err != nil {
-		tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), logging.New(stderr, cfg.LogJSON, false, nil))
+		tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), log)
 		return refuse(stderr, err)
 	}
 	for _, l := range append([]string{r.Summary()}, capability.InstalledAudit(r.Dest)...) {

@@ -47,5 +47,22 @@ func usageToKubelet(env []string, err error, stderr io.Writer) {
 		return
 	}
 	cfg, _, _ := config.Load(environ.New(env), "", "/", config.Flags{})
-	tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), logging.New(stderr, cfg.LogJSON, false, nil))
+	tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), modeLog(stderr, cfg, "usage"))
+}
+
+// startLog is the logger of a start or a mode: INFERA_EXEC_LOG's format,
+// from INFERA_EXEC_LOG_LEVEL's level (--verbose: debug), recording into
+// rec (which may be nil) for the report.
+func startLog(w io.Writer, cfg config.Config, verbose bool, rec *logging.Recorder) *slog.Logger {
+	o := logging.Options{Name: "infera-exec", Format: cfg.LogFormat, Level: cfg.LogLevel}
+	if verbose {
+		o.Level = "debug"
+	}
+	return logging.Open(w, o, rec)
+}
+
+// modeLog is the logger of a mode that runs no worker, its records' step
+// the mode's name.
+func modeLog(w io.Writer, cfg config.Config, mode string) *slog.Logger {
+	return logging.WithStep(startLog(w, cfg, false, nil), mode)
 }
