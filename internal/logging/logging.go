@@ -132,7 +132,9 @@ type fieldsHandler struct {
 	attrs []slog.Attr // With's, kept here so that event and step stay first and single
 }
 
-func (h *fieldsHandler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
+func (h *fieldsHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
 
 func (h *fieldsHandler) Handle(ctx context.Context, r slog.Record) error {
 	event, step := "", h.step
