@@ -541,6 +541,7 @@ func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, op
 	}
 	dest = path.Clean(dest)
 	c.stats.Installers++
+	c.termination(where, ctr, config.DefaultTerminationLog)
 	for _, m := range ctr.VolumeMounts {
 		if path.Clean(m.MountPath) != dest || m.SubPath != "" || m.SubPathExpr != "" {
 			continue
@@ -560,6 +561,25 @@ func (c *checker) installer(where string, ctr *corev1.Container, isInit bool, op
 	c.add(where, "--install %s: no volume is mounted there, so the copy would vanish with the init container", dest)
 }
 
+// termination holds a container that runs infera-exec to the kubelet's
+// termination message: FallbackToLogsOnError, so that kubectl describe
+// shows infera-exec's refusal (written to the termination log) or, when
+// the worker fails without a message, the log's last lines; and the
+// file the kubelet reads (terminationMessagePath) must be the one
+// infera-exec writes (INFERA_EXEC_TERMINATION_LOG).
+func (c *checker) termination(where string, ctr *corev1.Container, writes string) {
+	if ctr.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		c.add(where, "set terminationMessagePolicy: FallbackToLogsOnError, so that kubectl describe shows why infera-exec refused (or the log's end when the worker fails)")
+	}
+	reads := ctr.TerminationMessagePath
+	if reads == "" {
+		reads = corev1.TerminationMessagePathDefault
+	}
+	if writes != reads {
+		c.add(where, "terminationMessagePath %s, but infera-exec writes %s: set INFERA_EXEC_TERMINATION_LOG=%s", reads, writes, reads)
+	}
+}
+
 func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Container, argv []string, opts config.Options, kv []string, vols map[string]*corev1.Volume, installs map[string]string) {
 	c.stats.Engines++
 	if !path.IsAbs(argv[0]) {
@@ -574,6 +594,7 @@ func (c *checker) engine(where string, spec *corev1.PodSpec, ctr *corev1.Contain
 	for _, w := range warns {
 		c.add(where, "infera-exec would warn: %s", w)
 	}
+	c.termination(where, ctr, cfg.TerminationLog)
 
 	// The payload root must be the overlay: an emptyDir the overlay init
 	// container installed into at the same path, or the overlay image

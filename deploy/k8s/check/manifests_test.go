@@ -149,12 +149,14 @@ spec:
         - name: overlay
           image: registry.example.com/infera/overlay:v1
           args: ["/overlay"]
+          terminationMessagePolicy: FallbackToLogsOnError
           volumeMounts:
             - name: overlay
               mountPath: /overlay
       containers:
         - name: vllm
           image: registry.example.com/rocm/vllm:v1
+          terminationMessagePolicy: FallbackToLogsOnError
           command:
             - /overlay/bin/infera-exec
             - python3
@@ -253,6 +255,12 @@ func TestChecksCatch(t *testing.T) {
 		{"port name too long", "            - name: http\n              containerPort: 8000", "            - name: http-metrics-port\n              containerPort: 8000", `port name "http-metrics-port": must be no more than 15 characters`},
 		{"invalid label value", "        app: worker\n    spec:", "        app: worker!\n    spec:", `spec.template.metadata.labels: Invalid value: "worker!"`},
 		{"service name that is no DNS label", "kind: Service\nmetadata:\n  name: worker", "kind: Service\nmetadata:\n  name: worker.v1", `metadata.name "worker.v1"`},
+		{"engine without the termination message policy", "          image: registry.example.com/rocm/vllm:v1\n          terminationMessagePolicy: FallbackToLogsOnError\n", "          image: registry.example.com/rocm/vllm:v1\n",
+			"set terminationMessagePolicy: FallbackToLogsOnError"},
+		{"installer without the termination message policy", "          args: [\"/overlay\"]\n          terminationMessagePolicy: FallbackToLogsOnError\n", "          args: [\"/overlay\"]\n",
+			"set terminationMessagePolicy: FallbackToLogsOnError"},
+		{"custom termination message path not given to infera-exec", "          terminationMessagePolicy: FallbackToLogsOnError\n          command:", "          terminationMessagePolicy: FallbackToLogsOnError\n          terminationMessagePath: /tmp/why\n          command:",
+			"terminationMessagePath /tmp/why, but infera-exec writes /dev/termination-log: set INFERA_EXEC_TERMINATION_LOG=/tmp/why"},
 		{"image without a tag", "image: registry.example.com/rocm/vllm:v1", "image: registry.example.com/rocm/vllm", "has no tag or digest"},
 	}
 	for _, tc := range cases {
@@ -273,7 +281,7 @@ func TestChecksCatch(t *testing.T) {
 // mounted as a volume, and nothing else will do.
 func TestImageVolume(t *testing.T) {
 	iv := strings.Replace(base, "          emptyDir: {}\n", "          image:\n            reference: registry.example.com/infera/overlay:v1\n            pullPolicy: IfNotPresent\n", 1)
-	iv = strings.Replace(iv, "      initContainers:\n        - name: overlay\n          image: registry.example.com/infera/overlay:v1\n          args: [\"/overlay\"]\n          volumeMounts:\n            - name: overlay\n              mountPath: /overlay\n", "", 1)
+	iv = strings.Replace(iv, "      initContainers:\n        - name: overlay\n          image: registry.example.com/infera/overlay:v1\n          args: [\"/overlay\"]\n          terminationMessagePolicy: FallbackToLogsOnError\n          volumeMounts:\n            - name: overlay\n              mountPath: /overlay\n", "", 1)
 	problems, stats := checkFile(t, "iv.yaml", []byte(iv))
 	require.Empty(t, problems)
 	assert.Equal(t, Stats{Engines: 1, ImageVols: 1}, stats)
