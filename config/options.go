@@ -172,7 +172,7 @@ func (o Options) validate() error {
 	case o.Report && (modes > 1 || len(o.Command) > 0 || o.Init):
 		return &UsageError{"--report prints the last report and runs no command; use it alone (with --json if wanted)"}
 	case o.JSON && !o.Explain && !o.Doctor && o.Check == "" && !o.Report:
-		return &UsageError{"--json goes with --explain, --doctor or --check (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+		return &UsageError{"--json goes with --explain, --doctor, --check or --report (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
 	case o.Init && (o.Doctor || o.Check != "" || o.Install != ""):
 		return &UsageError{"--init starts a worker and stays as its init; --doctor, --check and --install run no worker"}
 	case o.Doctor && modes > 1:
