@@ -11,6 +11,9 @@ type Family struct {
 	ROCm     ROCm   `json:"rocm"`
 	Python   Python `json:"python"`
 	Override string `json:"override,omitempty"` // INFERA_ABI_FAMILY, when it replaced detection
+	// Detected is, with Override, what the container's HIP runtime and
+	// interpreter say, as the family's name ("" when they could not say).
+	Detected string `json:"detected,omitempty"`
 }
 
 // Name is rocmN-py3XX, or py3XX when the container has no ROCm.

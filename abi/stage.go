@@ -69,7 +69,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o.Interpreter, o.InterpreterErr = Resolve(cfg.Python, in.WorkerPath, cfg.WorkDir(), in.Answers)
 	if cfg.ABIFamily != nil {
 		o.Family = FromConfig(*cfg.ABIFamily)
-		in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; detection skipped (for debugging only)", o.Name()))
+		if err := checkOverride(ctx, in, o); err != nil {
+			return o, err
+		}
 		o.decided = true
 		return o, nil
 	}
@@ -113,7 +115,7 @@ func detect(ctx context.Context, in Input, interpreter string) (Family, error) {
 		rocmText = fmt.Sprintf("ROCm %d from %s", rocm.Major, rocm.DecidedBy)
 	}
 	in.Log.Info(fmt.Sprintf("ABI family %s: %s; CPython %s from %s", f.Name(), rocmText, py.Version(), py.DecidedBy),
-		"family", f.Name())
+		"event", "abi", "family", f.Name())
 	return f, nil
 }
 
@@ -148,4 +150,53 @@ func (o *Outcome) WriteText(w io.Writer) {
 	if a.Python.Path != "" {
 		p("               interpreter %s", strings.Join(a.Python.Chain, " -> "))
 	}
+}
+
+// checkOverride holds INFERA_ABI_FAMILY to what the container says, so
+// that a forced family is never a silent workaround: always a warning
+// naming both, and a refusal when the Python tree it picks cannot be the
+// interpreter's (a py39 tree's packages do not import under CPython
+// 3.11). A ROCm major other than the HIP runtime's is a warning only: a
+// native tree of another ROCm may be what is being debugged.
+func checkOverride(ctx context.Context, in Input, o *Outcome) error {
+	set := o.Name()
+	var seen Family
+	rocm, rerr := DetectROCm(in.Config.ROCmRoots)
+	seen.ROCm = rocm
+	perr := o.InterpreterErr
+	if perr == nil {
+		seen.Python, perr = DetectPython(ctx, PythonProbe{Interpreter: in.Config.Python, Path: o.Interpreter, Env: in.Env,
+			Dir: in.Config.WorkDir(), Timeout: in.Config.PythonTimeoutDuration()})
+	}
+	if perr != nil {
+		in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY, not checked against the interpreter (%v); for debugging only", set, perr), "event", "abi-override")
+		return nil
+	}
+	o.Python.Interpreter, o.Python.Path, o.Python.Chain = seen.Python.Interpreter, seen.Python.Path, seen.Python.Chain
+	if rerr == nil {
+		o.Detected = seen.Name()
+	}
+	if seen.Python.Major != o.Python.Major || seen.Python.Minor != o.Python.Minor {
+		return &Error{fmt.Errorf("INFERA_ABI_FAMILY=%s picks the %s tree, but the interpreter %s is CPython %s (%s): the packages of a %s tree do not import under it; unset INFERA_ABI_FAMILY to detect the family, or set it to %s",
+			o.Override, o.Python.Tree(), seen.Python.Path, seen.Python.Version(), seen.Python.DecidedBy, o.Python.Tree(), overrideFor(o.Family, seen.Python))}
+	}
+	detected := "the container's ROCm is not known: " + fmt.Sprint(rerr)
+	if rerr == nil {
+		detected = "the container is " + seen.Name()
+		switch {
+		case rocm.Found && (!o.ROCm.Found || rocm.Major != o.ROCm.Major):
+			detected += fmt.Sprintf(" (ROCm %d from %s): a native tree built for another ROCm may not load", rocm.Major, rocm.DecidedBy)
+		case !rocm.Found && o.ROCm.Found:
+			detected += fmt.Sprintf(" (no libamdhip64 in %s): a native tree for ROCm %d needs its HIP runtime", strings.Join(rocm.Searched, ", "), o.ROCm.Major)
+		}
+	}
+	in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; %s; for debugging only", set, detected), "event", "abi-override")
+	return nil
+}
+
+// overrideFor is the INFERA_ABI_FAMILY value that keeps f's ROCm with
+// the interpreter's CPython.
+func overrideFor(f Family, py Python) string {
+	f.Python = py
+	return f.Name()
 }

@@ -97,7 +97,7 @@ func decide(in Input, t trees) (*Outcome, error) {
 	if t.Tree != nil {
 		for _, e := range t.Evidence {
 			if !e.Granted {
-				in.Log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s has no file matching %s", e.Capability, t.Tree.Name, t.Tree.Dir, strings.Join(e.Missing, ", ")))
+				in.Log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s has no file matching %s", e.Capability, t.Tree.Name, t.Tree.Dir, strings.Join(e.Missing, ", ")), "event", "capability", "capability", e.Capability)
 			}
 		}
 		t.Evidence = checkLoads(in.Log, t, o)
@@ -142,13 +142,13 @@ func decide(in Input, t trees) (*Outcome, error) {
 			where = fmt.Sprintf("native tree %s does not provide it (it provides: %s)", t.Tree.Name, t.Tree.Caps)
 		}
 		if i.Optional {
-			in.Log.Info(fmt.Sprintf("note: %s: GPU-direct L3 will stay off (the engine falls back to POSIX I/O) without %s, and %s; set %s=1 with a tree that has it to require it", i.Source, i.Capability, where, KvdAISVar))
+			in.Log.Info(fmt.Sprintf("note: %s: GPU-direct L3 will stay off (the engine falls back to POSIX I/O) without %s, and %s; set %s=1 with a tree that has it to require it", i.Source, i.Capability, where, KvdAISVar), "event", "capability", "capability", i.Capability)
 			continue
 		}
 		if req.Auto {
 			continue
 		}
-		in.Log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where))
+		in.Log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where), "event", "capability", "capability", i.Capability)
 	}
 	return o, nil
 }
@@ -199,7 +199,7 @@ func checkLoads(log *slog.Logger, t trees, o *Outcome) []Evidence {
 		t.Tree.Caps, ev = ApplyLoads(t.Tree.Dir, ev, v)
 		for _, e := range ev {
 			if r := e.Refusal(); r != "" && before.Has(e.Capability) {
-				log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, t.Tree.Name, r))
+				log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, t.Tree.Name, r), "event", "capability", "capability", e.Capability)
 			}
 		}
 	}

@@ -59,6 +59,13 @@ type Config struct {
 	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
 	// instead of being a warning.
 	PreflightTimeoutError bool `json:"preflight_timeout_error,omitempty"`
+	// LogFormat and LogLevel are INFERA_EXEC_LOG (text, json or logfmt)
+	// and INFERA_EXEC_LOG_LEVEL (debug, info, warn or error).
+	LogFormat string `json:"log_format"`
+	LogLevel  string `json:"log_level"`
+	// TerminationLog is the file a refusal is written to for the kubelet
+	// (INFERA_EXEC_TERMINATION_LOG); "" for none.
+	TerminationLog string `json:"termination_log,omitempty"`
 
 	pythonTimeout    time.Duration
 	preflightTimeout time.Duration

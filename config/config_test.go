@@ -68,6 +68,10 @@ func TestUnknownNames(t *testing.T) {
 		"INFERA_ENGINE_READY_TIMOUT=3600",
 		"INFERA_KVD_AIZ=1",
 		"INFERA_SOMETHING_ELSE=x",
+		"INFERA_ENGINE_READY=7200",    // cut short
+		"INFERA_EXEC_LOG_FORMAT=json", // grown
+		"PAYLOAD_ROOTDIR=/overlay",    // a typo beside PAYLOAD_ROOT
+		"PAYLOAD_VERSION=0.3",         // nobody's
 		// The payload's own: never typos, even the ones near infera-exec's
 		// INFERA_PREFLIGHT_* names.
 		"INFERA_KVD_SOCKET=/kvd/kvd.sock",
@@ -76,9 +80,12 @@ func TestUnknownNames(t *testing.T) {
 	})
 	warns := UnknownNames(env, []string{"INFERA_DRAIN_TIMEOUT", "INFERA_KVD_SOCKET", "INFERA_PREFLIGHT_KV_GPUS"})
 	assert.Equal(t, []string{
+		"INFERA_ENGINE_READY is not a variable infera-exec reads, and it is ignored; did you mean INFERA_ENGINE_READY_TIMEOUT?",
 		"INFERA_ENGINE_READY_TIMOUT is not a variable infera-exec reads, and it is ignored; did you mean INFERA_ENGINE_READY_TIMEOUT?",
+		"INFERA_EXEC_LOG_FORMAT is not a variable infera-exec reads, and it is ignored; did you mean INFERA_EXEC_LOG?",
 		"INFERA_KVD_AIZ is not a variable infera-exec reads, and it is ignored; did you mean INFERA_KVD_AIS?",
 		"INFERA_REQUIRE_NATVE is not a variable infera-exec reads, and it is ignored; did you mean INFERA_REQUIRE_NATIVE?",
+		"PAYLOAD_ROOTDIR is not a variable infera-exec reads, and it is ignored; did you mean PAYLOAD_ROOT?",
 	}, warns, "a name near none of infera-exec's is someone else's: not flagged")
 
 	_, warns = load(t, map[string]string{"INFERA_REQUIRE_NATVE": "mooncake"})
@@ -452,21 +459,24 @@ func TestLoadPythonTimeout(t *testing.T) {
 func TestLoadLog(t *testing.T) {
 	tests := []struct {
 		value   string
-		json    bool
+		format  string
 		warning string
 	}{
-		{"", false, ""},
-		{"text", false, ""},
-		{"TEXT", false, ""},
-		{"json", true, ""},
-		{"JSON", true, ""},
-		{"xml", false, `INFERA_EXEC_LOG="xml" is not text or json`},
-		{"Yaml", false, `INFERA_EXEC_LOG="Yaml" is not text or json`},
+		{"", "text", ""},
+		{"text", "text", ""},
+		{"TEXT", "text", ""},
+		{"json", "json", ""},
+		{"JSON", "json", ""},
+		{"logfmt", "logfmt", ""},
+		{" LogFmt ", "logfmt", ""},
+		{"xml", "text", `INFERA_EXEC_LOG="xml" is not text, json or logfmt`},
+		{"Yaml", "text", `INFERA_EXEC_LOG="Yaml" is not text, json or logfmt`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.value, func(t *testing.T) {
 			c, warns := load(t, map[string]string{"INFERA_EXEC_LOG": tt.value})
-			assert.Equal(t, tt.json, c.LogJSON)
+			assert.Equal(t, tt.format, c.LogFormat)
+			assert.Equal(t, tt.format == "json", c.LogJSON)
 			if tt.warning == "" {
 				assert.Empty(t, warns)
 				return
@@ -474,6 +484,38 @@ func TestLoadLog(t *testing.T) {
 			require.Len(t, warns, 1)
 			assert.Contains(t, warns[0], tt.warning, "the warning quotes the value as given")
 		})
+	}
+}
+
+func TestLoadLogLevel(t *testing.T) {
+	for _, tt := range []struct{ value, level, warning string }{
+		{"", "info", ""},
+		{"debug", "debug", ""},
+		{"WARN", "warn", ""},
+		{"warning", "warn", ""},
+		{" error ", "error", ""},
+		{"verbose", "info", `INFERA_EXEC_LOG_LEVEL="verbose" is not debug, info, warn or error`},
+	} {
+		c, warns := load(t, map[string]string{"INFERA_EXEC_LOG_LEVEL": tt.value})
+		assert.Equal(t, tt.level, c.LogLevel, tt.value)
+		if tt.warning == "" {
+			assert.Empty(t, warns, tt.value)
+		} else if assert.Len(t, warns, 1, tt.value) {
+			assert.Contains(t, warns[0], tt.warning)
+		}
+	}
+}
+
+func TestLoadTerminationLog(t *testing.T) {
+	for _, tt := range []struct{ value, path string }{
+		{"", DefaultTerminationLog},
+		{"/var/log/term", "/var/log/term"},
+		{"off", ""},
+		{"none", ""},
+	} {
+		c, warns := load(t, map[string]string{"INFERA_EXEC_TERMINATION_LOG": tt.value})
+		assert.Equal(t, tt.path, c.TerminationLog, tt.value)
+		assert.Empty(t, warns)
 	}
 }
 

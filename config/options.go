@@ -14,6 +14,7 @@ import (
 // worker command.
 type Options struct {
 	Help, Version, Explain, Doctor, JSON, Verbose, Quiet bool
+	Report                                               bool     // --report: print the last report
 	Flags                                                         // --init, --init-group
 	Check                                                string   // --check ROOT
 	Apply                                                string   // --apply ROOT
@@ -45,6 +46,7 @@ var options = []option{
 	{[]string{"install"}, "DEST", "copy the payload this binary belongs to into DEST (an emptyDir), checked against payload.index.json; no command", func(o *Options) any { return &o.Install }},
 	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing, and the payload's trees against it; exit 65 if a patch drifted, 69 if a payload file does not load there or shadows the image's", func(o *Options) any { return &o.Check }},
 	{[]string{"apply"}, "ROOT", "write the engine patches (built-in and the payload's) into an unpacked image or a site-packages directory at build time, without Python, as a start would write them; then the payload's trees against it; exit codes as --check (65 also when a patch could not be written)", func(o *Options) any { return &o.Apply }},
+	{[]string{"report"}, "", "print the last report of the state directory (INFERA_EXEC_REPORT, else report.json there) and exit, for an image without a shell or cat; --json: as the file holds it; exit 0, or 66 when there is none or it cannot be read", func(o *Options) any { return &o.Report }},
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding every signal but KILL, STOP and CHLD (TSTP, TTIN, TTOU stop the init too), reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group, which gets SIGTERM when the worker ends (SIGKILL 5s later)", func(o *Options) any { return &o.InitGroup }},
 	{[]string{"user"}, "UID[:GID]", "after the steps that need root (libionic swap, patches, limits), run the worker as this user (a uid or a name of the image's /etc/passwd; GID or group name: that group and no supplementary ones, else the user's groups from /etc/group), HOME from /etc/passwd; as gosu does; only as root (else 77); also INFERA_EXEC_USER", func(o *Options) any { return &o.User }},
@@ -171,7 +173,7 @@ func usageOf(err error, args []string) error {
 // validate refuses the combinations of modes that cannot run together.
 func (o Options) validate() error {
 	modes := 0
-	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Apply != "", o.Install != ""} {
+	for _, on := range []bool{o.Explain, o.Doctor, o.Check != "", o.Apply != "", o.Install != "", o.Report} {
 		if on {
 			modes++
 		}
@@ -179,8 +181,10 @@ func (o Options) validate() error {
 	switch {
 	case len(o.Command) == 0 && modes == 0 && !o.Help && !o.Version:
 		return &UsageError{"no command given: infera-exec prepares the container and then runs a worker command (infera-exec [OPTIONS] [--] COMMAND [ARG...])"}
-	case o.JSON && !o.Explain && !o.Doctor && o.Check == "" && o.Apply == "":
-		return &UsageError{"--json goes with --explain, --doctor, --check or --apply (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
+	case o.Report && (modes > 1 || len(o.Command) > 0 || o.Init || o.User != ""):
+		return &UsageError{"--report prints the last report and runs no command; use it alone (with --json if wanted)"}
+	case o.JSON && !o.Explain && !o.Doctor && o.Check == "" && o.Apply == "" && !o.Report:
+		return &UsageError{"--json goes with --explain, --doctor, --check, --apply or --report (it prints their result as JSON); for JSON log lines set INFERA_EXEC_LOG=json"}
 	case o.Init && (o.Doctor || o.Check != "" || o.Apply != "" || o.Install != ""):
 		return &UsageError{"--init starts a worker and stays as its init; --doctor, --check, --apply and --install run no worker"}
 	case o.User != "" && (o.Doctor || o.Check != "" || o.Apply != "" || o.Install != ""):

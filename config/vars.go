@@ -27,6 +27,7 @@ const (
 	DefaultNofileMin        = 65536   // open-file hard limit below which the nofile check warns
 	DefaultPreflightTimeout = 5 * time.Second
 	DefaultPatchLockTimeout = 5 * time.Second
+	DefaultTerminationLog   = "/dev/termination-log" // the kubelet's terminationMessagePath
 )
 
 // Var is one environment variable infera-exec reads: its name, its line in
@@ -263,13 +264,39 @@ var Vars = []Var{
 		l.c.AllowTCPKV, err = readSwitch("INFERA_ALLOW_TCP_KV", v)
 		return err
 	}},
-	{"INFERA_EXEC_LOG", "text or json log lines on stderr", "text", func(l *loader, v string) error {
-		switch strings.ToLower(v) {
+	{"INFERA_EXEC_LOG", "text, json or logfmt log lines on stderr", "text", func(l *loader, v string) error {
+		l.c.LogFormat = "text"
+		switch f := strings.ToLower(strings.TrimSpace(v)); f {
 		case "", "text":
-		case "json":
-			l.c.LogJSON = true
+		case "json", "logfmt":
+			l.c.LogFormat, l.c.LogJSON = f, f == "json"
 		default:
-			l.warn("INFERA_EXEC_LOG=%q is not text or json; logging text", v)
+			l.warn("INFERA_EXEC_LOG=%q is not text, json or logfmt; logging text", v)
+		}
+		return nil
+	}},
+	{"INFERA_EXEC_LOG_LEVEL", "the least level logged: debug, info, warn or error (--verbose: debug)", "info", func(l *loader, v string) error {
+		l.c.LogLevel = "info"
+		switch f := strings.ToLower(strings.TrimSpace(v)); f {
+		case "":
+		case "debug", "info", "warn", "error":
+			l.c.LogLevel = f
+		case "warning":
+			l.c.LogLevel = "warn"
+		default:
+			l.warn("INFERA_EXEC_LOG_LEVEL=%q is not debug, info, warn or error; logging from info", v)
+		}
+		return nil
+	}},
+	{"INFERA_EXEC_TERMINATION_LOG", "file a refusal's exit code and reason are written to, for the kubelet (a custom terminationMessagePath); off = none", DefaultTerminationLog, func(l *loader, v string) error {
+		l.c.TerminationLog = DefaultTerminationLog
+		if v = strings.TrimSpace(v); v == "" {
+			return nil
+		}
+		if on, ok := ParseSwitch(v); (ok && !on) || strings.EqualFold(v, "none") {
+			l.c.TerminationLog = ""
+		} else {
+			l.c.TerminationLog = l.abs(v)
 		}
 		return nil
 	}},
@@ -329,8 +356,9 @@ func known(name string) bool {
 	return false
 }
 
-// UnknownNames warns about the INFERA_* variables that look like a typo of
-// one infera-exec knows: a misspelt name is otherwise silently ignored.
+// UnknownNames warns about the INFERA_* (and PAYLOAD_*) variables that
+// look like a typo of one infera-exec knows, or like one it reads cut
+// short or with words added: such a name is otherwise silently ignored.
 // payload are the names the payload's own code reads (the worker, the
 // router, the kvd daemon; overlay.PayloadEnvNames): set in correct
 // deployments, they are never flagged. A name that is neither known nor
@@ -344,14 +372,20 @@ func UnknownNames(env *environ.Env, payload []string) []string {
 	}
 	var names []string
 	for _, name := range env.Names() {
-		if strings.HasPrefix(name, "INFERA_") && !known(name) && !theirs[name] {
+		if (strings.HasPrefix(name, "INFERA_") || strings.HasPrefix(name, "PAYLOAD_")) && !known(name) && !theirs[name] {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
 	var warns []string
+	typos, ours := allNames(), make([]string, 0, len(Vars))
+	for _, v := range Vars {
+		ours = append(ours, v.Name)
+	}
 	for _, n := range names {
-		if c := Closest(n, allNames()); c != "" {
+		// A typo of anyone's name, or one of infera-exec's cut short or
+		// grown at a word (INFERA_ENGINE_READY, INFERA_EXEC_LOG_FORMAT).
+		if c := closest.Variable(n, typos, ours); c != "" {
 			warns = append(warns, n+" is not a variable infera-exec reads, and it is ignored; did you mean "+c+"?")
 		}
 	}

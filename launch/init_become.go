@@ -26,6 +26,13 @@ func InitRole() string {
 // 126/127 when it could not be started at all, as a failed exec gives
 // (77 when it did not get the user's credentials exactly).
 func Become(s InitSpec, log *slog.Logger) int {
+	code, _ := become(s, log)
+	return code
+}
+
+// become is Become, with the line that says how the worker ended (for
+// the termination message).
+func become(s InitSpec, log *slog.Logger) (int, string) {
 	before := s.OOM.count()
 	out, err := Supervise(s, func(msg string) { log.Warn(msg) })
 	if err != nil {
@@ -37,15 +44,19 @@ func Become(s InitSpec, log *slog.Logger) int {
 		case errors.Is(err, syscall.ENOENT):
 			code = lookpath.CodeNotFound
 		}
-		log.Error(err.Error(), "exit", code)
-		return code
+		log.Error(err.Error(), "event", "refused", "exit_code", code)
+		return code, err.Error()
 	}
+	var ended string
 	if oom := s.OOM.explain(before, s, out); oom != "" {
-		log.Error(oom)
+		ended = oom
+		log.Error(oom, "event", "worker-ended", "exit_code", out.Code)
 	} else if out.Signal != 0 {
-		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Code))
+		ended = fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Code)
+		log.Info(ended, "event", "worker-ended", "exit_code", out.Code)
 	} else {
-		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
+		ended = fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code)
+		log.Debug(ended, "event", "worker-ended", "exit_code", out.Code)
 	}
 	if out.Reaped > 0 {
 		log.Debug(fmt.Sprintf("init: reaped %d orphaned process(es) of the worker", out.Reaped))
@@ -56,5 +67,5 @@ func Become(s InitSpec, log *slog.Logger) int {
 	case syscall.SIGKILL:
 		log.Warn(fmt.Sprintf("init: the rest of the worker's process group was still there %v after SIGTERM; sent SIGKILL", GroupGrace))
 	}
-	return out.Code
+	return out.Code, ended
 }

@@ -55,6 +55,10 @@ type Outcome struct {
 	// Edits is what the worker's environment gains:
 	// INFERA_ENGINE_READY_TIMEOUT, and HOME of User.
 	Edits []environ.Edit `json:"-"`
+	// Ended is how the worker ended, once an init's Start returns: the
+	// line the init logged (the OOM killer's, a signal's or an exit
+	// status's).
+	Ended string `json:"-"`
 	oom   OOMWatch
 }
 
@@ -163,10 +167,10 @@ func (o *Outcome) Announce(log *slog.Logger) report.Result {
 	}
 	if o.Init != config.InitOff {
 		log.Info(fmt.Sprintf("init: starting %s (%s) in %s%s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-			argv, o.Path, o.Cwd, as, InitRole()), "path", o.Path)
+			argv, o.Path, o.Cwd, as, InitRole()), "event", "init", "file", o.Path)
 		return report.ResultInit
 	}
-	log.Info(fmt.Sprintf("exec %s (%s) in %s%s", argv, o.Path, o.Cwd, as), "path", o.Path)
+	log.Info(fmt.Sprintf("exec %s (%s) in %s%s", argv, o.Path, o.Cwd, as), "event", "exec", "file", o.Path)
 	return report.ResultExec
 }
 
@@ -188,7 +192,9 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 	}
 	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
-		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom, User: o.User}, log), nil
+		var code int
+		code, o.Ended = become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom, User: o.User}, log)
+		return code, nil
 	}
 	return Exec(o.Path, o.Argv, env)
 }

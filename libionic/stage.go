@@ -119,10 +119,10 @@ func run(ctx context.Context, opt Options, log *slog.Logger) *Outcome {
 	case Replaced:
 		// The line operators grep for, one per file.
 		for _, f := range res.Replaced {
-			log.Info(fmt.Sprintf("replaced %s with the host libionic build", f))
+			log.Info(fmt.Sprintf("replaced %s with the host libionic build", f), "event", "libionic", "file", f)
 		}
 		for _, f := range res.Created {
-			log.Info(fmt.Sprintf("created %s for the host libionic build", f))
+			log.Info(fmt.Sprintf("created %s for the host libionic build", f), "event", "libionic", "file", f)
 		}
 	case Unchanged, Planned, Fallback:
 		log.Info("host libionic: " + res.Summary)

@@ -283,6 +283,7 @@ func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 }
 
 func logResult(log *slog.Logger, r Result) {
+	log = log.With("event", "patch", "patch", r.ID, "state", string(r.State), "file", resultFiles(r)) // the fields of docs/logging.md
 	if r.Variant != "" {
 		r.Summary += "; variant " + r.Variant
 	}
@@ -333,6 +334,17 @@ func logResult(log *slog.Logger, r Result) {
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
+}
+
+// resultFiles is the files a patch's edits are on, comma-separated.
+func resultFiles(r Result) string {
+	var files []string
+	for _, e := range r.Edits {
+		if !slices.Contains(files, e.Path) {
+			files = append(files, e.Path)
+		}
+	}
+	return strings.Join(files, ",")
 }
 
 func orUnknownWhy(p Package) string {

@@ -95,7 +95,7 @@ func (e *Refusal) ExitCode() int { return 78 }
 // naming the first error-level failure.
 func Run(ctx context.Context, in Input) (*Outcome, error) {
 	if in.Config.PreflightOff {
-		in.Log.Info("preflight checks off (INFERA_PREFLIGHT=off)")
+		in.Log.Warn("preflight checks off (INFERA_PREFLIGHT=off): nothing about this node, the model or the worker's arguments was checked", "event", "preflight-off")
 		return &Outcome{State: Off, Summary: "INFERA_PREFLIGHT=off"}, nil
 	}
 	f := newFacts(in)
@@ -226,6 +226,12 @@ func (o *Outcome) log(log *slog.Logger) {
 	}
 	first := true
 	for _, r := range o.Checks {
+		log := log.With("event", "check", "status", string(r.Status)) // the fields of docs/logging.md
+		if r.Rule != "" {
+			log = log.With("rule", r.Name, "file", r.Rule) // a rule: its id, and the file it came from
+		} else {
+			log = log.With("check", r.Name)
+		}
 		switch {
 		case r.Failed(Error):
 			if !first {

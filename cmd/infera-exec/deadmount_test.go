@@ -147,8 +147,10 @@ func deadMount() {
 	// A PYTHONPATH directory on the dead mount: the interpreter started to
 	// locate the engine would hang in its first import until the probe's
 	// deadline (3 x INFERA_PYTHON_TIMEOUT); the directory is asked first,
-	// with the deadline of one access, and the patches are skipped.
-	extraEnv = []string{"PYTHONPATH=" + dir + "/site", "INFERA_SKIP_ENGINE_PATCHES=", "INFERA_PYTHON=/usr/bin/python3", "INFERA_ABI_FAMILY=py312"}
+	// with the deadline of one access, and the patches are skipped. The
+	// interpreter's version is asked as a start asks it (isolated from
+	// PYTHONPATH): the payload has a tree for each Debian python3.
+	extraEnv = []string{"PYTHONPATH=" + dir + "/site", "INFERA_SKIP_ENGINE_PATCHES=", "INFERA_PYTHON=/usr/bin/python3"}
 	for _, l := range strings.Split(step("pythonpath", 0, "show-worker"), "\n") {
 		if strings.Contains(l, "PYTHONPATH directory") {
 			fmt.Println("pythonpath:", l)

@@ -26,6 +26,7 @@ import (
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/report"
 )
 
 // refusals is every error type a stage refuses with, and its code.
@@ -45,6 +46,7 @@ var refusals = []struct {
 	{&preflight.ConfigError{Err: errors.New("x")}, 78},
 	{&patches.ConfigError{Err: errors.New("x")}, 78},
 	{&patches.RequiredError{Err: errors.New("x")}, 65},
+	{&report.ReadError{}, 66},
 	{&lookpath.Error{Code: lookpath.CodeNotFound}, 127},
 	{&lookpath.Error{Code: lookpath.CodeNotExecutable}, 126},
 	{&launch.NotRootError{}, 77},

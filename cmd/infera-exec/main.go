@@ -74,6 +74,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	o, err := config.ParseArgs(args[1:])
 	if err != nil {
 		fmt.Fprintf(stderr, "infera-exec: %v\nRun 'infera-exec --help' for usage.\n", err)
+		usageToKubelet(env, err, stderr)
 		return exitCode(err)
 	}
 	switch {
@@ -87,7 +88,7 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	inheritfd.Hold() // the descriptors we were given are the worker's, no helper's
 	e := environ.New(env)
 	cfg, warns, err := config.FromProcess(e, o.Flags)
-	noWorker := o.Doctor || o.Check != "" || o.Apply != "" || o.Install != ""
+	noWorker := o.Doctor || o.Check != "" || o.Apply != "" || o.Install != "" || o.Report
 	// A start's heap on huge pages (package heappages), before the start
 	// touches it; not the heap of an init that stays for the worker's life.
 	heap := heappages.Outcome{Skipped: "not a start that execs its worker"}
@@ -102,6 +103,9 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
 		}
 		if err != nil {
+			if o.Install != "" { // an init container's entrypoint
+				tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), modeLog(stderr, cfg, "install"))
+			}
 			return refuse(stderr, err)
 		}
 	}
@@ -114,6 +118,8 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 		return runCheck(cfg, o.Check, o.JSON, stdout, stderr)
 	case o.Apply != "":
 		return runApply(cfg, o.Apply, o.JSON, stdout, stderr)
+	case o.Report:
+		return runReport(cfg, o.JSON, stdout, stderr)
 	}
 	// Only the start runs with the collector off (see collectLater):
 	// --install, --check and --doctor may read files of any size.

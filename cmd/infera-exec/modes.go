@@ -11,11 +11,11 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
-	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
 	"github.com/infera/infera-exec/preflight"
+	"github.com/infera/infera-exec/report"
 )
 
 // doctorResult is --doctor's JSON: the checks, and the payload's trees against this image.
@@ -54,7 +54,8 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
-	say, progress := func(l string) { logging.New(stderr, cfg.LogJSON, false, nil).Info(l) }, (func(string))(nil) // text, or JSON (INFERA_EXEC_LOG)
+	log := modeLog(stderr, cfg, "install") // text, JSON or logfmt (INFERA_EXEC_LOG)
+	say, progress := func(l string) { log.Info(l) }, (func(string))(nil)
 	if !quiet {
 		progress = say
 	}
@@ -63,6 +64,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 		say(n)
 	}
 	if err != nil {
+		tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), log)
 		return refuse(stderr, err)
 	}
 	for _, l := range append([]string{r.Summary()}, capability.InstalledAudit(r.Dest)...) {
@@ -150,4 +152,25 @@ func printResult(w io.Writer, asJSON bool, v any, text func()) {
 func refuse(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
 	return exitCode(err)
+}
+
+// runReport prints the last report the starts wrote (report.Last), as
+// text or as the JSON document it is: kubectl exec POD --
+// /overlay/bin/infera-exec --report, in an image without a shell or cat.
+// Exit 0, or 66 when there is none or it cannot be read.
+func runReport(cfg config.Config, asJSON bool, stdout, stderr io.Writer) int {
+	path := cfg.ReportPath
+	if cfg.ReportOff {
+		path = ""
+	}
+	where, data, err := report.Last(path, cfg.StateDir)
+	if err == nil && asJSON {
+		_, err = stdout.Write(data)
+	} else if err == nil {
+		err = report.WriteStored(stdout, where, data)
+	}
+	if err != nil {
+		return refuse(stderr, err)
+	}
+	return exitOK
 }

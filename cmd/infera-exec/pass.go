@@ -61,7 +61,7 @@ func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []stri
 	if p.dry && !o.Verbose {
 		logTo = io.Discard // the plan lists every warning; the log lines would say it twice
 	}
-	p.log = logging.New(logTo, cfg.LogJSON, o.Verbose, p.rec)
+	p.log = logging.WithStep(startLog(logTo, cfg, o.Verbose, p.rec), "config")
 	p.probe.Log = p.log // --verbose says why a deadline helper runs
 	for _, w := range warns {
 		p.log.Warn(w)
@@ -104,7 +104,9 @@ func (p *pass) run() int {
 	ctx, stop := interrupt.Start(context.Background()) // TERM, INT, HUP: the step ends, nothing more is done
 	defer stop.Stop()
 	report.Prepare(&abi.Outcome{}, &overlay.Outcome{}, &capability.Outcome{}, &launch.Outcome{}, &libionic.Outcome{}, &preflight.Outcome{}, &patches.Outcome{}) // encoders built beside the steps
+	base := p.log
 	for _, s := range p.steps() {
+		p.log = logging.WithStep(base, s.name) // every record says which step logged it
 		t := time.Now()
 		sec, err := s.run(ctx)
 		p.rep.Timings = append(p.rep.Timings, report.Timing{Step: s.name, Micros: time.Since(t).Microseconds()})
@@ -125,6 +127,7 @@ func (p *pass) run() int {
 		return p.finish(exitOK, report.ResultWouldStart, nil)
 	}
 	stop.Stop()
+	p.log = logging.WithStep(base, "exec")
 	return p.exec()
 }
 
@@ -191,12 +194,16 @@ func (p *pass) exec() int {
 	p.rep.EnvChanges = environ.Diff(p.env0, p.env)
 	p.rep.Outcome = report.Outcome{Result: l.Announce(p.log)}
 	p.writeReport()
+	clearKubelet(p.cfg.TerminationLog, p.log)
 	if l.Init != config.InitOff && p.restoreGC != nil {
 		p.restoreGC() // from here on a long-lived process
 	}
 	code, err := l.Start(p.env.Slice(), p.log)
 	if err != nil {
 		return p.finish(code, report.ResultExecFailed, err)
+	}
+	if code != exitOK && l.Ended != "" { // the init's worker ended badly
+		tellKubelet(p.cfg.TerminationLog, code, l.Ended, p.log)
 	}
 	return code
 }
@@ -217,11 +224,14 @@ func (p *pass) finish(code int, result report.Result, err error) int {
 	if err != nil {
 		p.rep.Outcome.Reason = err.Error()
 		if !p.dry {
-			p.log.Error(err.Error(), "exit", code)
+			p.log.Error(err.Error(), "event", "refused", "exit_code", code)
 		}
 	}
 	if !p.dry {
 		p.writeReport()
+		if err != nil && code != exitOK {
+			tellKubelet(p.cfg.TerminationLog, code, err.Error(), p.log)
+		}
 		return code
 	}
 	p.rep.Log = p.rec.Entries()

@@ -187,6 +187,7 @@ func TestScripts(t *testing.T) {
 				env.Setenv(k, "")
 			}
 			env.Setenv("INFERA_EXEC_REPORT", "off")
+			env.Setenv("INFERA_EXEC_TERMINATION_LOG", "off") // the machine's /dev/termination-log, if any, is not the stories'
 			env.Setenv("INFERA_EXEC_STATE_DIR", filepath.Join(env.WorkDir, ".state"))
 			// Engine patches have their own stories; elsewhere the stand-in
 			// interpreters could not answer the package probe.

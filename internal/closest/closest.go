@@ -45,3 +45,37 @@ func Distance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// Variable is the variable name s probably stands for: a typo of a
+// candidate (Name), else a candidate cut short at a word ("_") boundary
+// (INFERA_ENGINE_READY for INFERA_ENGINE_READY_TIMEOUT: the shortest such
+// candidate), else a candidate with words added (INFERA_EXEC_LOG_FORMAT
+// for INFERA_EXEC_LOG: the longest). A truncation keeps at least two
+// words, so a bare prefix such as INFERA is nobody's; "" when none fits.
+// typos and words are the candidates of each rule: every name somebody
+// reads may be misspelt, and only those of the caller's own are worth a
+// truncation or an extension.
+func Variable(s string, typos, words []string) string {
+	if c := Name(s, typos); c != "" {
+		return c
+	}
+	u := strings.ToUpper(s)
+	short, long := "", ""
+	for _, c := range words {
+		cu := strings.ToUpper(c)
+		switch {
+		case strings.Count(u, "_") >= 1 && strings.HasPrefix(cu, u+"_"):
+			if short == "" || len(c) < len(short) {
+				short = c
+			}
+		case strings.HasPrefix(u, cu+"_"):
+			if len(c) > len(long) {
+				long = c
+			}
+		}
+	}
+	if short != "" {
+		return short
+	}
+	return long
+}

@@ -1,6 +1,7 @@
 // Package logging writes the shim's log lines: one line per action on
-// stderr, "infera-exec: " first (the prefix operators grep for), or JSON
-// lines when INFERA_EXEC_LOG=json. Every record is also kept for the report.
+// stderr, "infera-exec: " first (the prefix operators grep for), or one
+// record per line, JSON (INFERA_EXEC_LOG=json) or logfmt, whose fields
+// are those of docs/logging.md. Every record is also kept for the report.
 package logging
 
 import (
@@ -46,21 +47,140 @@ func New(w io.Writer, jsonLines, verbose bool, rec *Recorder) *slog.Logger {
 // NewNamed is New for another program of the project (infera-payload):
 // its text lines start with "NAME: ", its JSON lines carry logger NAME.
 func NewNamed(w io.Writer, name string, jsonLines, verbose bool, rec *Recorder) *slog.Logger {
-	level := slog.LevelInfo
-	if verbose {
-		level = slog.LevelDebug
-	}
-	var out slog.Handler
+	o := Options{Name: name, Format: "text", Level: "info"}
 	if jsonLines {
-		out = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}).WithAttrs([]slog.Attr{slog.String("logger", name)})
-	} else {
-		out = &textHandler{w: w, mu: &sync.Mutex{}, level: level, prefix: name + ": "}
+		o.Format = "json"
 	}
-	if rec == nil {
-		return slog.New(out)
+	if verbose {
+		o.Level = "debug"
 	}
-	return slog.New(slog.NewMultiHandler(out, &recordHandler{rec: rec}))
+	return Open(w, o, rec)
 }
+
+// Options say how a logger writes: its program's name, the format
+// (INFERA_EXEC_LOG: text, json or logfmt) and the least level written
+// (INFERA_EXEC_LOG_LEVEL: debug, info, warn or error; "" is info).
+type Options struct {
+	Name   string
+	Format string
+	Level  string
+}
+
+// Level is the slog level of a level's name; info for "" or a name it
+// does not know (config has warned about it).
+func Level(name string) slog.Level {
+	switch name {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// Open returns a logger writing records as o says to w, and recording
+// those from info up into rec (which may be nil), whatever o's level.
+// Every record carries the fields event and step (see Fields): JSON and
+// logfmt lines are records a log pipeline can select on, not prose.
+func Open(w io.Writer, o Options, rec *Recorder) *slog.Logger {
+	level := Level(o.Level)
+	var out slog.Handler
+	switch o.Format {
+	case "json":
+		out = slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}).WithAttrs([]slog.Attr{slog.String("logger", o.Name)})
+	case "logfmt":
+		out = slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}).WithAttrs([]slog.Attr{slog.String("logger", o.Name)})
+	default:
+		out = &textHandler{w: w, mu: &sync.Mutex{}, level: level, prefix: o.Name + ": "}
+	}
+	if rec != nil {
+		out = slog.NewMultiHandler(out, &recordHandler{rec: rec})
+	}
+	return slog.New(&fieldsHandler{inner: out, step: DefaultStep})
+}
+
+// DefaultStep is the step of a record logged outside any step of the
+// pass (WithStep).
+const DefaultStep = "main"
+
+// The fields every record carries, first after time, level, msg (and
+// logger): what happened (event) and in which step of the start.
+const (
+	FieldEvent = "event"
+	FieldStep  = "step"
+)
+
+// WithStep is l with its records' step set to step (a step of the pass,
+// or a mode: install, check, doctor).
+func WithStep(l *slog.Logger, step string) *slog.Logger {
+	if h, ok := l.Handler().(*fieldsHandler); ok {
+		c := *h
+		c.step = step
+		return slog.New(&c)
+	}
+	return l.With(FieldStep, step)
+}
+
+// fieldsHandler puts event and step on every record, once and first:
+// the event a call site names, else one said by the level (note,
+// warning, error), and the step of the logger.
+type fieldsHandler struct {
+	inner slog.Handler
+	step  string
+	attrs []slog.Attr // With's, kept here so that event and step stay first and single
+}
+
+func (h *fieldsHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
+
+func (h *fieldsHandler) Handle(ctx context.Context, r slog.Record) error {
+	event, step := "", h.step
+	rest := make([]slog.Attr, 0, len(h.attrs)+r.NumAttrs())
+	take := func(a slog.Attr) bool {
+		switch a.Key {
+		case FieldEvent:
+			event = a.Value.String()
+		case FieldStep:
+			step = a.Value.String()
+		default:
+			rest = append(rest, a)
+		}
+		return true
+	}
+	for _, a := range h.attrs {
+		take(a)
+	}
+	r.Attrs(take)
+	if event == "" {
+		event = levelEvent(r.Level)
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	out.AddAttrs(slog.String(FieldEvent, event), slog.String(FieldStep, step))
+	out.AddAttrs(rest...)
+	return h.inner.Handle(ctx, out)
+}
+
+// levelEvent is the event of a record whose call site names none.
+func levelEvent(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "error"
+	case l >= slog.LevelWarn:
+		return "warning"
+	}
+	return "note"
+}
+
+func (h *fieldsHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = append(append([]slog.Attr(nil), h.attrs...), as...)
+	return &c
+}
+
+func (h *fieldsHandler) WithGroup(string) slog.Handler { return h }
 
 // textHandler prints "infera-exec: [warning: ]message". Attributes are for
 // JSON and the report; text messages carry their facts in the sentence.

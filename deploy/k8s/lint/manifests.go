@@ -602,6 +602,7 @@ func copyInstall(argv []string) (string, bool) {
 // from.
 func (c *checker) installInto(where loc, ctr *corev1.Container, what, dest string, vols map[string]*corev1.Volume, installs map[string]string) {
 	c.stats.Installers++
+	c.termination(where, ctr, config.DefaultTerminationLog)
 	for _, m := range ctr.VolumeMounts {
 		if path.Clean(m.MountPath) != dest || m.SubPath != "" || m.SubPathExpr != "" {
 			continue
@@ -621,6 +622,27 @@ func (c *checker) installInto(where loc, ctr *corev1.Container, what, dest strin
 	c.add(where, "%s: no volume is mounted there, so the copy would vanish with the init container", what)
 }
 
+// termination holds a container that runs infera-exec to the kubelet's
+// termination message: FallbackToLogsOnError, so that kubectl describe
+// shows infera-exec's refusal (written to the termination log) or, when
+// the worker fails without a message, the log's last lines; and the
+// file the kubelet reads (terminationMessagePath) must be the one
+// infera-exec writes (INFERA_EXEC_TERMINATION_LOG).
+func (c *checker) termination(where loc, ctr *corev1.Container, writes string) {
+	if ctr.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		c.report(where, Warn, "termination-message", "terminationMessagePolicy is not FallbackToLogsOnError",
+			"kubectl describe then shows neither the reason infera-exec wrote to the termination log nor the log's end when the worker fails",
+			"set terminationMessagePolicy: FallbackToLogsOnError on the container")
+	}
+	reads := ctr.TerminationMessagePath
+	if reads == "" {
+		reads = corev1.TerminationMessagePathDefault
+	}
+	if writes != reads {
+		c.add(where, "terminationMessagePath %s, but infera-exec writes %s: set INFERA_EXEC_TERMINATION_LOG=%s", reads, writes, reads)
+	}
+}
+
 func (c *checker) engine(where loc, spec *corev1.PodSpec, ctr *corev1.Container, argv []string, opts config.Options, kv []string, vols map[string]*corev1.Volume, installs map[string]string) {
 	c.stats.Engines++
 	if !path.IsAbs(argv[0]) {
@@ -635,6 +657,7 @@ func (c *checker) engine(where loc, spec *corev1.PodSpec, ctr *corev1.Container,
 	for _, w := range warns {
 		c.add(where, "infera-exec would warn: %s", w)
 	}
+	c.termination(where, ctr, cfg.TerminationLog)
 
 	// The payload root must be the overlay: an emptyDir the overlay init
 	// container installed into at the same path, or the overlay image

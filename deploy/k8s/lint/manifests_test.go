@@ -162,12 +162,14 @@ spec:
         - name: overlay
           image: registry.example.com/infera/overlay:v1
           args: ["/overlay"]
+          terminationMessagePolicy: FallbackToLogsOnError
           volumeMounts:
             - name: overlay
               mountPath: /overlay
       containers:
         - name: vllm
           image: registry.example.com/rocm/vllm:v1
+          terminationMessagePolicy: FallbackToLogsOnError
           command:
             - /overlay/bin/infera-exec
             - python3
@@ -277,6 +279,12 @@ func TestChecksCatch(t *testing.T) {
 		{"service links left on", "      enableServiceLinks: false\n", "", "warn service-links: enableServiceLinks is not false"},
 		{"model on no volume", "            - name: models\n              mountPath: /models\n", "            - name: models\n              mountPath: /weights\n", "error model-volume: the model /models/m (--model) is on no volume mount"},
 		{"mooncake prefill without its address", worker, worker + "            - --kv-transfer-config\n            - '{\"kv_connector\":\"MooncakeConnector\",\"kv_role\":\"kv_producer\"}'\n", "error advertise: --data-parallel-address not set (vLLM then uses 127.0.0.1)"},
+		{"engine without the termination message policy", "          image: registry.example.com/rocm/vllm:v1\n          terminationMessagePolicy: FallbackToLogsOnError\n", "          image: registry.example.com/rocm/vllm:v1\n",
+			"set terminationMessagePolicy: FallbackToLogsOnError"},
+		{"installer without the termination message policy", "          args: [\"/overlay\"]\n          terminationMessagePolicy: FallbackToLogsOnError\n", "          args: [\"/overlay\"]\n",
+			"set terminationMessagePolicy: FallbackToLogsOnError"},
+		{"custom termination message path not given to infera-exec", "          terminationMessagePolicy: FallbackToLogsOnError\n          command:", "          terminationMessagePolicy: FallbackToLogsOnError\n          terminationMessagePath: /tmp/why\n          command:",
+			"terminationMessagePath /tmp/why, but infera-exec writes /dev/termination-log: set INFERA_EXEC_TERMINATION_LOG=/tmp/why"},
 		{"image without a tag", "image: registry.example.com/rocm/vllm:v1", "image: registry.example.com/rocm/vllm", "has no tag or digest"},
 	}
 	for _, tc := range cases {
@@ -297,7 +305,7 @@ func TestChecksCatch(t *testing.T) {
 // mounted as a volume, and nothing else will do.
 func TestImageVolume(t *testing.T) {
 	iv := strings.Replace(base, "          emptyDir: {}\n", "          image:\n            reference: registry.example.com/infera/overlay:v1\n            pullPolicy: IfNotPresent\n", 1)
-	iv = strings.Replace(iv, "      initContainers:\n        - name: overlay\n          image: registry.example.com/infera/overlay:v1\n          args: [\"/overlay\"]\n          volumeMounts:\n            - name: overlay\n              mountPath: /overlay\n", "", 1)
+	iv = strings.Replace(iv, "      initContainers:\n        - name: overlay\n          image: registry.example.com/infera/overlay:v1\n          args: [\"/overlay\"]\n          terminationMessagePolicy: FallbackToLogsOnError\n          volumeMounts:\n            - name: overlay\n              mountPath: /overlay\n", "", 1)
 	problems, stats := checkFile(t, "iv.yaml", []byte(iv))
 	require.Empty(t, problems)
 	assert.Equal(t, Stats{Engines: 1, ImageVols: 1}, stats)

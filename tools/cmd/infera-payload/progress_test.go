@@ -100,7 +100,7 @@ func TestIndexAndImageSayHowFarTheyAre(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 	require.Greater(t, len(lines), 10, r.stderr)
 	for _, l := range lines {
-		assert.Regexp(t, `^\{"time":.*"level":"INFO","msg":"image (check|layer)( done)?: .*","logger":"infera-payload"\}$`, l)
+		assert.Regexp(t, `^\{"time":.*"level":"INFO","msg":"image (check|layer)( done)?: .*","logger":"infera-payload","event":"note","step":"main"\}$`, l)
 	}
 }
 
