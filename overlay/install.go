@@ -51,8 +51,11 @@ type InstallResult struct {
 	Entries   int      `json:"entries"`
 	Copied    []string `json:"copied,omitempty"`
 	Unchanged int      `json:"unchanged"`
-	Removed   []string `json:"removed,omitempty"` // left by an earlier payload
-	Notes     []string `json:"notes,omitempty"`
+	// Recorded: of the unchanged files, those the install record vouched
+	// for by their identity, not read again.
+	Recorded int      `json:"recorded"`
+	Removed  []string `json:"removed,omitempty"` // left by an earlier payload
+	Notes    []string `json:"notes,omitempty"`
 }
 
 // Install copies the payload at src into dest (an emptyDir in a pod), so
@@ -121,6 +124,7 @@ type installer struct {
 	meter     *progress.Meter   // nil: quiet
 	rec       *installRecord    // DEST's record of the last install, nil: none to believe
 	ids       []fileid.Identity // by entry: the identity of the file this install checked (see writeRecord)
+	recorded  atomic.Int64      // files identical by the record
 }
 
 // openDest opens dest as a directory without following a link at its
@@ -506,6 +510,7 @@ func (in *installer) stageAll(stage int) ([]bool, error) {
 	close(jobs)
 	wg.Wait()
 	dw.close()
+	in.r.Recorded = int(in.recorded.Load())
 	for i, err := range errs {
 		if err != nil {
 			return nil, err
@@ -570,6 +575,7 @@ func (in *installer) identical(dirfd int, name string, e Entry, i int, buf []byt
 		}
 		if in.rec.holds(e, &st, in.euid) {
 			in.ids[i] = fileid.Of(&st)
+			in.recorded.Add(1)
 			return true
 		}
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
