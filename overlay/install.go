@@ -627,6 +627,12 @@ func (in *installer) copyChecked(sfd int, name string, e Entry, buf []byte) erro
 	}
 	out := os.NewFile(uintptr(fd), name)
 	n, got, err := copyVerified(out, f, e.Size, buf, in.meter.Partial(e.Size))
+	if err == nil && n >= copyBuffer {
+		// Its writeback started now rather than by the sync before the
+		// renames, so that the disk writes it while other files are
+		// copied (asynchronous; no durability is taken from it).
+		unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	}
 	if err == nil {
 		err = out.Chmod(fs.FileMode(installPerm(e)))
 	}
