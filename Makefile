@@ -182,9 +182,11 @@ test-runtime: overlay-image
 # alone, the floor (a static Go execve), infera-exec restart and first
 # start on a real-sized vLLM install, and a Kubernetes restart (overlayfs
 # mount with a new upper layer each run; state directory kept, or not):
-# needs root and overlayfs. Benchmarks never run in `make test`.
+# needs root and overlayfs. Then --install beside `cp -a && sync` on a
+# generated 1 GB payload (see BenchmarkInstall; about 4 GB in a temporary
+# directory, removed after). Benchmarks never run in `make test`.
 bench: build
-	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkStart$$' -benchtime 1x -timeout 10m ./cmd/infera-exec
+	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -bench '^Benchmark(Start|Install)$$' -benchtime 1x -timeout 30m ./cmd/infera-exec
 
 # Every fuzz target for FUZZTIME each (go test runs only their seed corpus).
 # A count (Nx), not a duration: with a duration, Go 1.26's fuzzing

@@ -8,9 +8,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/infera/infera-exec/internal/atomicfile"
 	"github.com/infera/infera-exec/internal/boundedread"
@@ -62,7 +65,8 @@ func (e Entry) Perm() fs.FileMode {
 func BuildIndex(root string) (*Index, error) { return BuildIndexMetered(root, nil) }
 
 // BuildIndexMetered is BuildIndex counting on m (nil: quiet) every file,
-// with its size once hashed, and every symlink.
+// with its size once hashed, and every symlink. The files are hashed a
+// few at a time (hashWorkers), after the walk that lists them.
 func BuildIndexMetered(root string, m *progress.Meter) (*Index, error) {
 	ix := &Index{Schema: 1}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -85,27 +89,27 @@ func BuildIndexMetered(root string, m *progress.Meter) (*Index, error) {
 		case fi.Mode().IsRegular():
 			e.Type = "file"
 			e.Size = fi.Size()
-			if e.SHA256, err = digest.FileThrough(p, m.Partial(e.Size)); err != nil {
-				return err
-			}
 		case fi.Mode()&fs.ModeSymlink != 0:
 			e.Type, e.Mode = "symlink", ""
 			if e.Target, err = os.Readlink(p); err != nil {
 				return err
 			}
+			m.Add(1, 0)
 		default:
 			return fmt.Errorf("payload %s: %s is a %s; a payload holds files, directories and symlinks only", root, rel, fi.Mode().Type())
 		}
-		if err := e.check(); err != nil {
-			return fmt.Errorf("payload %s: %w", root, err)
+		if e.Type != "file" {
+			if err := e.check(); err != nil {
+				return fmt.Errorf("payload %s: %w", root, err)
+			}
 		}
 		ix.Entries = append(ix.Entries, e)
-		if e.Type != "dir" {
-			m.Add(1, e.Size)
-		}
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := hashFiles(root, ix.Entries, m); err != nil {
 		return nil, err
 	}
 	sort.Slice(ix.Entries, func(i, j int) bool { return ix.Entries[i].Path < ix.Entries[j].Path })
@@ -113,6 +117,57 @@ func BuildIndexMetered(root string, m *progress.Meter) (*Index, error) {
 		return nil, fmt.Errorf("payload %s: %w", root, err)
 	}
 	return ix, nil
+}
+
+// hashWorkers is how many files BuildIndexMetered hashes at once.
+func hashWorkers() int { return min(max(runtime.GOMAXPROCS(0), 2), 8) }
+
+// hashFiles fills in the SHA-256 of every file entry of root, hashWorkers
+// at a time; the error is that of the first file, in the entries' order,
+// that failed (the rest are not hashed once one has).
+func hashFiles(root string, entries []Entry, m *progress.Meter) error {
+	errs := make([]error, len(entries))
+	var failed atomic.Bool
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range hashWorkers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if failed.Load() {
+					continue
+				}
+				e := &entries[i]
+				sum, err := digest.FileThrough(filepath.Join(root, filepath.FromSlash(e.Path)), m.Partial(e.Size))
+				if err == nil {
+					e.SHA256 = sum
+					if err = e.check(); err != nil {
+						err = fmt.Errorf("payload %s: %w", root, err)
+					}
+				}
+				if err != nil {
+					errs[i] = err
+					failed.Store(true)
+					continue
+				}
+				m.Add(1, e.Size)
+			}
+		}()
+	}
+	for i := range entries {
+		if entries[i].Type == "file" {
+			next <- i
+		}
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // WriteIndex writes root's index into root.

@@ -11,14 +11,20 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/internal/beneath"
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/progress"
+	"github.com/infera/infera-exec/internal/statedir"
 )
 
 // Marker files in an install destination. While the first exists an
@@ -45,8 +51,11 @@ type InstallResult struct {
 	Entries   int      `json:"entries"`
 	Copied    []string `json:"copied,omitempty"`
 	Unchanged int      `json:"unchanged"`
-	Removed   []string `json:"removed,omitempty"` // left by an earlier payload
-	Notes     []string `json:"notes,omitempty"`
+	// Recorded: of the unchanged files, those the install record vouched
+	// for by their identity, not read again.
+	Recorded int      `json:"recorded"`
+	Removed  []string `json:"removed,omitempty"` // left by an earlier payload
+	Notes    []string `json:"notes,omitempty"`
 }
 
 // Install copies the payload at src into dest (an emptyDir in a pod), so
@@ -76,18 +85,19 @@ func install(src, dest string, say func(string)) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, st, err := openDest(dest)
+	fd, pfd, st, err := openDest(dest)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	defer unix.Close(pfd)
 	if sfi, err := os.Stat(src); err == nil {
 		if s, ok := sfi.Sys().(*syscall.Stat_t); ok && s.Dev == st.Dev && s.Ino == st.Ino {
 			return nil, fmt.Errorf("install destination %s is the payload itself", dest)
 		}
 	}
 	in := &installer{
-		src: src, dest: dest, ix: ix, raw: raw, fd: fd, dev: st.Dev,
+		src: src, dest: dest, ix: ix, raw: raw, fd: fd, pfd: pfd, name: destName(dest), dev: st.Dev,
 		euid: uint32(unix.Geteuid()),
 		r:    &InstallResult{Source: src, Dest: dest, Entries: len(ix.Entries)},
 	}
@@ -106,42 +116,78 @@ type installer struct {
 	ix        *Index
 	raw       []byte
 	fd        int    // dest, opened once
+	pfd       int    // dest's parent (O_PATH)
+	name      string // dest's name in it
 	dev       uint64 // dest's filesystem: nothing below it on another is touched
 	euid      uint32
 	r         *InstallResult
-	meter     *progress.Meter // nil: quiet
+	meter     *progress.Meter   // nil: quiet
+	rec       *installRecord    // DEST's record of the last install, nil: none to believe
+	ids       []fileid.Identity // by entry: the identity of the file this install checked (see writeRecord)
+	recorded  atomic.Int64      // files identical by the record
 }
 
-// openDest opens dest (creating it and its parents when missing) as a
-// directory, without following a link at its name.
-func openDest(dest string) (int, unix.Stat_t, error) {
-	var st unix.Stat_t
-	fd, err := unix.Open(dest, dirFlags, 0)
-	if err == unix.ENOENT {
-		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
-			return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(err))}
+// openDest opens dest as a directory without following a link at its
+// name, from its parent reached by statedir.OpenParents: every directory
+// on the way must be one that only root or the installer can change (a
+// sticky one such as /tmp only when what lies below it is root's or the
+// installer's), since whoever could change one could put a tree of their
+// own at dest after the install, and root would run it. dest and its
+// parents are created when missing. It returns dest's descriptor and its
+// parent's (an O_PATH descriptor), which the caller closes.
+func openDest(dest string) (fd, pfd int, st unix.Stat_t, err error) {
+	dest = absDest(dest)
+	if dest == "/" {
+		return -1, -1, st, &DestError{fmt.Errorf("install destination %s is the root directory; give a directory of its own, e.g. an emptyDir mounted at /overlay", dest)}
+	}
+	parent, name := filepath.Dir(dest), filepath.Base(dest)
+	pfd, err = statedir.OpenParents(parent)
+	if errors.Is(err, unix.ENOENT) {
+		if merr := os.MkdirAll(parent, 0o755); merr != nil {
+			return -1, -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, boundedread.BareErr(merr))}
 		}
-		if err := unix.Mkdir(dest, 0o755); err != nil && err != unix.EEXIST {
-			return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
-		}
-		fd, err = unix.Open(dest, dirFlags, 0)
+		pfd, err = statedir.OpenParents(parent)
 	}
 	if err != nil {
+		return -1, -1, st, &DestError{fmt.Errorf("install destination %s: %v: whoever can change it could put a tree of their own at %s after the install, and root would run it; give a destination below directories that only root (or the installer) can change, e.g. an emptyDir mounted at /overlay", dest, err, dest)}
+	}
+	fd, err = unix.Openat(pfd, name, dirFlags, 0)
+	if err == unix.ENOENT {
+		if err := unix.Mkdirat(pfd, name, 0o755); err != nil && err != unix.EEXIST {
+			unix.Close(pfd)
+			return -1, -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
+		}
+		fd, err = unix.Openat(pfd, name, dirFlags, 0)
+	}
+	if err != nil {
+		defer unix.Close(pfd)
 		fi, lerr := os.Lstat(dest)
 		switch {
 		case lerr == nil && fi.Mode()&fs.ModeSymlink != 0:
-			return -1, st, &DestError{fmt.Errorf("install destination %s is a symbolic link; give the directory itself (whoever can change the link would decide where the payload goes)", dest)}
+			return -1, -1, st, &DestError{fmt.Errorf("install destination %s is a symbolic link; give the directory itself (whoever can change the link would decide where the payload goes)", dest)}
 		case lerr == nil && !fi.IsDir():
-			return -1, st, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
+			return -1, -1, st, &DestError{fmt.Errorf("install destination %s is not a directory (%s)", dest, kind(fi))}
 		}
-		return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
+		return -1, -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
+		unix.Close(pfd)
+		return -1, -1, st, &DestError{fmt.Errorf("install destination %s: %w", dest, err)}
 	}
-	return fd, st, nil
+	return fd, pfd, st, nil
 }
+
+// absDest is dest as an absolute, clean path.
+func absDest(dest string) string {
+	if abs, err := filepath.Abs(dest); err == nil {
+		return abs
+	}
+	return filepath.Clean(dest)
+}
+
+// destName is dest's last component.
+func destName(dest string) string { return filepath.Base(absDest(dest)) }
 
 func (in *installer) note(format string, args ...any) {
 	in.r.Notes = append(in.r.Notes, fmt.Sprintf(format, args...))
@@ -166,7 +212,9 @@ func (in *installer) failed(op, rel string, err error) error {
 func installPerm(e Entry) uint32 { return uint32(e.Perm() &^ 0o022) }
 
 func (in *installer) run(st unix.Stat_t) error {
-	in.takeDest(st)
+	if err := in.takeDest(st); err != nil {
+		return err
+	}
 	// DEST is marked unfinished at every instant: the marker an earlier,
 	// interrupted install left (a regular file of ours) is kept as it is,
 	// since removing and creating it again would leave a moment without
@@ -184,6 +232,7 @@ func (in *installer) run(st unix.Stat_t) error {
 	if err := in.secure(in.fd, ""); err != nil {
 		return err
 	}
+	in.rec = in.loadRecord()
 	stageName, err := in.mkStage()
 	if err != nil {
 		return err
@@ -197,50 +246,28 @@ func (in *installer) run(st unix.Stat_t) error {
 		beneath.RemoveAll(in.fd, stageName, in.dev)
 	}()
 
-	// Copy and check everything that differs into the stage. Entries of
-	// dest are compared without following any link on the way: an old
-	// link py39 -> py310 does not make py39/x "already identical".
-	var todo []Entry
-	dw := &dirWalker{root: in.fd}
-	sw := &dirWalker{root: stage, mkdir: true}
-	for _, e := range in.ix.Entries {
-		if e.Type == "dir" {
-			continue
-		}
-		dir, name := splitRel(e.Path)
-		if dfd, err := dw.at(dir); err == nil && in.identical(dfd, name, e) {
-			in.r.Unchanged++
-			in.meter.Add(1, e.Size)
-			continue
-		}
-		sfd, err := sw.at(dir)
-		if err != nil {
-			dw.close()
-			sw.close()
-			return in.failed("stage", e.Path, err)
-		}
-		switch e.Type {
-		case "file":
-			err = in.copyChecked(sfd, name, e)
-		case "symlink":
-			if t, rerr := os.Readlink(filepath.Join(in.src, filepath.FromSlash(e.Path))); rerr != nil || t != e.Target {
-				err = fmt.Errorf("payload %s: symlink %s %s (index says -> %s)", in.src, e.Path, describeLink(t, rerr), e.Target)
-			} else if serr := unix.Symlinkat(e.Target, sfd, name); serr != nil {
-				err = in.failed("stage", e.Path, serr)
+	// Copy and check everything that differs into the stage, a few files
+	// at a time. Entries of dest are compared without following any link
+	// on the way: an old link py39 -> py310 does not make py39/x "already
+	// identical".
+	staged, err := in.stageAll(stage)
+	if err != nil {
+		return err
+	}
+	// One flush of the filesystem for every staged file, before any is
+	// renamed into place: a crash after a rename finds the file's bytes
+	// on disk (it used to be one fsync per file).
+	if err := unix.Syncfs(stage); err != nil {
+		return in.failed("sync", stageName, err)
+	}
+	var todo []int
+	for i, ok := range staged {
+		if ok {
+			todo = append(todo, i)
+			if e := in.ix.Entries[i]; e.Type == "file" && e.Perm()&0o022 != 0 {
+				in.note("%s: the payload's mode %04o lets group or others write it; installed as %04o", in.at(e.Path), uint32(e.Perm()), installPerm(e))
 			}
 		}
-		if err != nil {
-			dw.close()
-			sw.close()
-			return err
-		}
-		in.meter.Add(1, e.Size)
-		todo = append(todo, e)
-	}
-	dw.close()
-	sw.close()
-	if err := unix.Fsync(stage); err != nil && err != unix.EINVAL {
-		return in.failed("fsync", stageName, err)
 	}
 
 	// What an earlier install put there that this payload no longer has
@@ -283,10 +310,16 @@ func (in *installer) run(st unix.Stat_t) error {
 	if err := writeAtomicAt(in.fd, IndexName, in.raw); err != nil {
 		return in.failed("write", IndexName, err)
 	}
+	in.writeRecord(in.ids)
 	// The (now empty) stage goes before the marker, so that a finished
 	// install holds exactly the payload.
 	if err := beneath.RemoveAll(in.fd, stageName, in.dev); err != nil {
 		return in.failed("remove", stageName, err)
+	}
+	// Every rename and mode on disk before the marker goes, on any
+	// filesystem: a crash never finds DEST unmarked and half placed.
+	if err := unix.Syncfs(in.fd); err != nil {
+		return in.failed("sync", "", err)
 	}
 	if err := unix.Unlinkat(in.fd, installingName, 0); err != nil {
 		return in.failed("remove", installingName, err)
@@ -299,10 +332,14 @@ func (in *installer) run(st unix.Stat_t) error {
 
 // takeDest makes dest itself the installer's and not writable by group or
 // others, before anything is written into it: from then on no other uid
-// can add, rename or remove an entry at its top level. When that cannot be
-// done (an installer that is not root, in a directory it does not own),
-// the install goes on and says what it leaves open.
-func (in *installer) takeDest(st unix.Stat_t) {
+// can add, rename or remove an entry at its top level. When that cannot
+// be done (an installer that is not root, in a directory it does not
+// own), the install is refused: another uid could replace what is
+// installed, and root would run it. Then dest's name must still lead to
+// the directory it holds open: below a sticky parent (as /tmp) the uid
+// that owned dest could have renamed it away and put another in its
+// place before the chown; once dest is the installer's, nobody else can.
+func (in *installer) takeDest(st unix.Stat_t) error {
 	var problems []string
 	if st.Uid != in.euid {
 		if err := unix.Fchown(in.fd, int(in.euid), -1); err != nil {
@@ -321,8 +358,12 @@ func (in *installer) takeDest(st unix.Stat_t) {
 		}
 	}
 	if len(problems) > 0 {
-		in.note("warning: install destination %s stays %s: another uid could replace what is installed; run the install as root or as the directory's owner", in.dest, strings.Join(problems, " and "))
+		return &DestError{fmt.Errorf("install destination %s is %s: another uid could replace what is installed, and root would run it; run the install as root or as the directory's owner", in.dest, strings.Join(problems, " and "))}
 	}
+	if lst, err := lstatAt(in.pfd, in.name); err != nil || lst.Dev != st.Dev || lst.Ino != st.Ino {
+		return &DestError{fmt.Errorf("install destination %s was replaced by another directory while the install opened it; run the install again", in.dest)}
+	}
+	return nil
 }
 
 // removeLeftovers removes what an install killed half-way left: its
@@ -333,7 +374,7 @@ func (in *installer) removeLeftovers() error {
 		return in.failed("list", "", err)
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, stagePrefix) || strings.HasPrefix(n, "."+installedName+".tmp-") || strings.HasPrefix(n, "."+IndexName+".tmp-") {
+		if strings.HasPrefix(n, stagePrefix) || strings.HasPrefix(n, "."+installedName+".tmp-") || strings.HasPrefix(n, "."+IndexName+".tmp-") || strings.HasPrefix(n, "."+recordName+".tmp-") {
 			if err := beneath.RemoveAll(in.fd, n, in.dev); err != nil {
 				return in.failed("remove", n, err)
 			}
@@ -410,11 +451,112 @@ func (in *installer) mkStage() (string, error) {
 	}
 }
 
+// installWorkers bounds the files in flight at once: enough to keep the
+// disk busy while another file is hashed, few enough that the buffers
+// (copyBuffer each) stay small.
+func installWorkers() int { return min(max(2*runtime.GOMAXPROCS(0), 4), 8) }
+
+// stageJob is one entry for a worker: its index in the entries, and a
+// descriptor of dest's directory that would hold it (a duplicate the
+// worker closes), or -1 when dest has no such directory.
+type stageJob struct{ i, dirfd int }
+
+// stageAll settles every entry that is not a directory, installWorkers
+// at a time: kept when dest already holds it (identical), else copied
+// and checked into the stage under its index as a name. It returns, by
+// entry, whether it was staged; the first failure (in the order of the
+// entries) stops the rest.
+func (in *installer) stageAll(stage int) ([]bool, error) {
+	n := len(in.ix.Entries)
+	staged, errs := make([]bool, n), make([]error, n)
+	in.ids = make([]fileid.Identity, n)
+	var failed atomic.Bool
+	jobs := make(chan stageJob, installWorkers())
+	var wg sync.WaitGroup
+	for range installWorkers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, copyBuffer)
+			for j := range jobs {
+				if !failed.Load() {
+					if staged[j.i], errs[j.i] = in.settle(stage, j, buf); errs[j.i] != nil {
+						failed.Store(true)
+					}
+				}
+				if j.dirfd >= 0 {
+					unix.Close(j.dirfd)
+				}
+			}
+		}()
+	}
+	dw := &dirWalker{root: in.fd}
+	for i, e := range in.ix.Entries {
+		if e.Type == "dir" {
+			continue
+		}
+		if failed.Load() {
+			break
+		}
+		j := stageJob{i: i, dirfd: -1}
+		dir, _ := splitRel(e.Path)
+		if dfd, err := dw.at(dir); err == nil {
+			if fd, err := unix.FcntlInt(uintptr(dfd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+				j.dirfd = fd
+			}
+		}
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	dw.close()
+	in.r.Recorded = int(in.recorded.Load())
+	for i, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+		if !staged[i] && in.ix.Entries[i].Type != "dir" {
+			in.r.Unchanged++
+		}
+	}
+	return staged, nil
+}
+
+// settle is stageAll's work on one entry: false when dest already holds
+// it, true when it was copied into the stage.
+func (in *installer) settle(stage int, j stageJob, buf []byte) (bool, error) {
+	e := in.ix.Entries[j.i]
+	_, name := splitRel(e.Path)
+	if j.dirfd >= 0 && in.identical(j.dirfd, name, e, j.i, buf) {
+		in.meter.Add(1, e.Size)
+		return false, nil
+	}
+	sname := strconv.Itoa(j.i)
+	switch e.Type {
+	case "file":
+		if err := in.copyChecked(stage, sname, e, buf); err != nil {
+			return false, err
+		}
+	case "symlink":
+		if t, rerr := os.Readlink(filepath.Join(in.src, filepath.FromSlash(e.Path))); rerr != nil || t != e.Target {
+			return false, fmt.Errorf("payload %s: symlink %s %s (index says -> %s)", in.src, e.Path, describeLink(t, rerr), e.Target)
+		}
+		if err := unix.Symlinkat(e.Target, stage, sname); err != nil {
+			return false, in.failed("stage", e.Path, err)
+		}
+	}
+	in.meter.Add(1, e.Size)
+	return true, nil
+}
+
 // identical reports whether name in the directory dirfd of dest already
-// holds exactly entry e, as the installer's: a file is the installer's
-// own (one link, its owner), of the payload's size, mode and SHA-256; a
-// link is the installer's, with the payload's target.
-func (in *installer) identical(dirfd int, name string, e Entry) bool {
+// holds exactly entry e (entry i), as the installer's: a file is the
+// installer's own (one link, its owner), of the payload's size and mode,
+// and either the file the install record vouches for (its identity
+// unchanged since an install checked it) or, read now, of the payload's
+// SHA-256; a link is the installer's, with the payload's target. A file
+// found identical has its identity kept for the next record.
+func (in *installer) identical(dirfd int, name string, e Entry, i int, buf []byte) bool {
 	st, err := lstatAt(dirfd, name)
 	if err != nil || st.Uid != in.euid {
 		return false
@@ -424,12 +566,17 @@ func (in *installer) identical(dirfd int, name string, e Entry) bool {
 		if !isLinkMode(st.Mode) {
 			return false
 		}
-		buf := make([]byte, len(e.Target)+1)
-		n, err := unix.Readlinkat(dirfd, name, buf)
-		return err == nil && string(buf[:n]) == e.Target
+		b := make([]byte, len(e.Target)+1)
+		n, err := unix.Readlinkat(dirfd, name, b)
+		return err == nil && string(b[:n]) == e.Target
 	case "file":
 		if !isRegMode(st.Mode) || st.Size != e.Size || st.Mode&0o7777 != installPerm(e) || st.Nlink != 1 {
 			return false
+		}
+		if in.rec.holds(e, &st, in.euid) {
+			in.ids[i] = fileid.Of(&st)
+			in.recorded.Add(1)
+			return true
 		}
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -442,18 +589,27 @@ func (in *installer) identical(dirfd int, name string, e Entry) bool {
 			return false
 		}
 		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(h, in.meter.Partial(e.Size)), f)
-		return err == nil && n == e.Size && hex.EncodeToString(h.Sum(nil)) == e.SHA256
+		n, err := io.CopyBuffer(io.MultiWriter(h, in.meter.Partial(e.Size)), f, buf)
+		if err != nil || n != e.Size || hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
+			return false
+		}
+		// The identity it had while it was read; one that moved meanwhile
+		// is not kept.
+		var after unix.Stat_t
+		if unix.Fstat(fd, &after) == nil && fileid.Of(&after) == fileid.Of(&fst) {
+			in.ids[i] = fileid.Of(&after)
+		}
+		return true
 	}
 	return false
 }
 
 // copyChecked copies the payload's file e into name in the staging
 // directory sfd with the entry's mode (without group or other write),
-// hashing as it goes; a file that differs from the index in size or
-// content is refused. The bytes hashed are the bytes written: the staged
-// copy is what is renamed into place.
-func (in *installer) copyChecked(sfd int, name string, e Entry) error {
+// and checks the copy (copyVerified: the bytes hashed are the staged
+// file's, which is what is renamed into place); a file that differs from
+// the index in size or content is refused.
+func (in *installer) copyChecked(sfd int, name string, e Entry, buf []byte) error {
 	src := filepath.Join(in.src, filepath.FromSlash(e.Path))
 	// Opened without blocking and checked on the descriptor: a FIFO put
 	// in the payload would otherwise hold the install.
@@ -465,17 +621,20 @@ func (in *installer) copyChecked(sfd int, name string, e Entry) error {
 		return fmt.Errorf("payload file %s: %w", src, boundedread.Reason(err))
 	}
 	defer f.Close()
-	out, err := createAt(sfd, name, 0o600)
+	fd, err := unix.Openat(sfd, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return in.failed("stage", e.Path, err)
 	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(out, h, in.meter.Partial(e.Size)), f)
-	if err == nil {
-		err = out.Chmod(fs.FileMode(installPerm(e)))
+	out := os.NewFile(uintptr(fd), name)
+	n, got, err := copyVerified(out, f, e.Size, buf, in.meter.Partial(e.Size))
+	if err == nil && n >= copyBuffer {
+		// Its writeback started now rather than by the sync before the
+		// renames, so that the disk writes it while other files are
+		// copied (asynchronous; no durability is taken from it).
+		unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 	}
 	if err == nil {
-		err = out.Sync()
+		err = out.Chmod(fs.FileMode(installPerm(e)))
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
@@ -483,11 +642,11 @@ func (in *installer) copyChecked(sfd int, name string, e Entry) error {
 	if err != nil {
 		return destErr(fmt.Errorf("copy %s: %w", src, err))
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); n != e.Size || got != e.SHA256 {
+	if n != e.Size || got != e.SHA256 {
+		if n > e.Size {
+			return fmt.Errorf("payload file %s %w: more than %d bytes, the index says %d bytes with SHA-256 %s (tampered or truncated; rebuild the payload)", src, errMismatch, e.Size, e.Size, e.SHA256)
+		}
 		return fmt.Errorf("payload file %s %w: %d bytes with SHA-256 %s, the index says %d bytes with %s (tampered or truncated; rebuild the payload)", src, errMismatch, n, got, e.Size, e.SHA256)
-	}
-	if e.Perm()&0o022 != 0 {
-		in.note("%s: the payload's mode %04o lets group or others write it; installed as %04o", in.at(e.Path), uint32(e.Perm()), installPerm(e))
 	}
 	return nil
 }
@@ -541,20 +700,16 @@ func (in *installer) placeDirs() error {
 	return nil
 }
 
-// placeStaged renames the staged entries over whatever dest has at their
-// paths; a directory there (where the payload now has a file or link) is
-// removed first.
-func (in *installer) placeStaged(stage int, todo []Entry) error {
-	sw := &dirWalker{root: stage}
+// placeStaged renames the staged entries (todo, by index) over whatever
+// dest has at their paths; a directory there (where the payload now has
+// a file or link) is removed first. A placed file's identity is kept for
+// the record (the rename is its last change).
+func (in *installer) placeStaged(stage int, todo []int) error {
 	dw := &dirWalker{root: in.fd}
-	defer sw.close()
 	defer dw.close()
-	for _, e := range todo {
+	for _, i := range todo {
+		e := in.ix.Entries[i]
 		dir, name := splitRel(e.Path)
-		sfd, err := sw.at(dir)
-		if err != nil {
-			return in.failed("open", stagePrefix+"*/"+dir, err)
-		}
 		dfd, err := dw.at(dir)
 		if err != nil {
 			return in.failed("open", dir, err)
@@ -564,8 +719,11 @@ func (in *installer) placeStaged(stage int, todo []Entry) error {
 				return in.failed("remove", e.Path, err)
 			}
 		}
-		if err := unix.Renameat(sfd, name, dfd, name); err != nil {
+		if err := unix.Renameat(stage, strconv.Itoa(i), dfd, name); err != nil {
 			return in.failed("install", e.Path, err)
+		}
+		if st, err := lstatAt(dfd, name); err == nil && e.Type == "file" && isRegMode(st.Mode) && st.Uid == in.euid && st.Nlink == 1 {
+			in.ids[i] = fileid.Of(&st)
 		}
 		in.r.Copied = append(in.r.Copied, e.Path)
 	}

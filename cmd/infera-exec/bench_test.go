@@ -499,8 +499,16 @@ func BenchmarkStart(b *testing.B) {
 		rulesCount, rulesMicros[len(rulesMicros)/2], rulesMicros[0], rulesMicros[len(rulesMicros)-1], ms(rows[7].median-rows[6].median))
 	b.ReportMetric(float64(rulesMicros[len(rulesMicros)/2]), "rules-us")
 	ratio := func(a, b time.Duration) string { return fmt.Sprintf("%.2f", float64(a)/float64(b)) }
-	fmt.Printf("goals: first start / python3 -c pass %s (<= 1; %s with the venv's interpreter, the engine located without Python); with a Python worker, first start over the worker's run / its run %s (<= 1); Kubernetes restart, fresh state / python3 -c pass %s; Kubernetes restart / python3 -c pass %s (<= 0.5); restart overhead / floor overhead %s (<= 2)\n",
+	// Issue #25's ratio goals are retired (docs/performance.md keeps
+	// their figures); the ratios stay for comparison, and one guard: the
+	// first start on the plain venv layout within two interpreter starts.
+	fmt.Printf("ratios: first start / python3 -c pass %s (%s with the venv's interpreter, the engine located without Python); with a Python worker, first start over the worker's run / its run %s; Kubernetes restart, fresh state / python3 -c pass %s; Kubernetes restart / python3 -c pass %s; restart overhead / floor overhead %s\n",
 		ratio(rows[3].median, rows[2].median), ratio(rows[10].median, rows[2].median), ratio(rows[5].median-rows[4].median, rows[4].median), ratio(rows[9].median, rows[2].median), ratio(rows[8].median, rows[2].median), ratio(rows[6].median-bare, fl-bare))
+	guard := "held"
+	if rows[10].median > 2*rows[2].median {
+		guard = "NOT HELD"
+	}
+	fmt.Printf("guard: first start on the plain venv layout / python3 -c pass %s (<= 2: %s)\n", ratio(rows[10].median, rows[2].median), guard)
 	var rep struct {
 		Timings []struct {
 			Step   string `json:"step"`

@@ -234,6 +234,16 @@ func openSafe(dir string) (int, error) {
 	return fd, nil
 }
 
+// OpenParents opens dir as openSafe does (an O_PATH descriptor): every
+// directory on the way from / one that nobody but root and this uid can
+// change (a sticky one, as /tmp, only when what is reached below it is
+// root's or this uid's), and a link followed only when root or this uid
+// owns it. For a caller that makes a directory of its own below dir
+// (--install), whose owner or mode it then judges itself; the error
+// names the path, its owner and its mode, and is ENOENT (wrapped) when a
+// component does not exist.
+func OpenParents(dir string) (int, error) { return openSafe(dir) }
+
 // checkDir refuses a directory on the way that someone other than root or
 // this uid could change.
 func checkDir(fd int, path string, euid uint32) error {

@@ -25,6 +25,10 @@ import (
 // payload's own files.
 const installedMarker = ".infera-installed.json"
 
+// The record of the installed files' identities, beside it (a re-install
+// reads no file it vouches for).
+const installRecord = ".infera-install-record.json"
+
 // runTool runs a command with a deadline and returns its stdout.
 func runTool(t *testing.T, env []string, name string, args ...string) []byte {
 	t.Helper()
@@ -155,14 +159,14 @@ func TestUmociUnpackAndInstall(t *testing.T) {
 	}
 	out := install()
 	assert.Contains(t, out, "installed the payload "+rootfs+" into "+dest)
-	assert.Equal(t, want, snapshot(t, dest, installedMarker), "the installed payload")
+	assert.Equal(t, want, snapshot(t, dest, installedMarker, installRecord), "the installed payload")
 	marker, err := os.ReadFile(filepath.Join(dest, installedMarker))
 	require.NoError(t, err)
 	index, err := os.ReadFile(filepath.Join(p, overlay.IndexName))
 	require.NoError(t, err)
 	assert.Equal(t, string(index), string(marker), "the marker records the payload's index")
 	assert.Contains(t, install(), "0 copied", "a second install changes nothing")
-	assert.Equal(t, want, snapshot(t, dest, installedMarker))
+	assert.Equal(t, want, snapshot(t, dest, installedMarker, installRecord))
 
 	// The archive holds the same files.
 	if skopeo, err := exec.LookPath("skopeo"); err == nil {
