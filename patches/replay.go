@@ -189,7 +189,7 @@ func replay(file string, rec *record, idx []int, loc *Location, set *patchdef.Se
 			}
 		}
 	}
-	unlocked, release := lockDirs(dirs, opt.LockTimeout)
+	unlocked, release := lockDirs(opt.Stop, dirs, opt.LockTimeout)
 	defer release()
 	if len(dirs) == 0 || len(unlocked) > 0 {
 		return nil, false, false

@@ -160,7 +160,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	}
 
 	o.Results = sel.withSkipped(set, applySet(sel.set, loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
-		LockTimeout: in.Config.PatchLockTimeoutDuration(), PyMinor: in.PyMinor}))
+		LockTimeout: in.Config.PatchLockTimeoutDuration(), Stop: ctx.Done(), PyMinor: in.PyMinor}))
 	counts := map[patchdef.State]int{}
 	var refusal error
 	for _, r := range o.Results {
