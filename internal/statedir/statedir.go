@@ -169,7 +169,11 @@ const maxLinks = 40
 // could steer where infera-exec writes, or rename a checked directory
 // away and put their own in its place. The error is ENOENT (wrapped) when
 // a component does not exist.
-func openSafe(dir string) (int, error) {
+func openSafe(dir string) (int, error) { return walkSafe(dir, true) }
+
+// walkSafe is openSafe; checkLast false leaves dir itself to the caller,
+// which judges it by a rule of its own (Guarded).
+func walkSafe(dir string, checkLast bool) (int, error) {
 	euid := uint32(unix.Geteuid())
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -227,12 +231,48 @@ func openSafe(dir string) (int, error) {
 		}
 		fd, cur = nfd, next
 	}
+	if !checkLast {
+		return fd, nil
+	}
 	if err := checkDir(fd, cur, euid); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
 	return fd, nil
 }
+
+// Guarded says whether nobody but root and this uid can change what dir
+// holds, for a directory infera-exec does not write but hands to the
+// worker and the loader (the payload root): dir itself owned by root or
+// this uid and writable by nobody else, sticky or not (a group or others
+// who can write it can add a tree it lacks), reached as openSafe reaches
+// a state directory (every directory on the way owned by root or this uid
+// and not writable by others unless sticky, no link of another uid on
+// the way). nil when so; else an *Error naming the path at fault, Unsafe
+// unless dir merely does not exist or cannot be searched.
+func Guarded(dir string) error {
+	dir = filepath.Clean(dir)
+	if !filepath.IsAbs(dir) {
+		return &Error{dir, "not an absolute path", false}
+	}
+	fd, err := walkSafe(dir, false)
+	if err != nil {
+		return &Error{dir, err.Error(), !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EACCES)}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &Error{dir, fmt.Sprintf("cannot stat it: %v", err), false}
+	}
+	if why := OwnProblem(st.Uid, st.Mode, uint32(unix.Geteuid()), true); why != "" {
+		return &Error{dir, why, true}
+	}
+	return nil
+}
+
+// Reason is the error without the state directory's "not using it": the
+// path and why.
+func (e *Error) Reason() string { return e.Path + ": " + e.Why }
 
 // checkDir refuses a directory on the way that someone other than root or
 // this uid could change.
