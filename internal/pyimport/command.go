@@ -112,7 +112,7 @@ func ParseCommand(argv []string, path string, env Env, cwd string) (Command, err
 func isCPython(path string) error {
 	ok, err := elfload.NamesDynamic(path, "Py_BytesMain")
 	if err != nil {
-		return fmt.Errorf("%s is named like CPython, but whether it is CPython's executable cannot be read: %v", path, err)
+		return fmt.Errorf("%s is named like CPython, but it cannot be read as CPython's executable (one that names Py_BytesMain): %v", path, err)
 	}
 	if !ok {
 		return fmt.Errorf("%s is named like CPython but is not its executable (it names no Py_BytesMain): a wrapper or launcher that runs an interpreter with settings of its own", path)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -118,29 +119,88 @@ func TestResolverAgreesWithTheInterpreter(t *testing.T) {
 			continue
 		}
 		certain++
-		ctx := fmt.Sprintf("layout %d (%s), argv %q, env %v", i, strings.Join(l.desc, ", "), l.argv, l.env)
-		require.Equal(t, real.Path, a.SysPath, "sys.path: %s", ctx)
-		for _, name := range diffNames {
-			got, want := a.Specs[name], real.Specs[name]
-			if want == nil {
-				require.False(t, got.Found, "%s: real: not found; resolver: %+v; %s", name, got, ctx)
-				continue
-			}
-			require.True(t, got.Found, "%s: real: %+v; resolver: not found; %s", name, want, ctx)
-			origin := ""
-			if want.Origin != nil {
-				origin = *want.Origin
-			}
-			require.Equal(t, origin, got.Origin, "%s origin: %s", name, ctx)
-			require.Equal(t, want.Locations, append([]string{}, got.Locations...), "%s locations: %s", name, ctx)
-		}
+		agrees(t, real, a, fmt.Sprintf("layout %d (%s), argv %q, env %v", i, strings.Join(l.desc, ", "), l.argv, l.env))
 	}
 	t.Logf("%d of %d layouts certain, all agreeing with the interpreter", certain, n)
 	require.Greater(t, certain, n/4, "the resolver was certain about too few layouts")
 }
 
+// agrees fails unless the resolver's certain answer a is the
+// interpreter's, real: sys.path, and find_spec of every name.
+func agrees(t *testing.T, real realAnswer, a *Answer, ctx string) {
+	t.Helper()
+	require.Equal(t, real.Path, a.SysPath, "sys.path: %s", ctx)
+	for _, name := range diffNames {
+		got, want := a.Specs[name], real.Specs[name]
+		if want == nil {
+			require.False(t, got.Found, "%s: real: not found; resolver: %+v; %s", name, got, ctx)
+			continue
+		}
+		require.True(t, got.Found, "%s: real: %+v; resolver: not found; %s", name, want, ctx)
+		origin := ""
+		if want.Origin != nil {
+			origin = *want.Origin
+		}
+		require.Equal(t, origin, got.Origin, "%s origin: %s", name, ctx)
+		require.Equal(t, want.Locations, append([]string{}, got.Locations...), "%s locations: %s", name, ctx)
+	}
+}
+
+// cpythons are the interpreters the differential tests run against:
+// Debian's python3 and pyenv's 3.10 to 3.13, by version, each with its
+// path (links resolved), or the reason it is absent.
+type cpython struct {
+	name, exe, absent string
+}
+
+func cpythons() []cpython {
+	out := []cpython{{name: "debian-python3"}}
+	if real, err := filepath.EvalSymlinks("/usr/bin/python3"); err == nil {
+		out[0].exe = real
+	} else {
+		out[0].absent = "Debian's /usr/bin/python3 is missing (apt-get install python3)"
+	}
+	for _, minor := range []string{"3.10", "3.11", "3.12", "3.13"} {
+		c := cpython{name: "pyenv-" + minor}
+		m, _ := filepath.Glob("/root/.pyenv/versions/" + minor + ".*/bin/python" + minor)
+		sort.Strings(m)
+		if len(m) == 0 {
+			c.absent = "no pyenv CPython " + minor + " (/root/.pyenv/versions/" + minor + ".N; pyenv install " + minor + ")"
+		} else {
+			c.exe = m[len(m)-1]
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// forEachCPython runs f for every interpreter of cpythons, as a subtest
+// named for it; an absent one is skipped with its reason (a failure
+// under INFERA_REQUIRE_FIXTURES=1).
+func forEachCPython(t *testing.T, f func(t *testing.T, exe string)) {
+	for _, c := range cpythons() {
+		t.Run(c.name, func(t *testing.T) {
+			if c.absent != "" {
+				needFixture(t, "%s", c.absent)
+			}
+			f(t, c.exe)
+		})
+	}
+}
+
 func runReal(t *testing.T, l genLayout) (realAnswer, bool) {
 	t.Helper()
+	a, stderr, err := runWorker(l)
+	if strings.Contains(stderr, "No module named zzprobe_main") {
+		return realAnswer{}, false
+	}
+	require.NoError(t, err, "%q: %s", l.argv, stderr)
+	return a, true
+}
+
+// runWorker runs the layout's worker with the probe program as what it
+// runs (-c, -m zzprobe_main, or the script it names, which holds it).
+func runWorker(l genLayout) (realAnswer, string, error) {
 	names, _ := json.Marshal(diffNames)
 	prog := strings.ReplaceAll(probeProgram, "NAMES", string(names))
 	argv := slices.Clone(l.argv)
@@ -160,13 +220,14 @@ func runReal(t *testing.T, l genLayout) (realAnswer, bool) {
 	if ee, ok := err.(*exec.ExitError); ok {
 		stderr = string(ee.Stderr)
 	}
-	if strings.Contains(stderr, "No module named zzprobe_main") {
-		return realAnswer{}, false
+	if err != nil {
+		return realAnswer{}, stderr, err
 	}
-	require.NoError(t, err, "%q: %s", argv, stderr)
 	var a realAnswer
-	require.NoError(t, json.Unmarshal(out, &a), "%s", out)
-	return a, true
+	if err := json.Unmarshal(out, &a); err != nil {
+		return realAnswer{}, stderr, fmt.Errorf("%q answered %q: %w", argv, out, err)
+	}
+	return a, stderr, nil
 }
 
 // generate builds layout i (the same for the same i).
