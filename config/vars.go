@@ -68,7 +68,7 @@ var Vars = []Var{
 		return nil
 	}},
 	{"INFERA_PYTHON", "interpreter to detect and probe", DefaultPython, func(l *loader, v string) error {
-		l.c.Python = cmp.Or(v, DefaultPython)
+		l.c.Python, l.c.PythonNamed = cmp.Or(v, DefaultPython), v != ""
 		return nil
 	}},
 	{"INFERA_PYTHON_TIMEOUT", "how long it may take to answer a version question; the engine probe gets three times as long, in all", DefaultPythonTimeout.String(), func(l *loader, v string) error {

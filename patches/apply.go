@@ -55,12 +55,19 @@ type Result struct {
 	// keeping the fix on, and where it stands upstream.
 	Caveat   string                   `json:"caveat,omitempty"`
 	Upstream *patchdef.UpstreamStatus `json:"upstream,omitempty"`
+	// Unvouched: the state is the probing interpreter's view, not the
+	// worker's (a shell-script worker, with INFERA_PYTHON not naming its
+	// interpreter), and why, with how to make it certain. Not in force.
+	Unvouched string `json:"unvouched,omitempty"`
 
 	err error // why a write was abandoned
 }
 
 // Ok reports whether the patch is in a state the worker can run with.
 func (r *Result) Ok() bool {
+	if r.Unvouched != "" {
+		return false // what the worker imports was not asked
+	}
 	return r.State == patchdef.Applied || r.State == patchdef.Upstream || r.State == patchdef.NotApplicable
 }
 
