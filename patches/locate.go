@@ -87,14 +87,7 @@ type Location struct {
 // (-s, -I, PYTHONNOUSERSITE, a venv without system site packages), the
 // user site of HOME or PYTHONUSERBASE (getusersitepackages). Asking site
 // costs nothing: it is imported at start-up anyway.
-const probeScript = `import sys
-rule = sys.argv.pop(1)
-if sys.path and not (getattr(sys.flags, "safe_path", False) or sys.flags.isolated):
-    if rule == "m":
-        sys.path[0] = __import__("os").getcwd()
-    elif rule[:1] == "s":
-        sys.path[0] = rule[1:]
-out = ["P" + p for p in sys.path]
+const probeScript = pyimport.Path0Program + `out = ["P" + p for p in sys.path]
 site = sys.modules.get("site")
 if site is not None:
     try:

@@ -30,6 +30,20 @@ type Question struct {
 	Unfollowed string
 }
 
+// Path0Program begins the probe's program: run as Question says, with
+// the Path0 rule as its first argument (which it takes off sys.argv), it
+// puts in sys.path[0] what the worker's would hold, unless the
+// interpreter put nothing there (-I, -P, PYTHONSAFEPATH from 3.11; -I
+// on 3.10).
+const Path0Program = `import sys
+rule = sys.argv.pop(1)
+if sys.path and not (getattr(sys.flags, "safe_path", False) or sys.flags.isolated):
+    if rule == "m":
+        sys.path[0] = __import__("os").getcwd()
+    elif rule[:1] == "s":
+        sys.path[0] = rule[1:]
+`
+
 // Ask is the worker's question, for the worker started by q.
 func Ask(q Query) Question {
 	env := q.Env
