@@ -1,6 +1,7 @@
 package pyimport
 
 import (
+	"archive/zip"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -296,6 +297,13 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 	T := t.TempDir()
 	l := genLayout{env: map[string]string{"PATH": "/usr/bin:/bin", "HOME": filepath.Join(T, "home")}, cwd: filepath.Join(T, "cwd")}
 	mkdir := func(p string) string { require.NoError(t, os.MkdirAll(p, 0o755)); return p }
+	if r.IntN(4) == 0 {
+		// The working directory reached through a link: getcwd() names
+		// the real one, which relative PYTHONPATH entries are joined to.
+		real := mkdir(filepath.Join(T, "real/deep/cwd"))
+		require.NoError(t, os.Symlink(real, l.cwd))
+		l.desc = append(l.desc, "cwd through a link")
+	}
 	mkdir(l.cwd)
 	mkdir(l.env["HOME"])
 	version := strings.TrimPrefix(filepath.Base(base), "python")
@@ -322,6 +330,11 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 			require.NoError(t, os.Symlink(base, filepath.Join(venv, "bin", "python"+version)))
 			require.NoError(t, os.Symlink("python"+version, filepath.Join(venv, "bin/python3")))
 			cfg := fmt.Sprintf("home = %s\ninclude-system-site-packages = %t\nversion = %s.0\n", filepath.Dir(base), system, version)
+			if k == 2 && r.IntN(2) == 0 {
+				cfg = fmt.Sprintf("home = %s\ninclude-system-site-packages = \n", filepath.Dir(base)) // empty: false
+				system = false
+				desc("include-system-site-packages empty")
+			}
 			if k == 3 {
 				cfg = fmt.Sprintf("home = %s\n", filepath.Dir(base)) // no key: site.py's default is true
 				system = true
@@ -389,6 +402,24 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 			entries = append(entries, extra, extra2)
 			desc(".pth chain")
 		}
+		// Every .pth form: line endings, a BOM, trailing white space
+		// str.rstrip strips (ASCII and not), names in Python's order.
+		if r.IntN(3) == 0 {
+			end := []string{"\n", "\r\n", "\r", "\f"}[r.IntN(4)]
+			ws := []string{"", " \t", "\x1c", "\u00a0", "\u3000"}[r.IntN(5)]
+			bom := []string{"", "\ufeff"}[r.IntN(2)]
+			f3, f4 := mkdir(filepath.Join(T, "extra3")), mkdir(filepath.Join(T, "extra4"))
+			mustWrite(filepath.Join(site, "forms.pth"), bom+"# c"+end+f3+ws+end+end+f4+ws)
+			entries = append(entries, f3, f4)
+			desc(fmt.Sprintf(".pth forms %q %q %q", bom, ws, end))
+		}
+		if r.IntN(5) == 0 {
+			f5, f6 := mkdir(filepath.Join(T, "extra5")), mkdir(filepath.Join(T, "extra6"))
+			mustWrite(filepath.Join(site, "\xff.pth"), f5+"\n")
+			mustWrite(filepath.Join(site, "\U0001F600.pth"), f6+"\n"+f5+"\n")
+			entries = append(entries, f5, f6)
+			desc(".pth names out of byte order")
+		}
 		// The editable installs pip made.
 		if r.IntN(3) > 0 {
 			des, _ := os.ReadDir(files)
@@ -449,7 +480,43 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 			}
 		}
 	}
+	if r.IntN(8) == 0 {
+		l.env["PYTHONPYCACHEPREFIX"] = filepath.Join(T, "pycache")
+		desc("PYTHONPYCACHEPREFIX")
+	}
+	if r.IntN(8) == 0 {
+		// A zip archive on PYTHONPATH, holding a copy of eng.
+		z := filepath.Join(T, "eng.zip")
+		f, err := os.Create(z)
+		require.NoError(t, err)
+		zw := zip.NewWriter(f)
+		w, err := zw.Create("eng/__init__.py")
+		require.NoError(t, err)
+		_, err = w.Write([]byte("\n"))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		require.NoError(t, f.Close())
+		l.env["PYTHONPATH"] = strings.Trim(z+":"+l.env["PYTHONPATH"], ":")
+		desc("zip on PYTHONPATH")
+	}
+	if r.IntN(10) == 0 {
+		// An ELF wrapper named python3.N (makeBinaryWrapper's shape):
+		// it sets PYTHONPATH and runs the real interpreter.
+		w := filepath.Join(mkdir(filepath.Join(T, "wrap")), "python"+version)
+		data, err := os.ReadFile(elfWrapper(t))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(w, data, 0o755))
+		wp := mkdir(filepath.Join(T, "wrapped"))
+		mustWrite(filepath.Join(wp, "eng", "__init__.py"), "")
+		l.env["WRAP_EXE"], l.env["WRAP_PYTHONPATH"] = exe, wp
+		exe = w
+		desc("ELF wrapper")
+	}
 	l.argv = append([]string{exe}, opts...)
+	if r.IntN(6) == 0 {
+		l.argv = append([]string{"/usr/bin/env", "PYTHONNOUSERSITE=1"}, l.argv...)
+		desc("env PYTHONNOUSERSITE=1")
+	}
 	// -c, -m (the probe module in the working directory and in every
 	// site directory, so that it runs under -P too), or a script reached
 	// through a link, whose real directory comes first.
