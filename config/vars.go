@@ -162,7 +162,7 @@ var Vars = []Var{
 		}
 		return nil
 	}},
-	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65", "", func(l *loader, v string) error {
+	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65 (not vouched for a worker it cannot follow: also 65, unless INFERA_PYTHON names the worker's interpreter)", "", func(l *loader, v string) error {
 		l.c.RequirePatches = splitList(v)
 		return nil
 	}},

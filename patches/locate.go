@@ -77,8 +77,9 @@ type Location struct {
 // and PEP 660 editable finders), but it runs the package's __init__ no
 // more than find_spec does and imports nothing itself (json and
 // importlib.util alone would add a third to the interpreter's start).
-// It is run exactly as the worker's `python3 -m` is: same interpreter,
-// environment and working directory (” first on sys.path). The answer is
+// It is run as the worker's own question (pyimport.Ask): the worker's
+// interpreter and options, environment and working directory, and its
+// sys.path[0] rule, which pyimport.Path0Program applies. The answer is
 // NUL-separated records: P<sys.path entry>, A<site directory that would be
 // on sys.path if it existed>, then per name S<name>, then N (not found),
 // E<error>, or O<origin> and L<location>... for the name. The A records
