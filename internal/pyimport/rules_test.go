@@ -124,11 +124,13 @@ var ruleCases = map[string]ruleCase{
 	// White space outside ASCII: read in the locale's encoding up to 3.12.
 	"pth trailing NBSP": pthCase(map[string]string{"a.pth": "@/extra1\u00a0\n"}, below(13, "decodes .pth files in the locale's encoding")),
 	"pth BOM":           pthCase(map[string]string{"a.pth": "\ufeff@/extra1\n"}, below(13, "decodes .pth files in the locale's encoding")),
-	"pth not UTF-8":     pthCase(map[string]string{"a.pth": "@/extra1\n#\xff\n"}, func(v string) string { return map[bool]string{true: "is not UTF-8", false: "in the locale's encoding"}[versionAtLeast(v, 13)] }),
+	"pth not UTF-8": pthCase(map[string]string{"a.pth": "@/extra1\n#\xff\n"}, func(v string) string {
+		return map[bool]string{true: "is not UTF-8", false: "in the locale's encoding"}[versionAtLeast(v, 13)]
+	}),
 	"pth comment, blank and import-like": pthCase(map[string]string{"a.pth": "#@/extra1\n \t\x0b\n importx\n@/extra2 \n"}, always("")),
 	// Python sorts names as str: a byte that is not UTF-8 becomes a
 	// surrogate, below U+1F600, whose UTF-8 bytes sort below 0xff.
-	"pth name order": pthCase(map[string]string{"\xff.pth": "@/extra1\n", "\U0001F600.pth": "@/extra2\n", "a.pth": "@/extra2\n@/extra1\n"}, always("")),
+	"pth name order":      pthCase(map[string]string{"\xff.pth": "@/extra1\n", "\U0001F600.pth": "@/extra2\n", "a.pth": "@/extra2\n@/extra1\n"}, always("")),
 	"pth name order only": pthCase(map[string]string{"\xff.pth": "@/extra1\n", "\U0001F600.pth": "@/extra2\n"}, always("")),
 	// normpath keeps exactly two leading slashes.
 	"pth two leading slashes": pthCase(map[string]string{"a.pth": "/@/extra1\n"}, always("")),
