@@ -20,6 +20,7 @@ type Config struct {
 	PayloadRoot        string      `json:"payload_root"`
 	PayloadRootFrom    string      `json:"payload_root_from"`
 	Python             string      `json:"python"`
+	PythonNamed        bool        `json:"python_named,omitempty"` // INFERA_PYTHON given: the operator names the worker's interpreter
 	PythonTimeout      string      `json:"python_timeout"`
 	RequireNative      Requirement `json:"require_native"`
 	ReadyTimeout       int         `json:"ready_timeout_seconds"`

@@ -701,6 +701,25 @@ func TestLoadPatchLockTimeout(t *testing.T) {
 	}
 }
 
+// A lock wait beyond the bound is refused (78), naming the bound; the
+// bound itself is accepted, in either spelling.
+func TestLoadPatchLockTimeoutBound(t *testing.T) {
+	for _, v := range []string{"3600", "1h", "60m"} {
+		c, warns := load(t, map[string]string{"INFERA_PATCH_LOCK_TIMEOUT": v})
+		assert.Equal(t, MaxPatchLockTimeout, c.PatchLockTimeoutDuration(), v)
+		assert.Empty(t, warns)
+	}
+	for _, v := range []string{"3601", "1e9", "1h0m0.001s", "9223372036"} {
+		_, _, err := Load(envOf(map[string]string{"INFERA_PATCH_LOCK_TIMEOUT": v}), testExe, testCwd, Flags{})
+		var ce *Error
+		require.ErrorAs(t, err, &ce, v)
+		assert.Equal(t, 78, ce.ExitCode())
+		assert.Contains(t, err.Error(), `INFERA_PATCH_LOCK_TIMEOUT="`+v+`"`)
+		assert.Contains(t, err.Error(), "bound of 1h0m0s")
+		assert.Contains(t, err.Error(), "3600 (seconds) or less")
+	}
+}
+
 func TestLoadPreflightOnTimeout(t *testing.T) {
 	c, warns := load(t, map[string]string{})
 	assert.False(t, c.PreflightTimeoutError)

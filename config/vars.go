@@ -28,6 +28,10 @@ const (
 	DefaultPreflightTimeout = 5 * time.Second
 	DefaultPatchLockTimeout = 5 * time.Second
 	DefaultTerminationLog   = "/dev/termination-log" // the kubelet's terminationMessagePath
+	// MaxPatchLockTimeout bounds INFERA_PATCH_LOCK_TIMEOUT: a lock held
+	// longer than an hour is no patcher at work but a stuck process, and a
+	// start that waits for it is a pod that never becomes ready.
+	MaxPatchLockTimeout = time.Hour
 )
 
 // Var is one environment variable infera-exec reads: its name, its line in
@@ -66,7 +70,7 @@ var Vars = []Var{
 		return nil
 	}},
 	{"INFERA_PYTHON", "interpreter to detect and probe", DefaultPython, func(l *loader, v string) error {
-		l.c.Python = cmp.Or(v, DefaultPython)
+		l.c.Python, l.c.PythonNamed = cmp.Or(v, DefaultPython), v != ""
 		return nil
 	}},
 	{"INFERA_PYTHON_TIMEOUT", "how long it may take to answer a version question; the engine probe gets three times as long, in all", DefaultPythonTimeout.String(), func(l *loader, v string) error {
@@ -171,7 +175,7 @@ var Vars = []Var{
 		}
 		return nil
 	}},
-	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65", "", func(l *loader, v string) error {
+	{"INFERA_REQUIRE_PATCHES", "patch ids that must be in force, else exit 65 (not vouched for a worker it cannot follow: also 65, unless INFERA_PYTHON names the worker's interpreter)", "", func(l *loader, v string) error {
 		l.c.RequirePatches = splitList(v)
 		return nil
 	}},
@@ -191,11 +195,13 @@ var Vars = []Var{
 		}
 		return nil
 	}},
-	{"INFERA_PATCH_LOCK_TIMEOUT", "how long a start waits, in all, for the engine's package directories that another process holds locked; then it starts unpatched (a warning; 65 when a patch is required). 0 = do not wait", DefaultPatchLockTimeout.String(), func(l *loader, v string) error {
+	{"INFERA_PATCH_LOCK_TIMEOUT", "how long a start waits, in all, for the engine's package directories that another process holds locked; then it starts unpatched (a warning; 65 when a patch is required). 0 = do not wait; at most 1h (beyond: 78)", DefaultPatchLockTimeout.String(), func(l *loader, v string) error {
 		l.c.patchLockTimeout = DefaultPatchLockTimeout
 		if v = strings.TrimSpace(v); v != "" {
 			if d, err := ParseSeconds(v); err != nil || d < 0 {
 				l.warn("INFERA_PATCH_LOCK_TIMEOUT=%q is not a duration of zero or more; using %s", v, DefaultPatchLockTimeout)
+			} else if d > MaxPatchLockTimeout {
+				return &Error{fmt.Sprintf("INFERA_PATCH_LOCK_TIMEOUT=%q is beyond its bound of %s: a start waits at most that long for the engine's package locks; give %d (seconds) or less", v, MaxPatchLockTimeout, int(MaxPatchLockTimeout/time.Second))}
 			} else {
 				l.c.patchLockTimeout = d
 			}

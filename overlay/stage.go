@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/report"
 )
 
@@ -63,6 +65,9 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	if err := in.Answers(cfg.PayloadRoot); err != nil {
 		return o, &Refusal{fmt.Errorf("payload root %w (payload root from %s)", err, cfg.PayloadRootFrom)}
 	}
+	if err := guarded(cfg, in.Log); err != nil {
+		return o, err
+	}
 	img := ImageAt("/", in.Env.Value("LD_LIBRARY_PATH"))
 	img.CacheDir = in.StateDir
 	var err error
@@ -73,6 +78,36 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	o.Edits = o.Selection.Env()
 	in.Log.Info(o.Selection.EnvSummary())
 	return o, nil
+}
+
+// guarded checks that nobody but root and infera-exec's uid can change
+// the payload root (statedir.Guarded, the state directory's rules): its
+// trees go first on the worker's PYTHONPATH, PATH and LD_LIBRARY_PATH,
+// so another uid that can rename it, or write into it, chooses the code
+// root runs. That is a warning; a refusal (78) when the deployment
+// requires patches or native capabilities, whose promise such a payload
+// cannot keep. A root that does not exist is left to Open to report.
+func guarded(cfg config.Config, log *slog.Logger) error {
+	var se *statedir.Error
+	err := statedir.Guarded(cfg.PayloadRoot)
+	if err == nil || !errors.As(err, &se) || !se.Unsafe {
+		return nil
+	}
+	euid := os.Geteuid()
+	msg := fmt.Sprintf("payload root %s (from %s) can be changed by another uid than root and %d: %s; that uid could replace what the worker imports and loads. Make the payload root and every directory above it owned by root (or uid %d) and not writable by group or others (chmod go-w), or install the payload with --install",
+		cfg.PayloadRoot, cfg.PayloadRootFrom, euid, se.Reason(), euid)
+	var by []string
+	if len(cfg.RequirePatches) > 0 {
+		by = append(by, "INFERA_REQUIRE_PATCHES")
+	}
+	if !cfg.RequireNative.None() || cfg.RequireNative.Auto {
+		by = append(by, "INFERA_REQUIRE_NATIVE")
+	}
+	if len(by) > 0 {
+		return &Refusal{fmt.Errorf("%s (refused: %s is set, and such a payload cannot keep its promise)", msg, strings.Join(by, " and "))}
+	}
+	log.Warn(msg)
+	return nil
 }
 
 // choose opens the payload at root (from says where that root came from)

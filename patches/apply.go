@@ -42,6 +42,10 @@ type Result struct {
 	// Shadow is the shadow tree the patch is in force from (the worker
 	// imports its package from there; see shadow.go); "" in place.
 	Shadow string `json:"shadow,omitempty"`
+	// Unvouched: the state is the probing interpreter's view, not the
+	// worker's (a shell-script worker, with INFERA_PYTHON not naming its
+	// interpreter), and why, with how to make it certain. Not in force.
+	Unvouched string `json:"unvouched,omitempty"`
 
 	err    error // why a write was abandoned
 	refuse error // the definition cannot be used as it is (78)
@@ -49,6 +53,9 @@ type Result struct {
 
 // Ok reports whether the patch is in a state the worker can run with.
 func (r *Result) Ok() bool {
+	if r.Unvouched != "" {
+		return false // what the worker imports was not asked
+	}
 	return r.State == patchdef.Applied || r.State == patchdef.Upstream || r.State == patchdef.NotApplicable
 }
 
@@ -75,6 +82,9 @@ type options struct {
 	// LockTimeout bounds the wait for the package directories' locks, for
 	// all of them together; 0 tries each once (INFERA_PATCH_LOCK_TIMEOUT).
 	LockTimeout time.Duration
+	// Stop, closed when the start is asked to stop, ends that wait at
+	// once (nil: never).
+	Stop <-chan struct{}
 	// PyMinor is the worker's CPython 3.minor (the ABI family's), which
 	// decides the extension-module suffixes that can shadow a patched
 	// module; 0 = read it from the package's path (python3.X), else
@@ -151,7 +161,7 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 	var unlocked map[string]error
 	if !opt.DryRun {
 		var release func()
-		unlocked, release = lockDirs(dirs, opt.LockTimeout)
+		unlocked, release = lockDirs(opt.Stop, dirs, opt.LockTimeout)
 		defer release()
 	}
 	v := newView(!opt.DryRun, opt.PyMinor, needlesOf(set))

@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,6 +65,9 @@ type Location struct {
 	// Notes (offline lookups) name what the interpreter would run at
 	// start-up that the lookup passed over: the answer is not certain.
 	Notes []string `json:"notes,omitempty"`
+	// Unvouched: the answer is the probing interpreter's, not the
+	// worker's own, and why (see engineLocator.Unvouched).
+	Unvouched string `json:"unvouched,omitempty"`
 }
 
 // probeScript asks the import system where each name on argv would come
@@ -73,8 +77,9 @@ type Location struct {
 // and PEP 660 editable finders), but it runs the package's __init__ no
 // more than find_spec does and imports nothing itself (json and
 // importlib.util alone would add a third to the interpreter's start).
-// It is run exactly as the worker's `python3 -m` is: same interpreter,
-// environment and working directory (” first on sys.path). The answer is
+// It is run as the worker's own question (pyimport.Ask): the worker's
+// interpreter and options, environment and working directory, and its
+// sys.path[0] rule, which pyimport.Path0Program applies. The answer is
 // NUL-separated records: P<sys.path entry>, A<site directory that would be
 // on sys.path if it existed>, then per name S<name>, then N (not found),
 // E<error>, or O<origin> and L<location>... for the name. The A records
@@ -83,8 +88,7 @@ type Location struct {
 // (-s, -I, PYTHONNOUSERSITE, a venv without system site packages), the
 // user site of HOME or PYTHONUSERBASE (getusersitepackages). Asking site
 // costs nothing: it is imported at start-up anyway.
-const probeScript = `import sys
-out = ["P" + p for p in sys.path]
+const probeScript = pyimport.Path0Program + `out = ["P" + p for p in sys.path]
 site = sys.modules.get("site")
 if site is not None:
     try:
@@ -117,7 +121,7 @@ sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "5"
+const probeVersion = "6"
 
 // engineLocator runs the probe.
 type engineLocator struct {
@@ -134,6 +138,14 @@ type engineLocator struct {
 	Argv    []string
 	Path    string
 	PyMinor int // the CPython minor the ABI step found; 0 = unknown
+	// Options and Path0 are the worker's interpreter options and its
+	// sys.path[0] rule, which the probe asks with (pyimport.Question).
+	Options []string
+	Path0   string
+	// Unvouched says why the probe's answer is not the worker's own: the
+	// worker's interpreter could not be followed and the operator did
+	// not name it (INFERA_PYTHON); "" when it is.
+	Unvouched string
 
 	// listed are the directories the resolver read, each with its
 	// identity before: probeInputs digests them from these listings
@@ -176,18 +188,20 @@ func (l *engineLocator) locate(ctx context.Context, names []string) (*Location, 
 	start := time.Now()
 	settings := l.settings(names)
 	loc, why := l.resolve(names, settings, start)
-	if loc != nil {
-		return loc, nil
+	if loc == nil {
+		var ok bool
+		if loc, ok = l.fromCache(names, settings, start); ok {
+			loc.Located = "by the interpreter (answer cached): " + why
+		} else {
+			var err error
+			if loc, err = l.probe(ctx, names, settings, start); err != nil {
+				return nil, err
+			}
+			loc.Located = "by the interpreter: " + why
+		}
 	}
-	if loc, ok := l.fromCache(names, settings, start); ok {
-		loc.Located = "by the interpreter (answer cached): " + why
-		return loc, nil
-	}
-	loc, err := l.probe(ctx, names, settings, start)
-	if loc != nil {
-		loc.Located = "by the interpreter: " + why
-	}
-	return loc, err
+	loc.Unvouched = l.Unvouched
+	return loc, nil
 }
 
 // resolve locates names without starting Python (package pyimport: the
@@ -307,7 +321,8 @@ func (l *engineLocator) run(ctx context.Context, names []string) (*Location, err
 		ctx, cancel = context.WithTimeout(ctx, l.Timeout)
 		defer cancel()
 	}
-	cmd := procgroup.Command(ctx, l.Python, append([]string{"-c", probeScript}, names...)...)
+	args := append(slices.Clone(l.Options), "-c", probeScript, cmp.Or(l.Path0, "c"))
+	cmd := procgroup.Command(ctx, l.Python, append(args, names...)...)
 	cmd.Env = l.Env.Slice()
 	cmd.Dir = l.Dir
 	var out, errb procgroup.Buffer
@@ -386,7 +401,7 @@ var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYT
 // names asked for and the distributions whose versions are read.
 func (l *engineLocator) settings(names []string) string {
 	h := &strings.Builder{}
-	for _, s := range []string{"v", probeVersion, "\x00", l.Python, "\x00cwd=", l.Dir, "\x00names=", strings.Join(names, ","), "\x00"} {
+	for _, s := range []string{"v", probeVersion, "\x00", l.Python, "\x00options=", strings.Join(l.Options, "\x01"), "\x00path0=", l.Path0, "\x00cwd=", l.Dir, "\x00names=", strings.Join(names, ","), "\x00"} {
 		h.WriteString(s)
 	}
 	for _, k := range fingerprintEnv {
@@ -577,7 +592,7 @@ func racy(inputs []cachedIdentity, start fileid.Tick) bool {
 }
 
 func (l *engineLocator) key(names []string) string {
-	return digest.Bytes([]byte(l.Python + "\x00" + l.Dir + "\x00" + strings.Join(names, ",")))[:16]
+	return digest.Bytes([]byte(l.Python + "\x00" + strings.Join(l.Options, "\x01") + "\x00" + l.Path0 + "\x00" + l.Dir + "\x00" + strings.Join(names, ",")))[:16]
 }
 
 // cached returns the recorded answer when the cache file is trusted and

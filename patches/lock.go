@@ -17,13 +17,17 @@ import (
 // a lock (any uid that can open the directory can), a start waits at most
 // timeout, then goes on without it. unlocked says, for each directory not
 // locked, why; release drops the locks taken.
-func lockDirs(dirs []string, timeout time.Duration) (unlocked map[string]error, release func()) {
+//
+// A stop (stop closed: the start was asked to stop) ends the wait at
+// once; what each message says is the time actually waited.
+func lockDirs(stop <-chan struct{}, dirs []string, timeout time.Duration) (unlocked map[string]error, release func()) {
 	sorted := slices.Clone(dirs)
 	slices.Sort(sorted)
-	deadline := time.Now().Add(timeout)
+	begun := time.Now()
+	deadline := begun.Add(timeout)
 	var held []*os.File
 	for _, dir := range sorted {
-		f, err := lockDir(dir, deadline, timeout)
+		f, err := lockDir(stop, dir, begun, deadline, timeout)
 		if err != nil {
 			if unlocked == nil {
 				unlocked = map[string]error{}
@@ -41,8 +45,8 @@ func lockDirs(dirs []string, timeout time.Duration) (unlocked map[string]error, 
 }
 
 // lockDir takes the flock of one directory, trying at least once and
-// again until deadline.
-func lockDir(dir string, deadline time.Time, timeout time.Duration) (*os.File, error) {
+// again until deadline or a stop; the wait began at begun.
+func lockDir(stop <-chan struct{}, dir string, begun, deadline time.Time, timeout time.Duration) (*os.File, error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cannot lock the package directory: %w", err)
@@ -58,17 +62,38 @@ func lockDir(dir string, deadline time.Time, timeout time.Duration) (*os.File, e
 			return nil, fmt.Errorf("cannot lock the package directory %s: %w", dir, err)
 		}
 		left := time.Until(deadline)
-		if left <= 0 {
-			f.Close()
-			waited := "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)"
-			if timeout > 0 {
-				waited = "waited " + timeout.String() + " (INFERA_PATCH_LOCK_TIMEOUT)"
-			}
-			return nil, fmt.Errorf("the package directory %s is locked (flock) by another process; %s", dir, waited)
+		stopped := false
+		select {
+		case <-stop:
+			stopped = true
+		default:
 		}
-		time.Sleep(min(pause, left))
+		if left <= 0 || stopped {
+			f.Close()
+			return nil, fmt.Errorf("the package directory %s is locked (flock) by another process; %s", dir, waitedFor(time.Since(begun), timeout, stopped))
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+		}
 		pause = min(2*pause, 20*time.Millisecond)
 	}
+}
+
+// waitedFor says how long a lock was waited for: waited, the time since
+// the wait began, against the bound timeout; stopped when a stop ended it
+// before the bound. A wait that ran its course is the bound itself (to
+// within one pause), named as such.
+func waitedFor(waited, timeout time.Duration, stopped bool) string {
+	switch {
+	case stopped:
+		return fmt.Sprintf("stopped waiting after %s of %s (INFERA_PATCH_LOCK_TIMEOUT): the start was asked to stop", waited.Round(time.Millisecond), timeout)
+	case timeout == 0:
+		return "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)"
+	}
+	return "waited " + timeout.String() + " (INFERA_PATCH_LOCK_TIMEOUT)"
 }
 
 // writeFix is what an operator can do about an engine file that could not

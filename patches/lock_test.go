@@ -102,3 +102,26 @@ func TestLockedRequiredRefuses(t *testing.T) {
 		assert.Contains(t, err.Error(), "required patch demo-fix is pending: the package directory")
 	}
 }
+
+// A start asked to stop while it waits for a lock stops waiting, and the
+// message says how long it waited, not the bound it would have waited.
+func TestLockWaitEndsAtAStop(t *testing.T) {
+	site, loc := pkgTree(t, map[string]string{"a.py": "    a, _ = x\n"})
+	holdLock(t, filepath.Join(site, "demo"))
+	stop := make(chan struct{})
+	close(stop)
+	defs := []*patchdef.Definition{def(t, "pa", patchdef.Edit{File: "a.py", Anchor: "    a, _ = x\n", Replacement: "    a = x[0]\n"})}
+	r := applySet(&patchdef.Set{Defs: defs}, loc, options{LockTimeout: 20 * time.Second, Stop: stop})[0]
+	assert.Equal(t, patchdef.Pending, r.State, r.Why)
+	assert.NotContains(t, r.Why, "waited 20s")
+	assert.Regexp(t, `locked \(flock\) by another process; stopped waiting after [0-9.]+m?s of 20s \(INFERA_PATCH_LOCK_TIMEOUT\): the start was asked to stop`, r.Why)
+	assert.Equal(t, "    a, _ = x\n", read(t, filepath.Join(site, "demo/a.py")))
+}
+
+// waitedFor names the time waited when a stop ended the wait, and the
+// bound when the wait ran its course.
+func TestWaitedFor(t *testing.T) {
+	assert.Equal(t, "stopped waiting after 1.002s of 20s (INFERA_PATCH_LOCK_TIMEOUT): the start was asked to stop", waitedFor(1002*time.Millisecond+300*time.Microsecond, 20*time.Second, true))
+	assert.Equal(t, "waited 20s (INFERA_PATCH_LOCK_TIMEOUT)", waitedFor(20*time.Second+3*time.Millisecond, 20*time.Second, false))
+	assert.Equal(t, "did not wait (INFERA_PATCH_LOCK_TIMEOUT=0)", waitedFor(0, 0, false))
+}

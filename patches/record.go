@@ -353,7 +353,7 @@ func writeAgainRecorded(file string, rec *record.Record, idx []int, loc *Locatio
 		}
 	}
 	lock := func(dirs []string) (func(), bool) {
-		unlocked, release := lockDirs(dirs, opt.LockTimeout)
+		unlocked, release := lockDirs(opt.Stop, dirs, opt.LockTimeout)
 		return release, len(unlocked) == 0
 	}
 	_, ids, ok := record.Replay(opt.StateDir, file, rec, idx, dirs, lock, accept)

@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/internal/distinfo"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/internal/pyimport"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/infera/infera-exec/report"
@@ -167,15 +168,20 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	// (shadow.go), which goes on PYTHONPATH once the worker imports it.
 	sh := planShadows(in, sel.set, loc, log)
 	o.Results = sel.withSkipped(set, applySet(sel.set, sh.loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
-		LockTimeout: in.Config.PatchLockTimeoutDuration(), PyMinor: in.PyMinor}))
+		LockTimeout: in.Config.PatchLockTimeoutDuration(), Stop: ctx.Done(), PyMinor: in.PyMinor}))
 	if edits, worker := sh.confirm(ctx, in, names, set.Distributions(names), o.Results, log); worker != nil {
 		o.Edits, o.Location = edits, worker
 	}
 	counts := map[patchdef.State]int{}
+	unvouched := 0
 	var refusal error
-	for _, r := range o.Results {
+	for i := range o.Results {
+		r := &o.Results[i]
+		if loc.Unvouched != "" && (r.State == patchdef.Applied || r.State == patchdef.Upstream) {
+			r.Unvouched, unvouched = unvouchedWhy(loc), unvouched+1
+		}
 		counts[r.State]++
-		logResult(log, r)
+		logResult(log, *r)
 		// A dry run leaves pending what a start would write, and stale
 		// bytecode a start would remove; a module that loads from
 		// another file stays shadowed whatever a start does.
@@ -183,7 +189,11 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 			refusal = &ConfigError{r.refuse}
 		}
 		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == patchdef.Pending || r.State == patchdef.Shadowed && !r.NotImported)) {
-			refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
+			if r.Unvouched != "" {
+				refusal = &RequiredError{fmt.Errorf("required patch %s is %s for %s only, not vouched for the worker: %s", r.ID, r.State, loc.Interpreter, r.Unvouched)}
+			} else {
+				refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
+			}
 		}
 	}
 	o.Scripts = runScripts(ctx, scripts, loc, loc.Interpreter, in.Env, 0, in.DryRun)
@@ -207,8 +217,17 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	if in.DryRun {
 		o.State = StepPlanned
 	}
+	if unvouched > 0 {
+		parts = append(parts, fmt.Sprintf("%d of them not vouched for the worker", unvouched))
+	}
 	o.Summary = strings.Join(parts, ", ")
 	return o, refusal
+}
+
+// unvouchedWhy is what a result in force says when the answer it rests
+// on is not the worker's own (Location.Unvouched), and how to make it so.
+func unvouchedWhy(loc *Location) string {
+	return fmt.Sprintf("the copy decided is the one %s imports, asked with -c in the worker's directory and environment; the worker's own interpreter was not asked: %s. To make it certain, set INFERA_PYTHON to the interpreter the worker runs (then its answer is taken as the worker's), or start the worker as that interpreter (python3 -m ..., or a script whose #! line names it)", loc.Interpreter, loc.Unvouched)
 }
 
 // locate asks the container's interpreter, with the worker's final
@@ -229,8 +248,38 @@ func locate(ctx context.Context, in Input, names []string, dists map[string]stri
 }
 
 func locator(in Input, dists map[string]string) *engineLocator {
-	return &engineLocator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists,
-		Argv: in.Worker.Argv, Path: in.Worker.Path, PyMinor: in.PyMinor}
+	l := &engineLocator{Python: in.Python, Env: in.Env, Dir: in.Worker.Cwd, Timeout: in.Config.PatchProbeTimeout(), CacheDir: in.StateDir, Dists: dists,
+		Argv: in.Worker.Argv, Path: in.Worker.Path, PyMinor: in.PyMinor, Path0: "c"}
+	// The probe asks the worker's question (pyimport.Ask): the worker's
+	// interpreter, options, sys.path[0] rule and environment.
+	q := pyimport.Ask(pyimport.Query{Argv: in.Worker.Argv, Path: in.Worker.Path, Env: in.Env.Get, Cwd: in.Worker.Cwd})
+	switch {
+	case q.Unfollowed == "":
+		l.Python, l.Options, l.Path0, l.Env = q.Interpreter, q.Options, q.Path0, editedEnv(in.Env, q.Edits)
+	case !in.Config.PythonNamed:
+		l.Unvouched = q.Unfollowed
+	}
+	return l
+}
+
+// editedEnv is env with env(1)'s edits applied, for the probe.
+func editedEnv(env *environ.Env, edits []pyimport.EnvEdit) *environ.Env {
+	if len(edits) == 0 {
+		return env
+	}
+	kv := env.Slice()
+	for _, e := range edits {
+		switch {
+		case e.Clear:
+			kv = nil
+		default:
+			kv = slices.DeleteFunc(kv, func(x string) bool { return strings.HasPrefix(x, e.Key+"=") })
+			if !e.Unset {
+				kv = append(kv, e.Key+"="+e.Value)
+			}
+		}
+	}
+	return environ.New(kv)
 }
 
 // pythonPathAnswers asks, with the deadline, whether every PYTHONPATH
@@ -288,6 +337,8 @@ func logResult(log *slog.Logger, r Result) {
 		r.Summary += "; variant " + r.Variant
 	}
 	switch {
+	case r.Unvouched != "":
+		log.Warn(fmt.Sprintf("patch %s %s, not vouched for the worker: %s", r.ID, map[bool]string{true: "written", false: string(r.State)}[r.Action == "applied"], r.Unvouched))
 	case r.Action == "applied" && r.State == patchdef.Shadowed:
 		log.Warn(fmt.Sprintf("patch %s written but not in force: %s", r.ID, r.Why))
 	case r.Action == "applied":

@@ -3,6 +3,7 @@ package preflight
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -170,9 +171,26 @@ func (in *Facts) config() *modelConfig {
 		return c
 	}
 	if err := json.Unmarshal(v.Config, &c.fields); err != nil || c.fields == nil {
-		c.fields, c.why = nil, fmt.Sprintf("%s/config.json is not a JSON object", full)
+		c.fields, c.why = nil, fmt.Sprintf("%s/config.json %s", full, undecodable(err))
 	}
 	return c
+}
+
+// undecodable says why config.json gave no object: err is the decoder's
+// (nil when the value decoded is not an object). Valid JSON nested deeper
+// than the decoder reads (10000 levels) is said to be so, not called
+// something else.
+func undecodable(err error) string {
+	var se *json.SyntaxError
+	switch {
+	case err == nil:
+		return "is not a JSON object"
+	case errors.As(err, &se) && strings.Contains(se.Error(), "exceeded max depth"):
+		return fmt.Sprintf("nests deeper than the 10000 levels infera-exec reads (at byte %d); the rules that need it are not checked", se.Offset)
+	case errors.As(err, &se):
+		return fmt.Sprintf("is not valid JSON (%v)", err)
+	}
+	return fmt.Sprintf("is not a JSON object (%v)", err)
 }
 
 // field is a config.json field by dotted path

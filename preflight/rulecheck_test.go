@@ -3,6 +3,7 @@ package preflight
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/infera/infera-exec/internal/workerargs"
@@ -75,4 +76,28 @@ x = "LlamaModel"  # "Fake": (
     "Bad"
 `
 	assert.Equal(t, []string{"AquilaModel", "LlamaForCausalLM", "Qwen3NextForCausalLM", "DeepseekV3ForCausalLM", "_Private"}, registryNames([]byte(src)))
+}
+
+// config.json that gives no object says why: valid JSON nested deeper
+// than the decoder reads is named so, not called "not a JSON object".
+func TestConfigThatGivesNoObjectSaysWhy(t *testing.T) {
+	deep := `{"model_type": "x", "a": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + "}"
+	for config, want := range map[string]string{
+		deep:                      "config.json nests deeper than the 10000 levels infera-exec reads",
+		`["not", "an", "object"]`: "config.json is not a JSON object (json: cannot unmarshal array",
+		`{"model_type": "x",`:     "config.json is not valid JSON (unexpected end of JSON input)",
+		`null`:                    "config.json is not a JSON object",
+		`{"a": ` + strings.Repeat("[", 9990) + strings.Repeat("]", 9990) + `, "model_type": "deep_ok"}`: "",
+	} {
+		v := configFacts(t, config).fact("config:model_type")
+		if want == "" {
+			assert.Equal(t, []string{"deep_ok"}, v.Values)
+			continue
+		}
+		assert.True(t, v.Unknown, "%.40s", config)
+		assert.Contains(t, v.Why, want, "%.40s", config)
+		if config != deep {
+			assert.NotContains(t, v.Why, "deeper")
+		}
+	}
 }

@@ -611,3 +611,32 @@ func elfHash(name string) uint32 {
 	}
 	return h
 }
+
+// NamesDynamic reports whether the dynamic string table of the ELF file
+// at path (an executable or a shared object) holds name, as the name of a
+// symbol it defines or imports or of a library it needs. Only the headers,
+// the dynamic section and that table are read, never the whole file. A
+// file without a dynamic section (a static executable) is an error: it
+// names nothing the loader resolves.
+func NamesDynamic(path, name string) (found bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			found, err = false, &loadError{path: path, msg: fmt.Sprintf("corrupt ELF file (reading it failed: %v)", r)}
+		}
+	}()
+	img, err := openImage(path)
+	if err != nil {
+		return false, err
+	}
+	defer img.close()
+	d, err := img.dynamic()
+	if err != nil {
+		return false, err
+	}
+	if err := img.loadStrings(d); err != nil {
+		return false, err
+	}
+	// The linker may share a string's tail with a longer one: the name
+	// is there when it ends a string.
+	return bytes.Contains(d.strtab, []byte(name+"\x00")), nil
+}

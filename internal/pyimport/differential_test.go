@@ -1,6 +1,7 @@
 package pyimport
 
 import (
+	"archive/zip"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -97,9 +99,23 @@ type genLayout struct {
 // or find_spec answer differs. 30 layouts in make test, 400 in
 // make test-long (go test without -short).
 func TestResolverAgreesWithTheInterpreter(t *testing.T) {
-	base := realPython(t)
 	files := editables(t)
-	n := testsupport.Rounds(400, 30)
+	certain, total := 0, 0
+	forEachCPython(t, func(t *testing.T, base string) {
+		n := testsupport.Rounds(80, 6)
+		certain += differential(t, base, files, n)
+		total += n
+	})
+	t.Logf("%d of %d layouts certain over every CPython", certain, total)
+	if total > 0 {
+		require.Greater(t, certain, total/5, "the resolver was certain about too few layouts")
+	}
+}
+
+// differential generates n layouts for the interpreter base and holds the
+// resolver's certain answers, and the probe's question on every layout,
+// to the interpreter's own; it returns how many answers were certain.
+func differential(t *testing.T, base, files string, n int) int {
 	certain := 0
 	for i := range n {
 		l := generate(t, base, files, i)
@@ -112,35 +128,140 @@ func TestResolverAgreesWithTheInterpreter(t *testing.T) {
 			l.desc = append(l.desc, "-c instead")
 			real, _ = runReal(t, l)
 		}
+		ctx := fmt.Sprintf("layout %d (%s), argv %q, env %v", i, strings.Join(l.desc, ", "), l.argv, l.env)
+		// The probe's question, asked as the patch step asks it, must
+		// find what the worker imports: else a patch it calls applied is
+		// on a copy the worker does not import.
+		qn := Ask(q)
+		require.Empty(t, qn.Unfollowed, "the generated workers are all ones the probe follows: %s", ctx)
+		asked, stderr, err := runQuestion(qn, l)
+		require.NoError(t, err, "the probe's question: %s; %s", stderr, ctx)
+		require.Equal(t, real.Path, asked.Path, "sys.path as the probe asks it: %s", ctx)
+		require.Equal(t, real.Specs, asked.Specs, "find_spec as the probe asks it: %s", ctx)
 		a := Resolve(q, diffNames)
 		if !a.Certain {
 			t.Logf("layout %d uncertain (%s): %s", i, strings.Join(l.desc, ", "), a.Reason)
 			continue
 		}
 		certain++
-		ctx := fmt.Sprintf("layout %d (%s), argv %q, env %v", i, strings.Join(l.desc, ", "), l.argv, l.env)
-		require.Equal(t, real.Path, a.SysPath, "sys.path: %s", ctx)
-		for _, name := range diffNames {
-			got, want := a.Specs[name], real.Specs[name]
-			if want == nil {
-				require.False(t, got.Found, "%s: real: not found; resolver: %+v; %s", name, got, ctx)
-				continue
-			}
-			require.True(t, got.Found, "%s: real: %+v; resolver: not found; %s", name, want, ctx)
-			origin := ""
-			if want.Origin != nil {
-				origin = *want.Origin
-			}
-			require.Equal(t, origin, got.Origin, "%s origin: %s", name, ctx)
-			require.Equal(t, want.Locations, append([]string{}, got.Locations...), "%s locations: %s", name, ctx)
+		agrees(t, real, a, ctx)
+	}
+	t.Logf("%d of %d layouts certain, all agreeing with the interpreter; the probe's question agreeing on all", certain, n)
+	return certain
+}
+
+// runQuestion runs the probe's question qn for the layout's worker: its
+// interpreter and options, -c with Path0Program and the probe program,
+// the worker's environment with env(1)'s edits, in its directory.
+func runQuestion(qn Question, l genLayout) (realAnswer, string, error) {
+	names, _ := json.Marshal(diffNames)
+	prog := Path0Program + strings.ReplaceAll(probeProgram, "NAMES", string(names))
+	cmd := exec.Command(qn.Interpreter, append(append(slices.Clone(qn.Options), "-c", prog), qn.Path0)...)
+	cmd.Dir = l.cwd
+	env := editedEnv(func(k string) (string, bool) { v, ok := l.env[k]; return v, ok }, qn.Edits)
+	keys := map[string]bool{}
+	for k := range l.env {
+		keys[k] = true
+	}
+	for _, e := range qn.Edits {
+		keys[e.Key] = true
+	}
+	for k := range keys {
+		if v, ok := env(k); ok {
+			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 	}
-	t.Logf("%d of %d layouts certain, all agreeing with the interpreter", certain, n)
-	require.Greater(t, certain, n/4, "the resolver was certain about too few layouts")
+	out, err := cmd.Output()
+	var stderr string
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = string(ee.Stderr)
+	}
+	if err != nil {
+		return realAnswer{}, stderr, err
+	}
+	var a realAnswer
+	if err := json.Unmarshal(out, &a); err != nil {
+		return realAnswer{}, stderr, fmt.Errorf("%q answered %q: %w", qn.Interpreter, out, err)
+	}
+	return a, stderr, nil
+}
+
+// agrees fails unless the resolver's certain answer a is the
+// interpreter's, real: sys.path, and find_spec of every name.
+func agrees(t *testing.T, real realAnswer, a *Answer, ctx string) {
+	t.Helper()
+	require.Equal(t, real.Path, a.SysPath, "sys.path: %s", ctx)
+	for _, name := range diffNames {
+		got, want := a.Specs[name], real.Specs[name]
+		if want == nil {
+			require.False(t, got.Found, "%s: real: not found; resolver: %+v; %s", name, got, ctx)
+			continue
+		}
+		require.True(t, got.Found, "%s: real: %+v; resolver: not found; %s", name, want, ctx)
+		origin := ""
+		if want.Origin != nil {
+			origin = *want.Origin
+		}
+		require.Equal(t, origin, got.Origin, "%s origin: %s", name, ctx)
+		require.Equal(t, want.Locations, append([]string{}, got.Locations...), "%s locations: %s", name, ctx)
+	}
+}
+
+// cpythons are the interpreters the differential tests run against:
+// Debian's python3 and pyenv's 3.10 to 3.13, by version, each with its
+// path (links resolved), or the reason it is absent.
+type cpython struct {
+	name, exe, absent string
+}
+
+func cpythons() []cpython {
+	out := []cpython{{name: "debian-python3"}}
+	if real, err := filepath.EvalSymlinks("/usr/bin/python3"); err == nil {
+		out[0].exe = real
+	} else {
+		out[0].absent = "Debian's /usr/bin/python3 is missing (apt-get install python3)"
+	}
+	for _, minor := range []string{"3.10", "3.11", "3.12", "3.13"} {
+		c := cpython{name: "pyenv-" + minor}
+		m, _ := filepath.Glob("/root/.pyenv/versions/" + minor + ".*/bin/python" + minor)
+		sort.Strings(m)
+		if len(m) == 0 {
+			c.absent = "no pyenv CPython " + minor + " (/root/.pyenv/versions/" + minor + ".N; pyenv install " + minor + ")"
+		} else {
+			c.exe = m[len(m)-1]
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// forEachCPython runs f for every interpreter of cpythons, as a subtest
+// named for it; an absent one is skipped with its reason (a failure
+// under INFERA_REQUIRE_FIXTURES=1).
+func forEachCPython(t *testing.T, f func(t *testing.T, exe string)) {
+	for _, c := range cpythons() {
+		t.Run(c.name, func(t *testing.T) {
+			if c.absent != "" {
+				needFixture(t, "%s", c.absent)
+			}
+			f(t, c.exe)
+		})
+	}
 }
 
 func runReal(t *testing.T, l genLayout) (realAnswer, bool) {
 	t.Helper()
+	a, stderr, err := runWorker(l)
+	if strings.Contains(stderr, "No module named zzprobe_main") {
+		return realAnswer{}, false
+	}
+	require.NoError(t, err, "%q: %s", l.argv, stderr)
+	return a, true
+}
+
+// runWorker runs the layout's worker with the probe program as what it
+// runs (-c, -m zzprobe_main, or the script it names, which holds it).
+func runWorker(l genLayout) (realAnswer, string, error) {
 	names, _ := json.Marshal(diffNames)
 	prog := strings.ReplaceAll(probeProgram, "NAMES", string(names))
 	argv := slices.Clone(l.argv)
@@ -160,13 +281,14 @@ func runReal(t *testing.T, l genLayout) (realAnswer, bool) {
 	if ee, ok := err.(*exec.ExitError); ok {
 		stderr = string(ee.Stderr)
 	}
-	if strings.Contains(stderr, "No module named zzprobe_main") {
-		return realAnswer{}, false
+	if err != nil {
+		return realAnswer{}, stderr, err
 	}
-	require.NoError(t, err, "%q: %s", argv, stderr)
 	var a realAnswer
-	require.NoError(t, json.Unmarshal(out, &a), "%s", out)
-	return a, true
+	if err := json.Unmarshal(out, &a); err != nil {
+		return realAnswer{}, stderr, fmt.Errorf("%q answered %q: %w", argv, out, err)
+	}
+	return a, stderr, nil
 }
 
 // generate builds layout i (the same for the same i).
@@ -175,6 +297,13 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 	T := t.TempDir()
 	l := genLayout{env: map[string]string{"PATH": "/usr/bin:/bin", "HOME": filepath.Join(T, "home")}, cwd: filepath.Join(T, "cwd")}
 	mkdir := func(p string) string { require.NoError(t, os.MkdirAll(p, 0o755)); return p }
+	if r.IntN(4) == 0 {
+		// The working directory reached through a link: getcwd() names
+		// the real one, which relative PYTHONPATH entries are joined to.
+		real := mkdir(filepath.Join(T, "real/deep/cwd"))
+		require.NoError(t, os.Symlink(real, l.cwd))
+		l.desc = append(l.desc, "cwd through a link")
+	}
 	mkdir(l.cwd)
 	mkdir(l.env["HOME"])
 	version := strings.TrimPrefix(filepath.Base(base), "python")
@@ -201,6 +330,11 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 			require.NoError(t, os.Symlink(base, filepath.Join(venv, "bin", "python"+version)))
 			require.NoError(t, os.Symlink("python"+version, filepath.Join(venv, "bin/python3")))
 			cfg := fmt.Sprintf("home = %s\ninclude-system-site-packages = %t\nversion = %s.0\n", filepath.Dir(base), system, version)
+			if k == 2 && r.IntN(2) == 0 {
+				cfg = fmt.Sprintf("home = %s\ninclude-system-site-packages = \n", filepath.Dir(base)) // empty: false
+				system = false
+				desc("include-system-site-packages empty")
+			}
 			if k == 3 {
 				cfg = fmt.Sprintf("home = %s\n", filepath.Dir(base)) // no key: site.py's default is true
 				system = true
@@ -268,6 +402,24 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 			entries = append(entries, extra, extra2)
 			desc(".pth chain")
 		}
+		// Every .pth form: line endings, a BOM, trailing white space
+		// str.rstrip strips (ASCII and not), names in Python's order.
+		if r.IntN(3) == 0 {
+			end := []string{"\n", "\r\n", "\r", "\f"}[r.IntN(4)]
+			ws := []string{"", " \t", "\x1c", "\u00a0", "\u3000"}[r.IntN(5)]
+			bom := []string{"", "\ufeff"}[r.IntN(2)]
+			f3, f4 := mkdir(filepath.Join(T, "extra3")), mkdir(filepath.Join(T, "extra4"))
+			mustWrite(filepath.Join(site, "forms.pth"), bom+"# c"+end+f3+ws+end+end+f4+ws)
+			entries = append(entries, f3, f4)
+			desc(fmt.Sprintf(".pth forms %q %q %q", bom, ws, end))
+		}
+		if r.IntN(5) == 0 {
+			f5, f6 := mkdir(filepath.Join(T, "extra5")), mkdir(filepath.Join(T, "extra6"))
+			mustWrite(filepath.Join(site, "\xff.pth"), f5+"\n")
+			mustWrite(filepath.Join(site, "\U0001F600.pth"), f6+"\n"+f5+"\n")
+			entries = append(entries, f5, f6)
+			desc(".pth names out of byte order")
+		}
 		// The editable installs pip made.
 		if r.IntN(3) > 0 {
 			des, _ := os.ReadDir(files)
@@ -314,7 +466,7 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 	// Options, alone or combined.
 	var letters []string
 	for _, f := range []string{"I", "E", "s", "S", "P"} {
-		if r.IntN(6) == 0 {
+		if r.IntN(6) == 0 && (f != "P" || versionAtLeast(version, 11)) { // 3.10 has no -P
 			letters = append(letters, f)
 		}
 	}
@@ -328,7 +480,43 @@ func generate(t *testing.T, base, files string, i int) genLayout {
 			}
 		}
 	}
+	if r.IntN(8) == 0 {
+		l.env["PYTHONPYCACHEPREFIX"] = filepath.Join(T, "pycache")
+		desc("PYTHONPYCACHEPREFIX")
+	}
+	if r.IntN(8) == 0 {
+		// A zip archive on PYTHONPATH, holding a copy of eng.
+		z := filepath.Join(T, "eng.zip")
+		f, err := os.Create(z)
+		require.NoError(t, err)
+		zw := zip.NewWriter(f)
+		w, err := zw.Create("eng/__init__.py")
+		require.NoError(t, err)
+		_, err = w.Write([]byte("\n"))
+		require.NoError(t, err)
+		require.NoError(t, zw.Close())
+		require.NoError(t, f.Close())
+		l.env["PYTHONPATH"] = strings.Trim(z+":"+l.env["PYTHONPATH"], ":")
+		desc("zip on PYTHONPATH")
+	}
+	if r.IntN(10) == 0 {
+		// An ELF wrapper named python3.N (makeBinaryWrapper's shape):
+		// it sets PYTHONPATH and runs the real interpreter.
+		w := filepath.Join(mkdir(filepath.Join(T, "wrap")), "python"+version)
+		data, err := os.ReadFile(elfWrapper(t))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(w, data, 0o755))
+		wp := mkdir(filepath.Join(T, "wrapped"))
+		mustWrite(filepath.Join(wp, "eng", "__init__.py"), "")
+		l.env["WRAP_EXE"], l.env["WRAP_PYTHONPATH"] = exe, wp
+		exe = w
+		desc("ELF wrapper")
+	}
 	l.argv = append([]string{exe}, opts...)
+	if r.IntN(6) == 0 {
+		l.argv = append([]string{"/usr/bin/env", "PYTHONNOUSERSITE=1"}, l.argv...)
+		desc("env PYTHONNOUSERSITE=1")
+	}
 	// -c, -m (the probe module in the working directory and in every
 	// site directory, so that it runs under -P too), or a script reached
 	// through a link, whose real directory comes first.

@@ -101,8 +101,10 @@ func layout(fs fsys, c Command, env Env, want string) (sitepath.Interpreter, err
 		}
 		in.Venv = true
 		in.Prefix = filepath.Dir(filepath.Dir(exe))
-		sys := cfg["include-system-site-packages"]
-		in.SystemSite = sys == "" || sys == "true" // site.py's default is true
+		// site.py: true unless the key is there with another value
+		// (an empty one included), compared in lower case.
+		sys, given := cfg["include-system-site-packages"]
+		in.SystemSite = !given || strings.ToLower(sys) == "true"
 	}
 	var base string
 	if home != "" {
@@ -294,13 +296,22 @@ func onlyVersion(fs fsys, prefix string) string {
 	return strings.TrimPrefix(filepath.Base(found[0]), "python")
 }
 
-// readCfg reads pyvenv.cfg as site.py does: "key = value" lines, keys
-// stripped and lower case, values stripped; include-system-site-packages
-// lower case.
+// readCfg reads pyvenv.cfg as site.py does: "key = value" lines (split
+// at the first "="), keys stripped and lower case, values stripped, the
+// last of a key winning. getpath reads its home by rules of its own, and
+// site.py reads the file as UTF-8 with universal newlines: a file with a
+// byte outside printable ASCII (a bare \r, a character str.strip and the
+// C reader may strip differently) is one the two may read differently,
+// and an error.
 func readCfg(fs fsys, file string) (map[string]string, error) {
 	data, err := fs.readFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("reading the venv's configuration: %w", err)
+	}
+	for i, b := range data {
+		if b >= 0x7f || b < 0x20 && b != '\t' && b != '\n' {
+			return nil, fmt.Errorf("%s: byte %d (%#x) is one that site.py and getpath may read differently", file, i, b)
+		}
 	}
 	out := map[string]string{}
 	for _, l := range strings.Split(string(data), "\n") {
@@ -308,7 +319,6 @@ func readCfg(fs fsys, file string) (map[string]string, error) {
 			out[strings.ToLower(strings.TrimSpace(k))] = strings.TrimSpace(v)
 		}
 	}
-	out["include-system-site-packages"] = strings.ToLower(out["include-system-site-packages"])
 	return out, nil
 }
 

@@ -87,7 +87,11 @@ func resolve(q Query, names []string, a *Answer) error {
 	if env == nil {
 		env = func(string) (string, bool) { return "", false }
 	}
-	c, err := ParseCommand(q.Argv, q.Path, env, q.Cwd)
+	argv, path, env, _, err := FollowEnv(q.Argv, q.Path, env, q.Cwd)
+	if err != nil {
+		return err
+	}
+	c, err := ParseCommand(argv, path, env, q.Cwd)
 	if err != nil {
 		return err
 	}
@@ -96,6 +100,9 @@ func resolve(q Query, names []string, a *Answer) error {
 		return err
 	}
 	a.Interpreter, a.Version = c.Executable, in.Version
+	if err := modelled(c, env, in.Version); err != nil {
+		return err
+	}
 	s := &state{fs: hostFS, in: in, cwd: q.Cwd}
 	if err := s.build(c, env, q); err != nil {
 		return err
@@ -114,6 +121,37 @@ func resolve(q Query, names []string, a *Answer) error {
 		kind += ", venv " + in.Prefix
 	}
 	a.Reason = fmt.Sprintf("sys.path of %s (%s) read from its layout, environment and command; nothing at start-up runs code that changes imports", c.Executable, kind)
+	return nil
+}
+
+// harmlessX are the -X options that change neither sys.path nor which
+// file an import runs (pycache_prefix moves the bytecode, presite runs a
+// module before site): any other is one this resolver does not model.
+var harmlessX = []string{"faulthandler", "showrefcount", "tracemalloc", "importtime", "dev", "utf8", "warn_default_encoding",
+	"no_debug_ranges", "int_max_str_digits", "frozen_modules", "perf", "perf_jit", "cpu_count", "gil", "showalloccount"}
+
+// modelled fails for a command whose start this resolver does not model
+// for CPython version: an option the version does not have, a -X option
+// outside harmlessX, a bytecode cache prefix (PYTHONPYCACHEPREFIX, read
+// unless -E or -I, or -X pycache_prefix), under which bytecode the patch
+// step does not see, unchecked-hash bytecode among it, may shadow a
+// patched module.
+func modelled(c Command, env Env, version string) error {
+	if c.optP && !versionAtLeast(version, 11) {
+		return fmt.Errorf("-P is not an option of CPython %s: the worker exits at once (Unknown option: -P)", version)
+	}
+	for _, x := range c.XOptions {
+		name, _, _ := strings.Cut(x, "=")
+		switch {
+		case name == "pycache_prefix":
+			return fmt.Errorf("-X %s puts the bytecode cache under a prefix, where bytecode the patch step does not see may shadow a patched module", x)
+		case !slices.Contains(harmlessX, name):
+			return fmt.Errorf("the interpreter option -X %s is not one this resolver models", x)
+		}
+	}
+	if v, ok := getenv(env, c.Flags, "PYTHONPYCACHEPREFIX"); ok && v != "" {
+		return fmt.Errorf("PYTHONPYCACHEPREFIX=%s puts the bytecode cache under a prefix, where bytecode the patch step does not see may shadow a patched module", v)
+	}
 	return nil
 }
 
@@ -213,10 +251,23 @@ func (s *state) build(c Command, env Env, q Query) error {
 	var pp []string
 	if v, ok := getenv(env, c.Flags, "PYTHONPATH"); ok && v != "" {
 		for _, e := range strings.Split(v, ":") {
-			// getpath joins a relative entry to the working directory
-			// without normalising it; site's removeduppaths does.
-			if !filepath.IsAbs(e) {
-				e = strings.TrimSuffix(s.cwd, "/") + "/" + e
+			if !strings.HasPrefix(e, "/") {
+				// From 3.11 getpath joins a relative (or empty) entry
+				// to getcwd(), which names the working directory with
+				// its links resolved, without normalising it; 3.10
+				// keeps it as given, and only site makes it absolute.
+				if !versionAtLeast(s.in.Version, 11) && c.Flags.NoSite {
+					return fmt.Errorf("PYTHONPATH entry %q: under -S CPython %s keeps a relative entry as given, relative to whatever the working directory is when an import runs", e, s.in.Version)
+				}
+				cwd, err := s.realCwd()
+				if err != nil {
+					return err
+				}
+				if e == "" {
+					e = cwd
+				} else {
+					e = strings.TrimSuffix(cwd, "/") + "/" + e
+				}
 			}
 			pp = append(pp, e)
 		}
@@ -225,18 +276,18 @@ func (s *state) build(c Command, env Env, q Query) error {
 	if c.Flags.NoSite {
 		s.path = base
 	} else {
-		// site.removeduppaths: absolute, each once.
+		// site.removeduppaths: absolute (normpath), each once.
 		s.known = map[string]bool{}
 		for _, e := range base {
-			s.add(filepath.Clean(e))
+			s.add(normpath(e))
 		}
 		if err := s.site(c, env, q); err != nil {
 			return err
 		}
 	}
 	safe := c.Flags.SafePath
-	if v, ok := getenv(env, c.Flags, "PYTHONSAFEPATH"); ok && v != "" {
-		safe = true
+	if v, ok := getenv(env, c.Flags, "PYTHONSAFEPATH"); ok && v != "" && versionAtLeast(s.in.Version, 11) {
+		safe = true // from 3.11 only: 3.10 does not know the variable
 	}
 	if !safe {
 		first, err := s.first(c)
@@ -253,11 +304,7 @@ func (s *state) build(c Command, env Env, q Query) error {
 func (s *state) first(c Command) (string, error) {
 	switch c.Main {
 	case MainModule:
-		d, err := s.fs.evalSymlinks(s.cwd)
-		if err != nil {
-			return "", fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
-		}
-		return d, nil
+		return s.realCwd()
 	case MainScript:
 		real, err := s.fs.evalSymlinks(c.Script)
 		if err != nil {
@@ -334,7 +381,8 @@ func (s *state) userSite(env Env, q Query) (string, error) {
 		}
 		base = strings.TrimRight(home, "/") + "/.local"
 	}
-	return filepath.Join(s.abs(base), "lib", "python"+s.in.Version, "site-packages"), nil
+	// site.addsitedir makes the user site absolute (makepath).
+	return s.abs(base + "/lib/python" + s.in.Version + "/site-packages")
 }
 
 // addSites is site.addsitedir for each directory that exists.
@@ -354,7 +402,17 @@ func (s *state) addSites(dirs []string) error {
 			}
 			continue
 		}
-		for _, e := range names { // sorted by name, as site sorts them
+		names = slices.Clone(names)
+		slices.SortStableFunc(names, func(a, b os.DirEntry) int { // as site sorts them: Python's str order
+			switch {
+			case pyNameLess(a.Name(), b.Name()):
+				return -1
+			case pyNameLess(b.Name(), a.Name()):
+				return 1
+			}
+			return 0
+		})
+		for _, e := range names {
 			n := e.Name()
 			if !strings.HasSuffix(n, ".pth") || strings.HasPrefix(n, ".") && versionAtLeast(s.in.Version, 13) {
 				continue
@@ -389,19 +447,24 @@ func (s *state) pth(dir, name string) error {
 	if err != nil {
 		return s.doubt(fmt.Errorf("reading a .pth file: %w", err))
 	}
-	for i, line := range strings.SplitAfter(string(data), "\n") {
+	lines, err := pthLines(data, s.in.Version)
+	if err != nil {
+		return s.doubt(fmt.Errorf("the .pth file %s: %w", file, err))
+	}
+	for i, line := range lines {
 		switch {
-		case strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "":
+		case strings.HasPrefix(line, "#") || pyStrip(line) == "":
 		case strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "import\t"):
-			if err := s.doubt(s.importLine(file, i+1, strings.TrimRight(line, "\r\n"))); err != nil {
+			if err := s.doubt(s.importLine(file, i+1, line)); err != nil {
 				return err
 			}
 		default:
-			p := strings.TrimRight(line, " \t\r\n\f\v")
-			if !filepath.IsAbs(p) {
-				p = filepath.Join(dir, p)
+			// site.makepath: os.path.join, then abspath (normpath).
+			p := pyRStrip(line)
+			if !strings.HasPrefix(p, "/") {
+				p = strings.TrimSuffix(dir, "/") + "/" + p
 			}
-			p = filepath.Clean(p)
+			p = normpath(p)
 			if !s.known[p] && s.fs.exists(p) {
 				s.add(p)
 			}
@@ -532,14 +595,11 @@ func (s *state) pathFind(name string) (Spec, error) {
 	raw := map[string]string{} // an entry's cleaned path on this machine -> as sys.path holds it (-S keeps "dir/../x")
 	for _, e := range s.path {
 		if e == "" {
-			if s.cwdReal == "" {
-				d, err := s.fs.evalSymlinks(s.cwd)
-				if err != nil {
-					return Spec{}, fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
-				}
-				s.cwdReal = d
+			d, err := s.realCwd()
+			if err != nil {
+				return Spec{}, err
 			}
-			e = s.cwdReal
+			e = d
 		}
 		x := s.entry(filepath.Clean(e))
 		if !x.present {
@@ -604,12 +664,29 @@ func (s *state) add(p string) {
 	s.path = append(s.path, p)
 }
 
-// abs is os.path.abspath against the working directory.
-func (s *state) abs(p string) string {
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(s.cwd, p)
+// realCwd is os.getcwd(): the working directory with its links resolved,
+// as the kernel names it.
+func (s *state) realCwd() (string, error) {
+	if s.cwdReal == "" {
+		d, err := s.fs.evalSymlinks(s.cwd)
+		if err != nil {
+			return "", fmt.Errorf("resolving the working directory %s: %w", s.cwd, err)
+		}
+		s.cwdReal = d
 	}
-	return filepath.Clean(p)
+	return s.cwdReal, nil
+}
+
+// abs is os.path.abspath: joined to os.getcwd(), then normpath.
+func (s *state) abs(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		cwd, err := s.realCwd()
+		if err != nil {
+			return "", err
+		}
+		p = strings.TrimSuffix(cwd, "/") + "/" + p
+	}
+	return normpath(p), nil
 }
 
 func versionAtLeast(v string, minor int) bool {

@@ -155,7 +155,8 @@ func atPrefix(root, prefix string) []Interpreter {
 	for v, plat := range versions {
 		in := Interpreter{Prefix: prefix, Base: prefix, Version: v, PlatLibDir: plat}
 		if cfg != nil {
-			in.Venv, in.SystemSite = true, cfg["include-system-site-packages"] == "true"
+			sys, given := cfg["include-system-site-packages"]
+			in.Venv, in.SystemSite = true, !given || sys == "true" // site.py: true unless given otherwise (empty included)
 			if home := cfg["home"]; home != "" {
 				in.Base = path.Dir(path.Clean(home))
 			}

@@ -255,6 +255,5 @@ func openCache(dir, name string) (*os.File, bool) {
 
 // believed: owned by this user or root, and writable by nobody else.
 func believed(st *unix.Stat_t) bool {
-	uid := uint32(os.Geteuid())
-	return (st.Uid == uid || st.Uid == 0) && st.Mode&0o022 == 0
+	return OwnProblem(st.Uid, st.Mode, uint32(os.Geteuid()), true) == ""
 }

@@ -169,7 +169,11 @@ const maxLinks = 40
 // could steer where infera-exec writes, or rename a checked directory
 // away and put their own in its place. The error is ENOENT (wrapped) when
 // a component does not exist.
-func openSafe(dir string) (int, error) {
+func openSafe(dir string) (int, error) { return walkSafe(dir, true) }
+
+// walkSafe is openSafe; checkLast false leaves dir itself to the caller,
+// which judges it by a rule of its own (Guarded).
+func walkSafe(dir string, checkLast bool) (int, error) {
 	euid := uint32(unix.Geteuid())
 	fd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -227,6 +231,9 @@ func openSafe(dir string) (int, error) {
 		}
 		fd, cur = nfd, next
 	}
+	if !checkLast {
+		return fd, nil
+	}
 	if err := checkDir(fd, cur, euid); err != nil {
 		unix.Close(fd)
 		return -1, err
@@ -244,6 +251,39 @@ func openSafe(dir string) (int, error) {
 // component does not exist.
 func OpenParents(dir string) (int, error) { return openSafe(dir) }
 
+// Guarded says whether nobody but root and this uid can change what dir
+// holds, for a directory infera-exec does not write but hands to the
+// worker and the loader (the payload root): dir itself owned by root or
+// this uid and writable by nobody else, sticky or not (a group or others
+// who can write it can add a tree it lacks), reached as openSafe reaches
+// a state directory (every directory on the way owned by root or this uid
+// and not writable by others unless sticky, no link of another uid on
+// the way). nil when so; else an *Error naming the path at fault, Unsafe
+// unless dir merely does not exist or cannot be searched.
+func Guarded(dir string) error {
+	dir = filepath.Clean(dir)
+	if !filepath.IsAbs(dir) {
+		return &Error{dir, "not an absolute path", false}
+	}
+	fd, err := walkSafe(dir, false)
+	if err != nil {
+		return &Error{dir, err.Error(), !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EACCES)}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &Error{dir, fmt.Sprintf("cannot stat it: %v", err), false}
+	}
+	if why := OwnProblem(st.Uid, st.Mode, uint32(unix.Geteuid()), true); why != "" {
+		return &Error{dir, why, true}
+	}
+	return nil
+}
+
+// Reason is the error without the state directory's "not using it": the
+// path and why.
+func (e *Error) Reason() string { return e.Path + ": " + e.Why }
+
 // checkDir refuses a directory on the way that someone other than root or
 // this uid could change.
 func checkDir(fd int, path string, euid uint32) error {
@@ -251,13 +291,43 @@ func checkDir(fd int, path string, euid uint32) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("cannot stat its parent %s: %v", path, err)
 	}
-	if st.Uid != 0 && st.Uid != euid {
-		return fmt.Errorf("its parent %s is owned by uid %d", path, st.Uid)
-	}
-	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
-		return fmt.Errorf("its parent %s (owner uid %d, mode %04o) can be written by others and is not sticky", path, st.Uid, st.Mode&0o7777)
+	if why := AncestorProblem(st.Uid, st.Mode, euid); why != "" {
+		return fmt.Errorf("its parent %s %s", path, why)
 	}
 	return nil
+}
+
+// AncestorProblem says why a directory on the way to one infera-exec
+// relies on, owned by uid with mode (st_mode bits), lets someone other
+// than root or euid change what is below it; "" when nobody else can.
+// Its owner can rename any entry; a group or others who can write it can
+// too, unless it is sticky (as /tmp): then the kernel lets only an
+// entry's owner (or the directory's) rename or remove it, so the entries
+// of root and euid stay put.
+func AncestorProblem(uid, mode, euid uint32) string {
+	if uid != 0 && uid != euid {
+		return fmt.Sprintf("is owned by uid %d", uid)
+	}
+	if mode&0o022 != 0 && mode&unix.S_ISVTX == 0 {
+		return fmt.Sprintf("(owner uid %d, mode %04o) can be written by others and is not sticky", uid, mode&0o7777)
+	}
+	return ""
+}
+
+// OwnProblem says why a directory or file infera-exec keeps or believes,
+// owned by uid with mode, could be changed by someone other than euid
+// (or root, when rootToo: a file root wrote is as trusted as one of
+// euid's); "" when nobody else can. Sticky or not, a group or others who
+// can write a directory can add to it, and a file they can write they
+// can rewrite.
+func OwnProblem(uid, mode, euid uint32, rootToo bool) string {
+	if uid != euid && !(rootToo && uid == 0) {
+		return fmt.Sprintf("is owned by uid %d, not by uid %d that infera-exec runs as", uid, euid)
+	}
+	if mode&0o022 != 0 {
+		return fmt.Sprintf("can be written by group or others (mode %04o)", mode&0o7777)
+	}
+	return ""
 }
 
 // Dir makes path one of infera-exec's own directories, or says why it
@@ -314,11 +384,8 @@ func Dir(path string) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return &Error{path, fmt.Sprintf("cannot stat it: %v", err), false}
 	}
-	if euid := uint32(unix.Geteuid()); st.Uid != euid {
-		return &Error{path, fmt.Sprintf("is owned by uid %d, not by uid %d that infera-exec runs as", st.Uid, euid), true}
-	}
-	if st.Mode&0o022 != 0 {
-		return &Error{path, fmt.Sprintf("can be written by group or others (mode %04o)", st.Mode&0o7777), true}
+	if why := OwnProblem(st.Uid, st.Mode, uint32(unix.Geteuid()), false); why != "" {
+		return &Error{path, why, true}
 	}
 	return nil
 }
