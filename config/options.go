@@ -43,6 +43,9 @@ var options = []option{
 	{[]string{"check"}, "ROOT", "evaluate the engine patches against an unpacked image or a site-packages directory, without Python, writing nothing, and the payload's trees against it; exit 65 if a patch drifted, 69 if a payload file does not load there or shadows the image's", func(o *Options) any { return &o.Check }},
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding every signal but KILL, STOP and CHLD (TSTP, TTIN, TTOU stop the init too), reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group, which gets SIGTERM when the worker ends (SIGKILL 5s later)", func(o *Options) any { return &o.InitGroup }},
+	{[]string{"init-exit-map"}, "MAP", "with --init: exit codes to exit with instead of the worker's, FROM:TO or FROM for FROM:0, e.g. 143 (INFERA_EXEC_INIT_EXIT_MAP)", func(o *Options) any { return &o.InitExitMap }},
+	{[]string{"init-rewrite"}, "MAP", "with --init: signals rewritten before they are forwarded, FROM:TO, TO 0 drops FROM, e.g. TERM:QUIT (INFERA_EXEC_INIT_REWRITE)", func(o *Options) any { return &o.InitRewrite }},
+	{[]string{"init-pdeathsig"}, "SIG", "with --init: the signal the init gets when its parent ends, e.g. KILL (INFERA_EXEC_INIT_PDEATHSIG)", func(o *Options) any { return &o.InitPdeathsig }},
 	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},
 	{[]string{"q", "quiet"}, "", "with --install: no progress lines, only the summary", func(o *Options) any { return &o.Quiet }},
 	{[]string{"version"}, "", "print version, commit and Go version", func(o *Options) any { return &o.Version }},
@@ -54,6 +57,9 @@ var options = []option{
 var valueWhat = map[string]string{
 	"check":   "a directory: an unpacked image root filesystem or a site-packages directory",
 	"install": "the directory to install the payload into (an emptyDir in a pod)",
+	"init-exit-map":  "a map of exit codes, FROM:TO or FROM (for FROM:0), e.g. 143",
+	"init-rewrite":   "a map of signals, FROM:TO, e.g. TERM:QUIT",
+	"init-pdeathsig": "a signal, e.g. KILL",
 }
 
 // ParseArgs splits infera-exec's own options from the command (args
@@ -81,13 +87,16 @@ func ParseArgs(args []string) (Options, error) {
 	if len(fs.Args()) > 0 {
 		o.Command = fs.Args()
 	}
-	for _, n := range []string{"check", "install"} {
+	for _, n := range []string{"check", "install", "init-exit-map", "init-rewrite", "init-pdeathsig"} {
 		if f := fs.Lookup(n); f != nil && f.Value.String() == "" && set(fs, n) {
 			return o, &UsageError{fmt.Sprintf("--%s needs %s", n, valueWhat[n])}
 		}
 	}
 	if o.InitGroup {
 		o.Init = true
+	}
+	if err := o.checkInitOptions(); err != nil {
+		return o, err
 	}
 	return o, o.validate()
 }
@@ -154,6 +163,27 @@ func usageOf(err error, args []string) error {
 		return &UsageError{fmt.Sprintf("unknown option %s; options go before the command, and a command that starts with '-' goes after --", name)}
 	}
 	return &UsageError{msg}
+}
+
+// checkInitOptions refuses a malformed init option as a usage error
+// (Load reads it again, with the same parser, in place of its variable).
+func (o Options) checkInitOptions() error {
+	checks := []struct {
+		name, v string
+		parse   func(string) error
+	}{
+		{"init-exit-map", o.InitExitMap, func(v string) error { _, err := ParseExitMap(v); return err }},
+		{"init-rewrite", o.InitRewrite, func(v string) error { _, err := ParseRewrite(v); return err }},
+		{"init-pdeathsig", o.InitPdeathsig, func(v string) error { _, err := ParseSignal(v, false); return err }},
+	}
+	for _, c := range checks {
+		if c.v != "" {
+			if err := c.parse(c.v); err != nil {
+				return &UsageError{"--" + c.name + ": " + err.Error()}
+			}
+		}
+	}
+	return nil
 }
 
 // validate refuses the combinations of modes that cannot run together.

@@ -14,6 +14,7 @@ import (
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/inheritfd"
 	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/internal/sigstart"
 	"github.com/infera/infera-exec/report"
 )
 
@@ -47,8 +48,9 @@ type Outcome struct {
 	Init config.InitMode `json:"init,omitempty"`
 	// Edits is what the worker's environment gains:
 	// INFERA_ENGINE_READY_TIMEOUT.
-	Edits []environ.Edit `json:"-"`
-	oom   OOMWatch
+	Edits    []environ.Edit `json:"-"`
+	oom      OOMWatch
+	initOpts config.InitOptions
 }
 
 // Run decides how the worker starts, before anything touches the disk, so
@@ -60,7 +62,7 @@ type Outcome struct {
 // to the hard limit (dry: only reads it) and passes the readiness timeout.
 func Run(ctx context.Context, in Input) (*Outcome, error) {
 	cfg := in.Config
-	o := &Outcome{Command: in.Command, Cwd: cfg.Chdir, Init: cfg.Init,
+	o := &Outcome{Command: in.Command, Cwd: cfg.Chdir, Init: cfg.Init, initOpts: cfg.InitOptions,
 		Edits: []environ.Edit{environ.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(cfg.ReadyTimeout))}}
 	if cfg.Init != config.InitOff {
 		o.oom = OOMWatch{Cgroup: filepath.Join(cfg.Sysfs, "fs", "cgroup"), Probe: in.Probe}
@@ -156,7 +158,9 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 	}
 	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
-		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom}, log), nil
+		self, _ := os.Executable() // the starter; without /proc none, and the worker is forked directly
+		return Become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom,
+			Given: sigstart.Start(), Self: self, ExitMap: o.initOpts.ExitMap, Rewrite: o.initOpts.Rewrite, ParentDeath: o.initOpts.ParentDeath}, log), nil
 	}
 	return Exec(o.Path, o.Argv, env)
 }
