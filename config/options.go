@@ -55,8 +55,8 @@ var options = []option{
 // valueWhat says what a valued option needs, for the error when it is
 // missing.
 var valueWhat = map[string]string{
-	"check":   "a directory: an unpacked image root filesystem or a site-packages directory",
-	"install": "the directory to install the payload into (an emptyDir in a pod)",
+	"check":          "a directory: an unpacked image root filesystem or a site-packages directory",
+	"install":        "the directory to install the payload into (an emptyDir in a pod)",
 	"init-exit-map":  "a map of exit codes, FROM:TO or FROM (for FROM:0), e.g. 143",
 	"init-rewrite":   "a map of signals, FROM:TO, e.g. TERM:QUIT",
 	"init-pdeathsig": "a signal, e.g. KILL",

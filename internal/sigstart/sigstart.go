@@ -1,6 +1,6 @@
 // Package sigstart answers which signals this process was started with
 // ignored (SIG_IGN) and which blocked, so that the worker gets them as
-// they were given (nohup, a shell's `trap '' HUP INT`, a background job
+// they were given (nohup, a shell's `trap ” HUP INT`, a background job
 // of a non-interactive shell), and puts them back before an exec.
 //
 // The Go runtime replaces every inherited SIG_IGN but SIGHUP's and
