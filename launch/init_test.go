@@ -72,7 +72,8 @@ func TestMain(m *testing.M) {
 			os.Exit(code)
 		}
 		spec := InitSpec{Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: os.Environ(), Dir: dir,
-			Group: os.Getenv("INITPROC_TEST_GROUP") == "1", Grace: grace, Self: os.Args[0]}
+			Group: os.Getenv("INITPROC_TEST_GROUP") == "1", Grace: grace}
+		spec.Self, _ = os.Executable() // as the pass sets it: absolute, since the init moves to /
 		if argv := strings.Fields(os.Getenv("INITPROC_TEST_ARGV")); len(argv) > 0 {
 			// A worker that is not a shell (dash clears its mask at start).
 			spec.Path, _ = exec.LookPath(argv[0])
