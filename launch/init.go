@@ -106,6 +106,9 @@ type InitOutcome struct {
 	// nothing of the group was left, SIGTERM when that ended it, SIGKILL
 	// when something outlived SIGTERM by the grace period.
 	GroupSignal syscall.Signal
+	// GroupCont: the rest of the group also got SIGCONT after the
+	// SIGTERM, because a member of it was stopped.
+	GroupCont bool
 	// Starter: the worker was started through the starter (a re-exec of
 	// infera-exec that sets LISTEN_PID and the given dispositions).
 	Starter bool
@@ -316,6 +319,7 @@ func (sv *supervisor) reap() bool {
 		}
 		sv.out.GroupSignal = syscall.SIGTERM
 		if groupStopped(sv.out.PID, sv.stopSent) {
+			sv.out.GroupCont = true
 			syscall.Kill(-sv.out.PID, syscall.SIGCONT)
 		}
 		grace := sv.spec.Grace

@@ -607,7 +607,34 @@ read x; exit 5`, initOpts{group: true, env: []string{"IDLE=" + idle}})
 	code, out := r.wait(t)
 	assert.Equal(t, 5, code, "the worker's status")
 	assert.Equal(t, syscall.SIGTERM, out.GroupSignal, "stderr: %s", r.errText())
+	assert.False(t, out.GroupCont, "no SIGCONT to a group of which nothing was stopped")
 	r.eof(t) // every holder of the worker's stdout has ended
+}
+
+// A member that is stopped when the worker ends gets SIGCONT after the
+// SIGTERM, so that it acts on it: the stopped member, a child of the
+// test in the worker's group, dies of SIGTERM.
+func TestGroupStoppedMemberContinued(t *testing.T) {
+	r := startInit(t, `echo "worker $$"; read x; exit 0`, initOpts{group: true})
+	f := strings.Fields(r.line(t))
+	require.Len(t, f, 2)
+	pgid, err := strconv.Atoi(f[1])
+	require.NoError(t, err)
+	member := exec.Command("sleep", "1000")
+	member.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
+	require.NoError(t, member.Start())
+	t.Cleanup(func() { member.Process.Kill(); member.Wait() })
+	require.NoError(t, member.Process.Signal(syscall.SIGSTOP))
+	assert.Equal(t, syscall.SIGSTOP, waitChild(t, member.Process.Pid, unix.WSTOPPED))
+	_, err = io.WriteString(r.stdin, "end\n")
+	require.NoError(t, err)
+	err = member.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, syscall.SIGTERM, ee.Sys().(syscall.WaitStatus).Signal(), "the stopped member was continued and ended on SIGTERM")
+	code, out := r.wait(t)
+	assert.Equal(t, 0, code)
+	assert.True(t, out.GroupCont)
 }
 
 // A member that ignores SIGTERM gets SIGKILL once the grace period is
