@@ -13,6 +13,7 @@ import (
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/inheritfd"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/internal/sigstart"
 	"github.com/infera/infera-exec/report"
@@ -142,7 +143,7 @@ func (o *Outcome) Announce(log *slog.Logger) report.Result {
 	argv := report.QuoteArgs(report.RedactArgs(o.Argv))
 	if o.Init != config.InitOff {
 		log.Info(fmt.Sprintf("init: starting %s (%s) in %s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-			argv, o.Path, o.Cwd, InitRole()), "path", o.Path)
+			argv, o.Path, o.Cwd, InitRole()), "path", o.Path, logging.Headline, true)
 		return report.ResultInit
 	}
 	log.Info(fmt.Sprintf("exec %s (%s) in %s", argv, o.Path, o.Cwd), "path", o.Path)
