@@ -185,6 +185,7 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 		rl.ignore(syscall.SIGTTIN)
 		rl.ignore(syscall.SIGTTOU)
 	}
+	lighten()
 	sv := supervisor{spec: s, out: InitOutcome{PID: pid, Starter: starter}, note: note, pid1: pid1, target: pid, terminal: terminal}
 	if s.Group {
 		sv.target = -pid // the group the worker leads
