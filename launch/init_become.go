@@ -35,12 +35,15 @@ func Become(s InitSpec, log *slog.Logger) int {
 		log.Error(err.Error(), "exit", code)
 		return code
 	}
+	if out.Code != out.Status {
+		defer log.Info(fmt.Sprintf("init: exit %d for the worker's %d (exit-code map)", out.Code, out.Status))
+	}
 	if oom := s.OOM.explain(before, s, out); oom != "" {
 		log.Error(oom)
 	} else if out.Signal != 0 {
-		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Code))
+		log.Info(fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Status))
 	} else {
-		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code))
+		log.Debug(fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Status))
 	}
 	if out.Reaped > 0 {
 		log.Debug(fmt.Sprintf("init: reaped %d orphaned process(es) of the worker", out.Reaped))
