@@ -7,7 +7,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-		"syscall"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )

@@ -15,7 +15,7 @@ import (
 
 // givenDispositions starts COMMAND with SIGHUP, SIGINT, SIGUSR1 and
 // SIGTTOU ignored and SIGILL, SIGTERM and SIGUSR2 blocked, as nohup, a
-// shell's `trap ''` or a supervisor's sigprocmask leave them (Python also
+// shell's `trap ”` or a supervisor's sigprocmask leave them (Python also
 // ignores SIGPIPE and SIGXFSZ itself).
 const givenDispositions = `
 import os, signal, sys
