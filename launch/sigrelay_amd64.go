@@ -29,6 +29,8 @@ const relayAvailable = true
 var relayFD atomic.Int32
 
 // relaySelf is the init's pid, which relayHandler compares si_pid with.
+//
+//lint:ignore U1000 read by sigrelay_amd64.s
 var relaySelf int32
 
 // relayChain are the runtime's handlers the relay goes on to (SIGURG and
