@@ -87,8 +87,8 @@ func (p *pty) send(t *testing.T, s string) {
 // The init on a terminal, under an interactive bash: Ctrl-Z stops the
 // worker and the init, so bash reports the job stopped and gives its
 // prompt back; fg resumes both and hands the terminal back to the
-// worker, which reads the next line typed; bg resumes them in the
-// background, where the worker's read stops them again (SIGTTIN); Ctrl-C
+// worker, which reads the next line typed; a row with bg resumes them in
+// the background, where the worker's read stops them again (SIGTTIN); Ctrl-C
 // ends the worker, and bash reads the init's 130. The init writes one
 // line to the terminal before the worker's (quiet on a terminal).
 // dumb-init, where Debian ships it, is the reference row (it has no bg
@@ -107,7 +107,7 @@ func TestInitJobControlOnTerminal(t *testing.T) {
 		name, init string
 		bg, own    bool
 	}{
-		{"infera-exec", shim(t) + " --init", false, true}, // bg: see the report; it did not always stop again
+		{"infera-exec", shim(t) + " --init", false, true}, // bg off: a background read did not always stop the job again (open)
 		{"dumb-init", "dumb-init", false, false},
 	}
 	for _, row := range rows {
