@@ -2,7 +2,11 @@
 GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT    ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The entry point first reads the signal dispositions the process was given
+# (internal/sigstart), before the Go runtime replaces them; amd64 only:
+# elsewhere build with ENTRY= .
+ENTRY     ?= -E=github.com/infera/infera-exec/internal/sigstart.entry
+LDFLAGS   := -s -w $(ENTRY) -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN       := bin/infera-exec
 PAYLOAD_TOOL := bin/infera-payload
 LINT      := bin/infera-lint

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/userdb"
+	"golang.org/x/sys/unix"
 )
 
 // Config is the run's configuration.
@@ -56,6 +59,9 @@ type Config struct {
 	// (UserFrom says which); nil: as infera-exec runs.
 	User     *userdb.Spec `json:"user,omitempty"`
 	UserFrom string       `json:"user_from,omitempty"`
+	// InitOptions are the init's exit-code map, signal rewriting and
+	// parent-death signal.
+	InitOptions InitOptions `json:"init_options,omitzero"`
 	// PreflightTimeoutError: a filesystem that does not answer within
 	// the deadline refuses the start (INFERA_PREFLIGHT_ON_TIMEOUT=error)
 	// instead of being a warning.
@@ -111,6 +117,9 @@ func (m InitMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil
 type Flags struct {
 	Init, InitGroup bool
 	User            string // --user, checked by ParseArgs
+	// The init's options as given on the command line (checked by
+	// ParseArgs); each replaces its variable.
+	InitExitMap, InitRewrite, InitPdeathsig string
 }
 
 // WorkDir is where a process that stands in for the worker runs (the
@@ -225,6 +234,18 @@ func Load(env *environ.Env, exe, cwd string, flags Flags) (Config, []string, err
 			l.c.User, l.c.UserFrom = &s, "--user"
 		}
 	}
+	for _, f := range []struct{ name, v string }{{"INFERA_EXEC_INIT_EXIT_MAP", flags.InitExitMap}, {"INFERA_EXEC_INIT_REWRITE", flags.InitRewrite}, {"INFERA_EXEC_INIT_PDEATHSIG", flags.InitPdeathsig}} {
+		if f.v == "" {
+			continue
+		}
+		for _, v := range Vars {
+			if v.Name == f.name {
+				if err := v.load(l, f.v); err != nil && first == nil {
+					first = err
+				}
+			}
+		}
+	}
 	return l.c, l.warns, first
 }
 
@@ -252,4 +273,70 @@ func abs(p, cwd string) string {
 // splitList reads a list given with commas or blanks.
 func splitList(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+}
+
+// InitOptions are the init's options beyond its mode: the exit-code map
+// (INFERA_EXEC_INIT_EXIT_MAP, --init-exit-map), signal rewriting
+// (INFERA_EXEC_INIT_REWRITE, --init-rewrite) and the parent-death signal
+// (INFERA_EXEC_INIT_PDEATHSIG, --init-pdeathsig).
+type InitOptions struct {
+	ExitMap     map[int]int                       `json:"exit_map,omitempty"`
+	Rewrite     map[syscall.Signal]syscall.Signal `json:"rewrite,omitempty"`
+	ParentDeath syscall.Signal                    `json:"parent_death_signal,omitempty"`
+}
+
+// ParseExitMap reads an exit-code map: a list of FROM:TO pairs, or FROM
+// alone for FROM:0 (tini's -e), each code 0-255: "143,130:0,2:1".
+func ParseExitMap(v string) (map[int]int, error) {
+	m := map[int]int{}
+	for _, item := range splitList(v) {
+		from, to, pair := strings.Cut(item, ":")
+		if !pair {
+			to = "0"
+		}
+		f, err1 := strconv.Atoi(from)
+		t, err2 := strconv.Atoi(to)
+		if err1 != nil || err2 != nil || f < 0 || f > 255 || t < 0 || t > 255 {
+			return nil, fmt.Errorf("%q is not an exit code 0-255 or a pair FROM:TO of them (e.g. 143 or 143:0)", item)
+		}
+		m[f] = t
+	}
+	return m, nil
+}
+
+// ParseRewrite reads signal rewriting: a list of FROM:TO pairs, each a
+// signal number or name (15, TERM, SIGTERM); TO 0 drops FROM (dumb-init's
+// --rewrite).
+func ParseRewrite(v string) (map[syscall.Signal]syscall.Signal, error) {
+	m := map[syscall.Signal]syscall.Signal{}
+	for _, item := range splitList(v) {
+		from, to, pair := strings.Cut(item, ":")
+		f, err1 := ParseSignal(from, false)
+		t, err2 := ParseSignal(to, true)
+		if !pair || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%q is not a pair FROM:TO of signals (e.g. TERM:QUIT or 15:3; TO 0 drops FROM)", item)
+		}
+		m[f] = t
+	}
+	return m, nil
+}
+
+// ParseSignal reads a signal number 1-64 or a name with or without SIG
+// (KILL, SIGKILL); zeroOK also takes 0.
+func ParseSignal(v string, zeroOK bool) (syscall.Signal, error) {
+	v = strings.TrimSpace(v)
+	if n, err := strconv.Atoi(v); err == nil {
+		if (n == 0 && zeroOK) || (n >= 1 && n <= 64) {
+			return syscall.Signal(n), nil
+		}
+		return 0, fmt.Errorf("signal %d is not 1-64", n)
+	}
+	name := strings.ToUpper(v)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if s := unix.SignalNum(name); s != 0 {
+		return s, nil
+	}
+	return 0, fmt.Errorf("%q is not a signal name or number", v)
 }

@@ -50,6 +50,9 @@ var options = []option{
 	{[]string{"init"}, "", "do not exec: start COMMAND as a child and stay as its minimal init (PID 1, else a child subreaper), forwarding every signal but KILL, STOP and CHLD (TSTP, TTIN, TTOU stop the init too), reaping zombies, exiting with its status (128+signal when a signal killed it); for docker run", func(o *Options) any { return &o.Init }},
 	{[]string{"init-group"}, "", "as --init, forwarding signals to the worker's process group, which gets SIGTERM when the worker ends (SIGKILL 5s later)", func(o *Options) any { return &o.InitGroup }},
 	{[]string{"user"}, "UID[:GID]", "after the steps that need root (libionic swap, patches, limits), run the worker as this user (a uid or a name of the image's /etc/passwd; GID or group name: that group and no supplementary ones, else the user's groups from /etc/group), HOME from /etc/passwd; as gosu does; only as root (else 77); also INFERA_EXEC_USER", func(o *Options) any { return &o.User }},
+	{[]string{"init-exit-map"}, "MAP", "with --init: exit codes to exit with instead of the worker's, FROM:TO or FROM for FROM:0, e.g. 143 (INFERA_EXEC_INIT_EXIT_MAP)", func(o *Options) any { return &o.InitExitMap }},
+	{[]string{"init-rewrite"}, "MAP", "with --init: signals rewritten before they are forwarded, FROM:TO, TO 0 drops FROM, e.g. TERM:QUIT (INFERA_EXEC_INIT_REWRITE)", func(o *Options) any { return &o.InitRewrite }},
+	{[]string{"init-pdeathsig"}, "SIG", "with --init: the signal the init gets when its parent ends, e.g. KILL (INFERA_EXEC_INIT_PDEATHSIG)", func(o *Options) any { return &o.InitPdeathsig }},
 	{[]string{"verbose"}, "", "also log debug lines; with --explain, the full environment", func(o *Options) any { return &o.Verbose }},
 	{[]string{"q", "quiet"}, "", "with --install: no progress lines, only the summary", func(o *Options) any { return &o.Quiet }},
 	{[]string{"version"}, "", "print version, commit and Go version", func(o *Options) any { return &o.Version }},
@@ -59,10 +62,13 @@ var options = []option{
 // valueWhat says what a valued option needs, for the error when it is
 // missing.
 var valueWhat = map[string]string{
-	"check":   "a directory: an unpacked image root filesystem or a site-packages directory",
-	"apply":   "a directory: an unpacked image root filesystem or a site-packages directory",
-	"install": "the directory to install the payload into (an emptyDir in a pod)",
-	"user":    "the user to run the worker as: UID[:GID] or NAME[:GROUP], e.g. 1000:1000",
+	"check":          "a directory: an unpacked image root filesystem or a site-packages directory",
+	"apply":          "a directory: an unpacked image root filesystem or a site-packages directory",
+	"install":        "the directory to install the payload into (an emptyDir in a pod)",
+	"user":           "the user to run the worker as: UID[:GID] or NAME[:GROUP], e.g. 1000:1000",
+	"init-exit-map":  "a map of exit codes, FROM:TO or FROM (for FROM:0), e.g. 143",
+	"init-rewrite":   "a map of signals, FROM:TO, e.g. TERM:QUIT",
+	"init-pdeathsig": "a signal, e.g. KILL",
 }
 
 // ParseArgs splits infera-exec's own options from the command (args
@@ -90,7 +96,7 @@ func ParseArgs(args []string) (Options, error) {
 	if len(fs.Args()) > 0 {
 		o.Command = fs.Args()
 	}
-	for _, n := range []string{"check", "apply", "install", "user"} {
+	for _, n := range []string{"check", "apply", "install", "user", "init-exit-map", "init-rewrite", "init-pdeathsig"} {
 		if f := fs.Lookup(n); f != nil && f.Value.String() == "" && set(fs, n) {
 			return o, &UsageError{fmt.Sprintf("--%s needs %s", n, valueWhat[n])}
 		}
@@ -102,6 +108,9 @@ func ParseArgs(args []string) (Options, error) {
 		if _, err := userdb.ParseSpec(o.User); err != nil {
 			return o, &UsageError{fmt.Sprintf("--user %v", err)}
 		}
+	}
+	if err := o.checkInitOptions(); err != nil {
+		return o, err
 	}
 	return o, o.validate()
 }
@@ -168,6 +177,27 @@ func usageOf(err error, args []string) error {
 		return &UsageError{fmt.Sprintf("unknown option %s; options go before the command, and a command that starts with '-' goes after --", name)}
 	}
 	return &UsageError{msg}
+}
+
+// checkInitOptions refuses a malformed init option as a usage error
+// (Load reads it again, with the same parser, in place of its variable).
+func (o Options) checkInitOptions() error {
+	checks := []struct {
+		name, v string
+		parse   func(string) error
+	}{
+		{"init-exit-map", o.InitExitMap, func(v string) error { _, err := ParseExitMap(v); return err }},
+		{"init-rewrite", o.InitRewrite, func(v string) error { _, err := ParseRewrite(v); return err }},
+		{"init-pdeathsig", o.InitPdeathsig, func(v string) error { _, err := ParseSignal(v, false); return err }},
+	}
+	for _, c := range checks {
+		if c.v != "" {
+			if err := c.parse(c.v); err != nil {
+				return &UsageError{"--" + c.name + ": " + err.Error()}
+			}
+		}
+	}
+	return nil
 }
 
 // validate refuses the combinations of modes that cannot run together.

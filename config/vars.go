@@ -132,6 +132,39 @@ var Vars = []Var{
 		l.c.User, l.c.UserFrom = &s, "INFERA_EXEC_USER"
 		return nil
 	}},
+	{"INFERA_EXEC_INIT_EXIT_MAP", "init: exit codes of the worker to exit with instead, FROM:TO or FROM for FROM:0 (tini -e), e.g. 143 (SIGTERM counted as success), like --init-exit-map", "", func(l *loader, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil
+		}
+		m, err := ParseExitMap(v)
+		if err != nil {
+			return &Error{"INFERA_EXEC_INIT_EXIT_MAP: " + err.Error()}
+		}
+		l.c.InitOptions.ExitMap = m
+		return nil
+	}},
+	{"INFERA_EXEC_INIT_REWRITE", "init: signals rewritten before they are forwarded, FROM:TO by name or number, TO 0 drops FROM (dumb-init --rewrite), e.g. TERM:QUIT, like --init-rewrite", "", func(l *loader, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil
+		}
+		m, err := ParseRewrite(v)
+		if err != nil {
+			return &Error{"INFERA_EXEC_INIT_REWRITE: " + err.Error()}
+		}
+		l.c.InitOptions.Rewrite = m
+		return nil
+	}},
+	{"INFERA_EXEC_INIT_PDEATHSIG", "init: signal the init gets when its parent ends (tini -p), forwarded like any other, e.g. KILL, like --init-pdeathsig", "", func(l *loader, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return nil
+		}
+		s, err := ParseSignal(v, false)
+		if err != nil {
+			return &Error{"INFERA_EXEC_INIT_PDEATHSIG: " + err.Error()}
+		}
+		l.c.InitOptions.ParentDeath = s
+		return nil
+	}},
 	{"INFERA_ABI_FAMILY", "force the family, e.g. rocm7-py312 (debugging)", "", func(l *loader, v string) error {
 		if v == "" {
 			return nil

@@ -15,15 +15,17 @@
 package launch
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"sync"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/infera/infera-exec/internal/sigstart"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,14 +38,14 @@ const GroupGrace = 5 * time.Second
 // every signal from 1 to 64 but SIGKILL and SIGSTOP, which cannot be
 // caught, SIGCHLD, which is the init's own, and signal 33, which the Go
 // runtime keeps for itself. SIGTSTP, SIGTTIN and SIGTTOU are forwarded
-// and then stop the init too. On amd64, SIGPROF and signals 32 and 34,
-// which the Go runtime does not hand to os/signal, come in through the
-// relay (sigrelay_amd64.go); elsewhere SIGPROF is swallowed by the runtime
-// and 32 and 34 are ignored.
+// and then stop the init too. On amd64 they all come in through the relay
+// (sigrelay_amd64.go), which also tells who sent them; elsewhere through
+// os/signal, SIGPROF is swallowed by the runtime and 32 and 34 are
+// ignored.
 var Forwarded = forwardable()
 
 // sigRuntime is the signal the Go runtime uses to run a system call on
-// every thread (glibc's SIGSETXID); it never reaches os/signal.
+// every thread (glibc's SIGSETXID); it never reaches the init.
 const sigRuntime = syscall.Signal(33)
 
 func forwardable() []syscall.Signal {
@@ -60,27 +62,6 @@ func forwardable() []syscall.Signal {
 		l = append(l, s)
 	}
 	return l
-}
-
-// notifiable are the forwarded signals os/signal delivers; the rest of
-// Forwarded comes through the relay.
-func notifiable() []os.Signal {
-	var l []os.Signal
-	for _, s := range Forwarded {
-		if !isRelayed(s) {
-			l = append(l, s)
-		}
-	}
-	return l
-}
-
-func isRelayed(s syscall.Signal) bool {
-	for _, r := range relayed {
-		if r == s {
-			return true
-		}
-	}
-	return false
 }
 
 // InitSpec is the worker to start, as the pass composed it.
@@ -103,12 +84,26 @@ type InitSpec struct {
 	// them back before it supervises (a mismatch: the worker is killed
 	// and the start refused).
 	User *Drop
+	// Given are the dispositions infera-exec was started with: the worker
+	// starts with the same signals ignored and blocked (sigstart).
+	Given sigstart.State
+	// Self is this binary, which starts the worker when the worker needs
+	// what a fork and exec from Go cannot give it (see needsStarter).
+	Self string
+	// ExitMap turns the worker's status into another (tini's -e: 143 to
+	// 0); Rewrite turns a signal into another before it is forwarded
+	// (dumb-init's --rewrite; 0: not forwarded); ParentDeath is the
+	// signal the init gets when its parent ends (tini's -p; 0: none).
+	ExitMap     map[int]int
+	Rewrite     map[syscall.Signal]syscall.Signal
+	ParentDeath syscall.Signal
 }
 
 // InitOutcome is how the worker ended.
 type InitOutcome struct {
 	PID    int            // the worker's process id
-	Code   int            // the status the init exits with
+	Code   int            // the status the init exits with (after ExitMap)
+	Status int            // the worker's own status (before ExitMap)
 	Signal syscall.Signal // the signal that killed the worker, 0 if none
 	Reaped int            // other children reaped (orphans' zombies)
 	// GroupSignal is the last signal the init sent to the rest of the
@@ -116,6 +111,12 @@ type InitOutcome struct {
 	// nothing of the group was left, SIGTERM when that ended it, SIGKILL
 	// when something outlived SIGTERM by the grace period.
 	GroupSignal syscall.Signal
+	// GroupCont: the rest of the group also got SIGCONT after the
+	// SIGTERM, because a member of it was stopped.
+	GroupCont bool
+	// Starter: the worker was started through the starter (a re-exec of
+	// infera-exec that sets LISTEN_PID and the given dispositions).
+	Starter bool
 }
 
 // Supervise starts the worker and stays its init until it ends. The
@@ -135,23 +136,23 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 			note(fmt.Sprintf("init: cannot become a child subreaper (%v): orphans of the worker are reaped by PID 1", err))
 		}
 	}
-	in := newInbox()
-	defer in.close()
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
-	defer signal.Stop(chld)
-	raw := make(chan os.Signal, 64)
-	signal.Notify(raw, notifiable()...)
-	defer signal.Stop(raw)
-	go in.drain(raw)
-
-	// The relay goes in before the start, so that a signal it carries
-	// finds it in place as soon as the worker runs. A child forked with
-	// it in place keeps it until its exec: a signal sent to the child in
-	// that instant is written to the init's pipe and forwarded to the
-	// worker, which is where it was going.
-	stopRelay := startRelay(in.put, note)
-	defer stopRelay()
+	if s.ParentDeath != 0 {
+		parent := os.Getppid()
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(s.ParentDeath), 0, 0, 0); err != nil {
+			note(fmt.Sprintf("init: cannot ask for %v when the parent ends (%v)", s.ParentDeath, err))
+		} else if os.Getppid() != parent {
+			// The parent ended before the request: the kernel sends
+			// nothing then.
+			syscall.Kill(os.Getpid(), s.ParentDeath)
+		}
+	}
+	// The relay goes in before the start, so that a signal sent from
+	// then on waits in its pipe until the worker runs.
+	rl, err := startRelay(append(append([]syscall.Signal(nil), Forwarded...), syscall.SIGCHLD), note)
+	if err != nil {
+		return InitOutcome{}, err
+	}
+	defer rl.stop()
 
 	terminal := isTerminal(0)
 	attr := &syscall.SysProcAttr{Setpgid: true}
@@ -160,8 +161,7 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 	}
 	if terminal {
 		// The child hands the terminal to its group with every signal
-		// blocked (syscall.forkAndExecInChild), so no SIGTTOU stops it,
-		// and it starts with the dispositions of a fresh process.
+		// blocked (syscall.forkAndExecInChild), so no SIGTTOU stops it.
 		attr.Foreground, attr.Ctty = true, 0
 	}
 	// The init holds no directory for the worker's whole life, so that
@@ -178,9 +178,7 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 	if err := os.Chdir("/"); err != nil {
 		note(fmt.Sprintf("init: cannot leave the start directory for / (%v)", err))
 	}
-	pid, err := syscall.ForkExec(s.Path, s.Argv, &syscall.ProcAttr{
-		Dir: dir, Env: s.Env, Files: []uintptr{0, 1, 2}, Sys: attr,
-	})
+	pid, starter, err := startWorker(s, dir, attr)
 	if err != nil {
 		if start != "" {
 			os.Chdir(start)
@@ -201,70 +199,125 @@ func Supervise(s InitSpec, note func(string)) (InitOutcome, error) {
 	}
 	if terminal {
 		// As tini does: the terminal is the worker's now, and a line the
-		// init writes to it from the background (TOSTOP) must not stop
-		// the init, nor be passed on as if sent to it.
-		signal.Ignore(syscall.SIGTTIN, syscall.SIGTTOU)
+		// init writes to it from the background (TOSTOP), or its handing
+		// the terminal back to the worker after a stop, must not stop the
+		// init, nor be passed on as if sent to it.
+		rl.ignore(syscall.SIGTTIN)
+		rl.ignore(syscall.SIGTTOU)
 	}
-	sv := supervisor{spec: s, out: InitOutcome{PID: pid}, note: note, pid1: pid1, target: pid}
+	lighten()
+	sv := supervisor{spec: s, out: InitOutcome{PID: pid, Starter: starter}, note: note, pid1: pid1, target: pid, terminal: terminal}
 	if s.Group {
 		sv.target = -pid // the group the worker leads
 	}
-	return sv.run(in, chld), nil
+	return sv.run(rl), nil
 }
 
 // supervisor is the init's state once the worker runs.
 type supervisor struct {
-	spec   InitSpec
-	out    InitOutcome
-	note   func(string)
-	pid1   bool
-	target int // the worker, or its process group (negative)
+	spec     InitSpec
+	out      InitOutcome
+	note     func(string)
+	pid1     bool
+	terminal bool
+	target   int // the worker, or its process group (negative)
 
 	workerDone bool
-	grace      *time.Timer
+	graceEnd   time.Time // when the rest of the group gets SIGKILL
+	stopSent   bool      // a stop was forwarded and no SIGCONT since
 }
 
-func (sv *supervisor) run(in *inbox, chld <-chan os.Signal) InitOutcome {
-	var graceC <-chan time.Time
+func (sv *supervisor) run(rl *relay) InitOutcome {
+	var b [256]byte
 	for {
+		n, err := rl.rd.Read(b[:])
 		// Signals first, then reaping: a signal that came before the
 		// worker's end still reaches the rest of its group.
-		for _, sig := range in.take() {
-			sv.forward(sig)
+		for _, c := range b[:n] {
+			if sig := syscall.Signal(c); sig != syscall.SIGCHLD {
+				sv.forward(sig)
+			}
 		}
 		if sv.reap() {
+			sv.out.Code = sv.exitCode()
 			return sv.out
 		}
-		if sv.grace != nil && graceC == nil {
-			graceC = sv.grace.C
-		}
-		select {
-		case <-in.wake:
-		case <-chld:
-		case <-graceC:
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			sv.out.GroupSignal = syscall.SIGKILL
 			if err := syscall.Kill(-sv.out.PID, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
 				sv.note(fmt.Sprintf("init: SIGKILL to the worker's process group %d: %v", sv.out.PID, err))
 			}
 			sv.reapAll()
+			sv.out.Code = sv.exitCode()
 			return sv.out
+		case err != nil && n == 0:
+			// The relay's pipe cannot be read: without it the init could
+			// neither forward nor reap, so it waits for the worker.
+			sv.note(fmt.Sprintf("init: the signal relay failed (%v); waiting for the worker without forwarding", err))
+			for !sv.reap() {
+				var ws syscall.WaitStatus
+				syscall.Wait4(sv.out.PID, &ws, 0, nil)
+				sv.record(ws)
+			}
+			sv.out.Code = sv.exitCode()
+			return sv.out
+		}
+		if !sv.graceEnd.IsZero() {
+			rl.rd.SetReadDeadline(sv.graceEnd)
 		}
 	}
 }
 
-// forward passes sig to the worker (or its group); a job-control stop
-// then stops the init too, after the group, as a shell's job would stop,
-// and the SIGCONT that resumes the init is forwarded in turn.
+// exitCode is the worker's status through the exit-code map.
+func (sv *supervisor) exitCode() int {
+	if c, ok := sv.spec.ExitMap[sv.out.Status]; ok {
+		return c
+	}
+	return sv.out.Status
+}
+
+// forward passes sig, rewritten as asked, to the worker (or its group);
+// a job-control stop then stops the init too, after the group, as a
+// shell's job would stop, and the SIGCONT that resumes the init is
+// forwarded in turn. With a terminal, a SIGCONT that finds the init in
+// the terminal's foreground (a shell's fg) hands the terminal back to
+// the worker's group first.
 func (sv *supervisor) forward(sig syscall.Signal) {
-	if err := syscall.Kill(sv.target, sig); err != nil && err != syscall.ESRCH {
-		sv.note(fmt.Sprintf("init: forward %v to %d: %v", sig, sv.target, err))
+	to := sig
+	if r, ok := sv.spec.Rewrite[sig]; ok {
+		to = r
+	}
+	if to == syscall.SIGCONT && sv.terminal {
+		if fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP); err == nil && fg == syscall.Getpgrp() {
+			unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, sv.out.PID)
+		}
+	}
+	if to != 0 {
+		target := sv.target
+		if to == syscall.SIGCONT && sv.terminal {
+			target = -sv.out.PID // a terminal's stop stopped the whole group
+		}
+		if err := syscall.Kill(target, to); err != nil && err != syscall.ESRCH {
+			sv.note(fmt.Sprintf("init: forward %v to %d: %v", to, target, err))
+		}
+	}
+	switch to {
+	case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTOP:
+		sv.stopSent = true
+	case syscall.SIGCONT:
+		sv.stopSent = false
 	}
 	switch sig {
 	case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
-		// The kernel does not let PID 1 stop itself; the group stops.
-		if !sv.pid1 {
-			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-		}
+		sv.stopSelf()
+	}
+}
+
+// stopSelf stops the init; the kernel does not let PID 1 stop itself.
+func (sv *supervisor) stopSelf() {
+	if !sv.pid1 {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	}
 }
 
@@ -278,20 +331,23 @@ func (sv *supervisor) reap() bool {
 			return true
 		}
 		// The rest of the group goes with the worker: SIGTERM, and
-		// SIGCONT so that a stopped member acts on it; SIGKILL after the
-		// grace period.
+		// SIGCONT to a group of which a member is stopped, so that it
+		// acts on the SIGTERM; SIGKILL after the grace period.
 		if err := syscall.Kill(-sv.out.PID, syscall.SIGTERM); err == syscall.ESRCH {
 			return true // nothing left
 		} else if err != nil {
 			sv.note(fmt.Sprintf("init: SIGTERM to the worker's process group %d: %v", sv.out.PID, err))
 		}
 		sv.out.GroupSignal = syscall.SIGTERM
-		syscall.Kill(-sv.out.PID, syscall.SIGCONT)
+		if groupStopped(sv.out.PID, sv.stopSent) {
+			sv.out.GroupCont = true
+			syscall.Kill(-sv.out.PID, syscall.SIGCONT)
+		}
 		grace := sv.spec.Grace
 		if grace <= 0 {
 			grace = GroupGrace
 		}
-		sv.grace = time.NewTimer(grace)
+		sv.graceEnd = time.Now().Add(grace)
 	}
 	if !sv.workerDone {
 		return false
@@ -299,20 +355,19 @@ func (sv *supervisor) reap() bool {
 	// Members that are our children (orphans once the worker ended) are
 	// reaped above; a member whose parent is elsewhere counts until that
 	// parent reaps it.
-	if err := syscall.Kill(-sv.out.PID, 0); errors.Is(err, syscall.ESRCH) {
-		sv.grace.Stop()
-		return true
-	}
-	return false
+	return errors.Is(syscall.Kill(-sv.out.PID, 0), syscall.ESRCH)
 }
 
 // reapAll collects every child that has ended, without blocking, and
-// reports whether the worker is among them.
+// reports whether the worker is among them. A stop of the worker that a
+// terminal caused (Ctrl-Z: the kernel stops the foreground group, the
+// worker's, and tells the init) stops the init too, so that the shell
+// that started it sees its job stopped.
 func (sv *supervisor) reapAll() bool {
 	done := false
 	for {
 		var ws syscall.WaitStatus
-		p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WUNTRACED, nil)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -320,65 +375,86 @@ func (sv *supervisor) reapAll() bool {
 			return done
 		}
 		if p != sv.out.PID {
-			sv.out.Reaped++
+			if !ws.Stopped() {
+				sv.out.Reaped++
+			}
+			continue
+		}
+		if ws.Stopped() {
+			if sv.terminal && !sv.workerDone && stillStopped(p) {
+				sv.stopSelf()
+			}
 			continue
 		}
 		done = true
-		switch {
-		case ws.Exited():
-			sv.out.Code = ws.ExitStatus()
-		case ws.Signaled():
-			sv.out.Signal = ws.Signal()
-			sv.out.Code = 128 + int(ws.Signal())
+		sv.record(ws)
+	}
+}
+
+// record keeps the worker's end.
+func (sv *supervisor) record(ws syscall.WaitStatus) {
+	switch {
+	case ws.Exited():
+		sv.out.Status = ws.ExitStatus()
+	case ws.Signaled():
+		sv.out.Signal = ws.Signal()
+		sv.out.Status = 128 + int(ws.Signal())
+	}
+}
+
+// stillStopped reports whether pid is stopped now (a stop report read
+// after the SIGCONT that ended it is stale). Without /proc it trusts the
+// report.
+func stillStopped(pid int) bool {
+	st, ok := procState(pid)
+	return !ok || st == 'T' || st == 't'
+}
+
+// procState is the state letter of /proc/PID/stat.
+func procState(pid int) (byte, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, false
+	}
+	return b[i+2], true
+}
+
+// groupStopped reports whether a process of group pgid is stopped, read
+// from /proc; without /proc, whether the init forwarded a stop since the
+// last SIGCONT (fallback).
+func groupStopped(pgid int, fallback bool) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return fallback
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		// ") S ppid pgrp ..."
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[2] != strconv.Itoa(pgid) || pid == os.Getpid() {
+			continue
+		}
+		if f[0] == "T" || f[0] == "t" {
+			return true
 		}
 	}
+	return false
 }
-
-// inbox holds the signals received and not yet forwarded, in the order
-// they came. os/signal drops a signal when its channel is full; drain
-// empties that channel as fast as signals come, so a burst of one signal
-// never pushes out another.
-type inbox struct {
-	mu   sync.Mutex
-	q    []syscall.Signal
-	wake chan struct{} // a token when q became non-empty
-	done chan struct{}
-}
-
-func newInbox() *inbox {
-	return &inbox{wake: make(chan struct{}, 1), done: make(chan struct{})}
-}
-
-func (b *inbox) put(s syscall.Signal) {
-	b.mu.Lock()
-	b.q = append(b.q, s)
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (b *inbox) take() []syscall.Signal {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	q := b.q
-	b.q = nil
-	return q
-}
-
-func (b *inbox) drain(c <-chan os.Signal) {
-	for {
-		select {
-		case s := <-c:
-			b.put(s.(syscall.Signal))
-		case <-b.done:
-			return
-		}
-	}
-}
-
-func (b *inbox) close() { close(b.done) }
 
 // isTerminal reports whether fd is a terminal.
 func isTerminal(fd int) bool {

@@ -47,15 +47,18 @@ func become(s InitSpec, log *slog.Logger) (int, string) {
 		log.Error(err.Error(), "event", "refused", "exit_code", code)
 		return code, err.Error()
 	}
+	if out.Code != out.Status {
+		defer log.Info(fmt.Sprintf("init: exit %d for the worker's %d (exit-code map)", out.Code, out.Status))
+	}
 	var ended string
 	if oom := s.OOM.explain(before, s, out); oom != "" {
 		ended = oom
 		log.Error(oom, "event", "worker-ended", "exit_code", out.Code)
 	} else if out.Signal != 0 {
-		ended = fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Code)
+		ended = fmt.Sprintf("init: the worker (pid %d) was killed by %s (%v); exit %d", out.PID, unix.SignalName(out.Signal), out.Signal, out.Status)
 		log.Info(ended, "event", "worker-ended", "exit_code", out.Code)
 	} else {
-		ended = fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Code)
+		ended = fmt.Sprintf("init: the worker (pid %d) exited with %d", out.PID, out.Status)
 		log.Debug(ended, "event", "worker-ended", "exit_code", out.Code)
 	}
 	if out.Reaped > 0 {

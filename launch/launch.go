@@ -11,6 +11,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/internal/sigstart"
 )
 
 // Nofile is the RLIMIT_NOFILE the worker gets.
@@ -56,7 +57,13 @@ func CheckDir(dir string) error {
 // Exec replaces the process with path. It returns only on failure, with
 // the shell's exit code for it: lookpath.CodeNotExecutable for a file the kernel
 // will not run, lookpath.CodeNotFound when it or its #! interpreter is gone.
+//
+// The worker gets the signal dispositions infera-exec was given
+// (sigstart): ignored ones ignored, blocked ones blocked.
 func Exec(path string, argv, env []string) (int, error) {
+	if err := sigstart.Restore(sigstart.Start()); err != nil {
+		fmt.Fprintf(os.Stderr, "infera-exec: warning: the worker may not keep the signal dispositions it was given: %v\n", err)
+	}
 	err := syscall.Exec(path, argv, env)
 	code := lookpath.CodeNotExecutable
 	if err == syscall.ENOENT {

@@ -14,7 +14,9 @@ import (
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/inheritfd"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/lookpath"
+	"github.com/infera/infera-exec/internal/sigstart"
 	"github.com/infera/infera-exec/report"
 )
 
@@ -58,8 +60,9 @@ type Outcome struct {
 	// Ended is how the worker ended, once an init's Start returns: the
 	// line the init logged (the OOM killer's, a signal's or an exit
 	// status's).
-	Ended string `json:"-"`
-	oom   OOMWatch
+	Ended    string `json:"-"`
+	oom      OOMWatch
+	initOpts config.InitOptions
 }
 
 // Run decides how the worker starts, before anything touches the disk, so
@@ -71,7 +74,7 @@ type Outcome struct {
 // to the hard limit (dry: only reads it) and passes the readiness timeout.
 func Run(ctx context.Context, in Input) (*Outcome, error) {
 	cfg := in.Config
-	o := &Outcome{Command: in.Command, Cwd: cfg.Chdir, Init: cfg.Init,
+	o := &Outcome{Command: in.Command, Cwd: cfg.Chdir, Init: cfg.Init, initOpts: cfg.InitOptions,
 		Edits: []environ.Edit{environ.Set("INFERA_ENGINE_READY_TIMEOUT", strconv.Itoa(cfg.ReadyTimeout))}}
 	if cfg.Init != config.InitOff {
 		o.oom = OOMWatch{Cgroup: filepath.Join(cfg.Sysfs, "fs", "cgroup"), Probe: in.Probe}
@@ -167,7 +170,7 @@ func (o *Outcome) Announce(log *slog.Logger) report.Result {
 	}
 	if o.Init != config.InitOff {
 		log.Info(fmt.Sprintf("init: starting %s (%s) in %s%s; infera-exec stays as its %s, forwarding signals and reaping zombies",
-			argv, o.Path, o.Cwd, as, InitRole()), "event", "init", "file", o.Path)
+			argv, o.Path, o.Cwd, as, InitRole()), "event", "init", "file", o.Path, logging.Headline, true)
 		return report.ResultInit
 	}
 	log.Info(fmt.Sprintf("exec %s (%s) in %s%s", argv, o.Path, o.Cwd, as), "event", "exec", "file", o.Path)
@@ -193,7 +196,9 @@ func (o *Outcome) Start(env []string, log *slog.Logger) (int, error) {
 	inheritfd.Release() // the worker gets what infera-exec was given
 	if o.Init != config.InitOff {
 		var code int
-		code, o.Ended = become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom, User: o.User}, log)
+		self, _ := os.Executable() // the starter; without /proc none, and the worker is forked directly
+		code, o.Ended = become(InitSpec{Path: o.Path, Argv: o.Argv, Env: env, Dir: o.Cwd, Group: o.Init == config.InitGroup, OOM: o.oom, User: o.User,
+			Given: sigstart.Start(), Self: self, ExitMap: o.initOpts.ExitMap, Rewrite: o.initOpts.Rewrite, ParentDeath: o.initOpts.ParentDeath}, log)
 		return code, nil
 	}
 	return Exec(o.Path, o.Argv, env)

@@ -20,6 +20,7 @@ import (
 	"github.com/infera/infera-exec/internal/fsprobe"
 	"github.com/infera/infera-exec/internal/heappages"
 	"github.com/infera/infera-exec/internal/inheritfd"
+	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/overlay"
 )
 
@@ -53,6 +54,11 @@ func main() {
 	// (see package fsprobe): one operation, then exit. Never a command.
 	if op, ok := fsprobe.HelperOp(os.Args, os.Getenv); ok {
 		os.Exit(fsprobe.Serve(op, os.Args[1], os.Stdout))
+	}
+	// The init's starter (see package launch): the worker's LISTEN_PID
+	// and dispositions, then its exec. Never a command.
+	if launch.StarterCall(os.Args, os.Getenv) {
+		os.Exit(launch.Starter(os.Args))
 	}
 	os.Exit(run(os.Args, os.Environ(), os.Stdout, os.Stderr))
 }

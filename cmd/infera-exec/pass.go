@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/capability"
@@ -62,12 +65,28 @@ func newPass(o config.Options, env *environ.Env, cfg config.Config, warns []stri
 		logTo = io.Discard // the plan lists every warning; the log lines would say it twice
 	}
 	p.log = logging.WithStep(startLog(logTo, cfg, o.Verbose, p.rec), "config")
+	if quietInit(cfg, o, stderr) {
+		// The init shares the terminal with the worker: its start line,
+		// warnings and errors only (--verbose: all of it).
+		p.log = logging.WithStep(logging.NewQuiet(logTo, p.rec), "config")
+	}
 	p.probe.Log = p.log // --verbose says why a deadline helper runs
 	for _, w := range warns {
 		p.log.Warn(w)
 	}
 	p.rep = report.New(report.Tool{Version: version, Commit: commit, Go: runtime.Version()}, p.dry, &p.cfg)
 	return p
+}
+
+// quietInit reports whether the start logs quietly: an init (--init) whose
+// standard error is a terminal, text lines, not --verbose.
+func quietInit(cfg config.Config, o config.Options, stderr io.Writer) bool {
+	f, ok := stderr.(*os.File)
+	if cfg.Init == config.InitOff || o.Verbose || o.Explain || cfg.LogJSON || !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // step is one stage: its outcome to report (nil: none) and its refusal.

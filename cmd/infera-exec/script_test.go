@@ -15,6 +15,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/infera/infera-exec/internal/sigstart"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/internal/testsupport/sandbox"
 	"github.com/infera/infera-exec/overlay"
@@ -99,7 +100,7 @@ func shim(tb testing.TB) string {
 			return
 		}
 		shimPath = filepath.Join(dir, "infera-exec")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", shimPath, ".")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", entryFlag(), "-o", shimPath, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -109,6 +110,16 @@ func shim(tb testing.TB) string {
 		tb.Fatal(buildErr)
 	}
 	return shimPath
+}
+
+// entryFlag is the linker flag of `make build` that puts the entry point
+// reading the start's signal dispositions in place (internal/sigstart),
+// on amd64.
+func entryFlag() string {
+	if runtime.GOARCH != "amd64" {
+		return ""
+	}
+	return "-E=" + sigstart.EntrySymbol
 }
 
 var (

@@ -182,6 +182,21 @@ func (h *fieldsHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *fieldsHandler) WithGroup(string) slog.Handler { return h }
 
+// Headline is the attribute (true) of the one info line a quiet logger
+// still writes: the start's own (launch's Announce).
+const Headline = "headline"
+
+// NewQuiet is New (text lines, not verbose) for a terminal the worker
+// shares (the init's, on a terminal): it writes warnings, errors and the
+// headline line only; rec still keeps every record at or above Info.
+func NewQuiet(w io.Writer, rec *Recorder) *slog.Logger {
+	out := &textHandler{w: w, mu: &sync.Mutex{}, level: slog.LevelInfo, prefix: "infera-exec: ", quiet: true}
+	if rec == nil {
+		return slog.New(out)
+	}
+	return slog.New(slog.NewMultiHandler(out, &recordHandler{rec: rec}))
+}
+
 // textHandler prints "infera-exec: [warning: ]message". Attributes are for
 // JSON and the report; text messages carry their facts in the sentence.
 type textHandler struct {
@@ -189,11 +204,22 @@ type textHandler struct {
 	mu     *sync.Mutex
 	level  slog.Level
 	prefix string // Prefix for infera-exec
+	quiet  bool   // below Warn, only Headline lines
 }
 
 func (h *textHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
 
 func (h *textHandler) Handle(_ context.Context, r slog.Record) error {
+	if h.quiet && r.Level < slog.LevelWarn {
+		headline := false
+		r.Attrs(func(a slog.Attr) bool {
+			headline = headline || (a.Key == Headline && a.Value.Kind() == slog.KindBool && a.Value.Bool())
+			return !headline
+		})
+		if !headline {
+			return nil
+		}
+	}
 	var b strings.Builder
 	b.WriteString(h.prefix)
 	switch {

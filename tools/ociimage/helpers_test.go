@@ -69,7 +69,12 @@ func shim(t *testing.T) string {
 			return
 		}
 		shimPath = filepath.Join(scratch, "infera-exec")
+		// As `make build` links it: the entry point that reads the start's
+		// signal dispositions (the main module's internal/sigstart), on amd64.
 		cmd := exec.Command("go", "build", "-trimpath", "-o", shimPath, "./cmd/infera-exec")
+		if runtime.GOARCH == "amd64" {
+			cmd.Args = []string{"go", "build", "-trimpath", "-ldflags=-E=github.com/infera/infera-exec/internal/sigstart.entry", "-o", shimPath, "./cmd/infera-exec"}
+		}
 		cmd.Dir = repo
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
