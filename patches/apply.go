@@ -177,8 +177,10 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		if planningHook != nil {
 			planningHook(i)
 		}
-		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil, &results[i])
+		unmet := unmetRequirement(set, d, results[:i])
+		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil || unmet != "", &results[i])
 		plans[i].lockErr = lockErr
+		plans[i].unmet = unmet
 		if v.compose {
 			v.stageFinal(last, i)
 		}
@@ -186,7 +188,7 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 	if !opt.DryRun {
 		// One read buffer for the run's read-backs: its pages are touched
 		// once.
-		commitGroups(groupsOf(plans, v), set, plans, results, make([]byte, 64<<10))
+		commitGroups(groupsOf(plans, v, set), set, plans, results, make([]byte, 64<<10))
 		for _, d := range v.changed {
 			d.settle() // one the commit did not take: discarded
 		}
@@ -201,7 +203,11 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 			continue
 		}
 		r := &results[i]
-		p.finish(r, opt.DryRun || p.lockErr != nil)
+		p.finish(r, opt.DryRun || p.lockErr != nil || p.unmet != "")
+		if p.unmet != "" && r.Action == "would-apply" {
+			// Decided as a dry run decides it, and never written.
+			r.Action, r.Why = "none", "not applied: "+p.unmet
+		}
 		if p.lockErr != nil {
 			seen.incomplete = true
 			switch {
@@ -273,7 +279,9 @@ func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files,
 	}
 	r2 := Result{ID: r.ID, Package: r.Package, Action: "none"}
 	p2 := planOne(d, p.pkg, v.written, true, &r2)
-	if p2.kind != decided || r2.State != r.State || r2.Variant != r.Variant || len(r2.Edits) != len(r.Edits) {
+	// A patch its guards decided (undecided: nothing planned) is decided
+	// again the same way: its guard files are among those it read.
+	if p2.kind != decided && p2.kind != undecided || r2.State != r.State || r2.Variant != r.Variant || len(r2.Edits) != len(r.Edits) {
 		return p.fs, *r, !wrote
 	}
 	rr = *r

@@ -3,6 +3,7 @@ package patches
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 
 	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -22,7 +23,7 @@ type group struct {
 // groupsOf forms the groups of a run that writes: the connected components
 // of the patches over the files that link them, in order of their first
 // patch. Patches linked to no file need no commit.
-func groupsOf(plans []*plan, v *view) []*group {
+func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
 	parent := make([]int, len(plans))
 	for i := range parent {
 		parent[i] = i
@@ -47,6 +48,19 @@ func groupsOf(plans []*plan, v *view) []*group {
 			}
 			a, b := find(o), find(i)
 			parent[max(a, b)] = min(a, b)
+		}
+	}
+	// A patch commits with the patches it requires: it is never written
+	// while one of them fails.
+	for i, p := range plans {
+		if p == nil || len(p.links) == 0 {
+			continue
+		}
+		for j, q := range plans {
+			if q != nil && len(q.links) > 0 && slices.Contains(set.Defs[i].Requires, set.Defs[j].ID) {
+				a, b := find(i), find(j)
+				parent[max(a, b)] = min(a, b)
+			}
 		}
 	}
 	byRoot := map[int]*group{}
@@ -94,7 +108,9 @@ func replan(g *group, set *patchdef.Set, plans []*plan, results []Result, buf []
 	for _, i := range g.pats {
 		r := &results[i]
 		r.decideAgain()
-		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
+		unmet := unmetRequirement(set, set.Defs[i], results[:i])
+		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, unmet != "", r)
+		plans[i].unmet = unmet
 	}
 	again := &group{pats: g.pats, files: v.changed}
 	commitFiles([]*group{again}, plans, buf)

@@ -32,6 +32,7 @@ type plan struct {
 	twice           bool                   // another writer got in the way of both attempts
 	lockErr         error                  // the package directory could not be locked: decided, not written
 	wrote           [][]patchdef.LineRange // by edit: the lines its replacement takes in the planned content
+	unmet           string                 // a patch it requires is not in force: decided, not written
 }
 
 // planOne decides a patch against the view and, when it is pending in a
@@ -477,4 +478,33 @@ func fileLines(edits []EditResult, lines func(*EditResult) []patchdef.LineRange)
 		out[i] = p + " (" + word + strings.Join(by[p], ", ") + ")"
 	}
 	return strings.Join(out, ", ")
+}
+
+// unmetRequirement says why d must not be written in this run: a patch it
+// requires (the set orders requirements first, so its result is among
+// done) is neither applied, upstream, nor about to be written ("" when
+// all are).
+func unmetRequirement(set *patchdef.Set, d *patchdef.Definition, done []Result) string {
+	for _, id := range d.Requires {
+		var r *Result
+		for k := range done {
+			if done[k].ID == id {
+				r = &done[k]
+			}
+		}
+		switch {
+		case r == nil && set.Lookup(id) == nil:
+			return "requires " + id + ", which is skipped in this run"
+		case r == nil:
+			return "requires " + id + ", which is not decided before it"
+		case r.State == patchdef.Applied, r.State == patchdef.Upstream, r.State == patchdef.Pending && r.Action != "failed":
+			continue
+		}
+		why := "requires " + id + ", which is " + string(r.State)
+		if r.Why != "" {
+			why += " (" + r.Why + ")"
+		}
+		return why
+	}
+	return ""
 }

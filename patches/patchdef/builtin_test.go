@@ -72,6 +72,9 @@ func genBuiltin(defs []*Definition, digest string) []byte {
 		if len(d.Supersedes) > 0 {
 			fmt.Fprintf(&b, "Supersedes: %#v,\n", d.Supersedes)
 		}
+		if len(d.Requires) > 0 {
+			fmt.Fprintf(&b, "Requires: %#v,\n", d.Requires)
+		}
 		if d.Caveat != "" {
 			fmt.Fprintf(&b, "Caveat: %s,\n", q(d.Caveat))
 		}

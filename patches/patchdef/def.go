@@ -42,6 +42,11 @@ type Definition struct {
 	// Supersedes names v0.2.2 patch scripts (file names under
 	// patches/<package>/) that fix the same bug; they are not run.
 	Supersedes []string `toml:"supersedes" json:"supersedes,omitempty"`
+	// Requires names patches (ids, of the same package) this fix is
+	// wrong without: it is applied only where each of them is applied or
+	// upstream, or is applied by the same run. Merge orders a set so that a
+	// requirement is decided before the patches that need it.
+	Requires []string `toml:"requires" json:"requires,omitempty"`
 	// Caveat is what an operator must know about keeping the fix on (a
 	// guard that hides a race instead of fixing it); --check shows it.
 	Caveat string `toml:"caveat" json:"caveat,omitempty"`
@@ -228,6 +233,16 @@ func (d *Definition) Validate() error {
 	}
 	if err := validateGuards(d.ID, d.Guards); err != nil {
 		return err
+	}
+	for i, r := range d.Requires {
+		switch {
+		case !idRE().MatchString(r):
+			return fmt.Errorf("%s: requires %q: want the id of a patch definition", d.ID, r)
+		case r == d.ID:
+			return fmt.Errorf("%s: requires itself", d.ID)
+		case slices.Contains(d.Requires[:i], r):
+			return fmt.Errorf("%s: requires %s twice", d.ID, r)
+		}
 	}
 	for _, s := range d.Supersedes {
 		if path.Base(s) != s || !strings.HasSuffix(s, ".py") {
@@ -562,7 +577,61 @@ func Merge(builtin, payload []*Definition) (*Set, error) {
 			seen[d.ID] = d
 		}
 	}
+	if err := s.orderRequirements(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// orderRequirements checks every requires of the set (the id exists and
+// patches the same package; no cycle) and moves each definition after the
+// ones it requires, keeping the order otherwise.
+func (s *Set) orderRequirements() error {
+	byID := map[string]*Definition{}
+	for _, d := range s.Defs {
+		byID[d.ID] = d
+	}
+	for _, d := range s.Defs {
+		for _, r := range d.Requires {
+			switch req := byID[r]; {
+			case req == nil:
+				return fmt.Errorf("patch definition %s: %s requires %s, which no patch definition has", d.Source, d.ID, r)
+			case req.Package != d.Package:
+				return fmt.Errorf("patch definition %s: %s (package %s) requires %s, which patches %s: a requirement must patch the same package", d.Source, d.ID, d.Package, r, req.Package)
+			}
+		}
+	}
+	const (
+		visiting = 1
+		done     = 2
+	)
+	mark := map[string]int{}
+	ordered := make([]*Definition, 0, len(s.Defs))
+	var visit func(d *Definition, path []string) error
+	visit = func(d *Definition, path []string) error {
+		switch mark[d.ID] {
+		case done:
+			return nil
+		case visiting:
+			return fmt.Errorf("patch definition %s: requirements form a cycle: %s", d.Source, strings.Join(append(path, d.ID), " requires "))
+		}
+		mark[d.ID] = visiting
+		for _, r := range d.Requires {
+			if err := visit(byID[r], append(path, d.ID)); err != nil {
+				return err
+			}
+		}
+		mark[d.ID] = done
+		ordered = append(ordered, d)
+		return nil
+	}
+	for _, d := range s.Defs {
+		if err := visit(d, nil); err != nil {
+			return err
+		}
+	}
+	s.Defs = ordered
+	return nil
 }
 
 // Packages lists the import names the set patches, sorted.
