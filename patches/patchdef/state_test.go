@@ -1,7 +1,6 @@
 package patchdef
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -80,11 +79,6 @@ func TestCombine(t *testing.T) {
 	for _, c := range cases {
 		assert.Equal(t, c.want, Combine(c.in), "%v", c.in)
 	}
-}
-
-// counter counts in content as Evaluate expects.
-func counter(content string) func(string) int {
-	return func(s string) int { return strings.Count(content, s) }
 }
 
 // A legacy marker only the script writes decides before the upstream
