@@ -615,22 +615,7 @@ func writeArchive(file string, img v1.Image, ref name.Tag) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	err = tarball.Write(ref, img, f)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), file)
+	return outdir.WriteFile(file, func(w io.Writer) error { return tarball.Write(ref, img, w) })
 }
 
 // copyLayer replaces file with a copy of the layer tarball src.
@@ -643,22 +628,10 @@ func copyLayer(file, src string) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".tmp-*")
-	if err != nil {
+	return outdir.WriteFile(file, func(w io.Writer) error {
+		_, err := io.Copy(w, in)
 		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = io.Copy(f, in)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), file)
+	})
 }
 
 func stageDir(dir string) (string, error) {

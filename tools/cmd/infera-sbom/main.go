@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/infera/infera-exec/tools/outdir"
 	"github.com/infera/infera-exec/tools/sbom"
 )
 
@@ -64,31 +64,14 @@ func run(args []string, epoch string, stdout, stderr io.Writer) int {
 	if *out == "-" {
 		_, err = stdout.Write(buf.Bytes())
 	} else {
-		err = writeFile(*out, buf.Bytes())
+		err = outdir.WriteFile(*out, func(w io.Writer) error {
+			_, err := w.Write(buf.Bytes())
+			return err
+		})
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "infera-sbom:", err)
 		return 1
 	}
 	return 0
-}
-
-// writeFile replaces p with data: a temporary file beside it, renamed.
-func writeFile(p string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), p)
 }
