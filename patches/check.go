@@ -55,15 +55,10 @@ func ApplyAnswering(root, payloadRoot string, answers func(paths ...string) erro
 	if err := answers(root, payloadRoot); err != nil {
 		return nil, &ConfigError{err}
 	}
-	set, err := loadSet(payloadRoot)
+	set, loc, err := offline(root, payloadRoot)
 	if err != nil {
-		return nil, &ConfigError{err}
+		return nil, err
 	}
-	loc, err := LocateOffline(root, set.Packages())
-	if err != nil {
-		return nil, &ConfigError{err}
-	}
-	loc.fillDistVersions(set, root)
 	rep := &CheckReport{Root: root, Location: loc, Wrote: true, Results: applySet(set, loc, options{LockTimeout: lockTimeout})}
 	rep.judge()
 	for _, r := range rep.Results {
@@ -94,15 +89,10 @@ func (rep *CheckReport) judge() {
 // without Python and without writing, so a payload build can catch an
 // upstream change before anything is deployed.
 func check(root, payloadRoot string) (*CheckReport, error) {
-	set, err := loadSet(payloadRoot)
+	set, loc, err := offline(root, payloadRoot)
 	if err != nil {
-		return nil, &ConfigError{err}
+		return nil, err
 	}
-	loc, err := LocateOffline(root, set.Packages())
-	if err != nil {
-		return nil, &ConfigError{err}
-	}
-	loc.fillDistVersions(set, root)
 	rep := &CheckReport{Root: root, Location: loc, Results: applySet(set, loc, options{DryRun: true})}
 	rep.judge()
 	return rep, nil
@@ -182,4 +172,21 @@ func writeEditSites(w io.Writer, edits []EditResult) {
 		}
 		fmt.Fprintf(w, "  %-40s %-15s edit %d %s: %s: %s\n", "", "", i+1, e.File, e.State, where)
 	}
+}
+
+// offline is what --check and --apply work on: the built-in and the
+// payload's definitions, and where root's own Python layout puts their
+// packages (the offline resolver, no interpreter), with the versions of
+// their distributions.
+func offline(root, payloadRoot string) (*patchdef.Set, *Location, error) {
+	set, err := loadSet(payloadRoot)
+	if err != nil {
+		return nil, nil, &ConfigError{err}
+	}
+	loc, err := LocateOffline(root, set.Packages())
+	if err != nil {
+		return nil, nil, &ConfigError{err}
+	}
+	loc.fillDistVersions(set, root)
+	return set, loc, nil
 }
