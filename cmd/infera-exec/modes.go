@@ -79,6 +79,18 @@ type checkResult struct {
 	Audit *capability.Audit `json:"payload_audit,omitempty"`
 }
 
+// printOffline prints what --check and --apply found in root: the
+// patches' report and the payload's trees audited against root, as text
+// or JSON; the result is returned for the exit code.
+func printOffline(cfg config.Config, root string, rep *patches.CheckReport, asJSON bool, stdout io.Writer) checkResult {
+	res := checkResult{CheckReport: rep, Audit: capability.AuditImageRoot(cfg.PayloadRoot, root)}
+	printResult(stdout, asJSON, res, func() {
+		rep.WriteText(stdout)
+		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
+	})
+	return res
+}
+
 // runCheck evaluates every patch definition against an unpacked image root
 // or a site-packages directory, offline; exit 65 on drift (and on a patch
 // whose module loads from another file), 69 when the payload's trees do not
@@ -92,11 +104,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	if err != nil {
 		return refuse(stderr, err)
 	}
-	res := checkResult{CheckReport: rep, Audit: capability.AuditImageRoot(cfg.PayloadRoot, root)}
-	printResult(stdout, asJSON, res, func() {
-		rep.WriteText(stdout)
-		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
-	})
+	res := printOffline(cfg, root, rep, asJSON, stdout)
 	if rep.Drift || rep.Shadowed {
 		return exitPatch
 	}
@@ -121,11 +129,7 @@ func runApply(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	if err != nil {
 		return refuse(stderr, err)
 	}
-	res := checkResult{CheckReport: rep, Audit: capability.AuditImageRoot(cfg.PayloadRoot, root)}
-	printResult(stdout, asJSON, res, func() {
-		rep.WriteText(stdout)
-		res.Audit.WriteText(stdout, fmt.Sprintf("payload %s against %s:", cfg.PayloadRoot, root))
-	})
+	res := printOffline(cfg, root, rep, asJSON, stdout)
 	for _, f := range rep.Failed {
 		fmt.Fprintf(stderr, "infera-exec: error: patch %s not written: %s\n", f.ID, f.Why)
 	}
