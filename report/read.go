@@ -15,6 +15,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/statedir"
+	"golang.org/x/sys/unix"
 )
 
 // ReadError is a last report that cannot be shown (--report): none
@@ -47,22 +48,19 @@ func Last(path, stateDir string) (string, []byte, error) {
 		}
 	}
 	for _, p := range tried {
-		fi, err := os.Lstat(p)
+		// Every check is made on the descriptor that is read: not a link,
+		// a regular file (boundedread.Open), this uid's, then the bytes.
+		f, err := boundedread.Open(p, unix.O_NOFOLLOW)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return p, nil, &ReadError{fmt.Sprintf("report %s: %v", p, err)}
+			return p, nil, &ReadError{fmt.Sprintf("report %s: %v", p, boundedread.BareErr(err))}
 		}
-		if !fi.Mode().IsRegular() {
-			return p, nil, &ReadError{fmt.Sprintf("report %s is a %s, not a report", p, fi.Mode().Type())}
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-			return p, nil, &ReadError{fmt.Sprintf("report %s belongs to uid %d, not to this uid (%d): not shown as infera-exec's (run --report as the user the container starts as)", p, st.Uid, os.Geteuid())}
-		}
-		data, err := boundedread.FileNoFollow(p, maxReport)
+		data, err := ownedBy(f, p)
+		f.Close()
 		if err != nil {
-			return p, nil, &ReadError{fmt.Sprintf("report %s cannot be read: %v", p, err)}
+			return p, nil, err
 		}
 		if !beginsAsReport(bytes.NewReader(data)) || !json.Valid(data) {
 			return p, nil, &ReadError{fmt.Sprintf("report %s is not an infera-exec report (it does not begin with schema, tool and mode, or is not whole JSON)", p)}
@@ -164,4 +162,25 @@ func WriteStored(w io.Writer, path string, data []byte) error {
 		p("Outcome: %s (exit %d): %s", r.Outcome.Result, r.Outcome.Code, r.Outcome.Reason)
 	}
 	return nil
+}
+
+// ownedBy reads the open report f whole (at most maxReport bytes) when it
+// belongs to this uid.
+func ownedBy(f *os.File, p string) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, &ReadError{fmt.Sprintf("report %s: %v", p, err)}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		owner := "unknown"
+		if ok {
+			owner = fmt.Sprint(st.Uid)
+		}
+		return nil, &ReadError{fmt.Sprintf("report %s belongs to uid %s, not to this uid (%d): not shown as infera-exec's (run --report as the user the container starts as)", p, owner, os.Geteuid())}
+	}
+	data, err := boundedread.ReadAll(f, p, maxReport)
+	if err != nil {
+		return nil, &ReadError{fmt.Sprintf("report %s cannot be read: %v", p, err)}
+	}
+	return data, nil
 }
