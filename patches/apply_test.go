@@ -1,9 +1,6 @@
 package patches
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -287,20 +284,6 @@ func TestGroupedRunObserved(t *testing.T) {
 	res, seen = apply(&patchdef.Set{Defs: defs}, loc, options{})
 	require.Equal(t, "applied", res[0].Action, res[0].Why)
 	assert.True(t, seen.incomplete, "p1 is not in force in what is on disk")
-}
-
-// The causes a deployment can fix get the fix; a file's own trouble does not.
-func TestWriteFix(t *testing.T) {
-	wrap := func(errno syscall.Errno) error {
-		return fmt.Errorf("replace /e/f.py: create temporary file: %w", &fs.PathError{Op: "open", Path: "/e/.f.py.tmp-1", Err: errno})
-	}
-	assert.Contains(t, writeFix(wrap(syscall.EROFS)), "read-only filesystem: apply the fix when the image is built")
-	assert.Contains(t, writeFix(wrap(syscall.EACCES)), fmt.Sprintf("uid %d may not write", os.Geteuid()))
-	assert.Contains(t, writeFix(wrap(syscall.EPERM)), "run the start as the engine's owner")
-	assert.Contains(t, writeFix(wrap(syscall.ENOSPC)), "is full")
-	assert.Contains(t, writeFix(wrap(syscall.EDQUOT)), "is full")
-	assert.Empty(t, writeFix(wrap(syscall.EIO)))
-	assert.Empty(t, writeFix(errors.New("changed while it was being patched")))
 }
 
 // A guard whose file cannot be read leaves the patch undecided (drift),

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -214,7 +215,7 @@ func (p *plan) finish(r *Result, dry bool) {
 			break
 		}
 		r.Action, r.Why, r.err = "failed", p.err.Error(), p.err
-		if fix := writeFix(p.err); fix != "" {
+		if fix := commit.Fix(p.err); fix != "" {
 			r.Why += "; " + fix
 		}
 		if p.restoreErr != nil {
