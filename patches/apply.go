@@ -5,72 +5,16 @@ import (
 	"time"
 
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/plan"
 )
 
-// Result is what happened to one patch.
-type Result struct {
-	ID       string         `json:"id"`
-	Summary  string         `json:"summary"`
-	Source   string         `json:"source"`
-	Package  string         `json:"package"`
-	Version  string         `json:"version,omitempty"`
-	Required bool           `json:"required"`
-	Variant  string         `json:"variant,omitempty"` // the variant that decided the state
-	State    patchdef.State `json:"state"`             // after this run
-	Before   patchdef.State `json:"before"`            // as found
-	Action   string         `json:"action"`            // applied, would-apply, none, failed
-	Why      string         `json:"why,omitempty"`
-	Missing  bool           `json:"package_missing,omitempty"` // the package is not importable
-	Edits    []EditResult   `json:"edits,omitempty"`
-	// NotImported: the patch is shadowed because a module it edits is
-	// not loaded from the edited file (a package directory or an
-	// extension module of that name beside it, or a parent that is no
-	// package); LoadsInstead names what loads. No start can fix that.
-	NotImported  bool   `json:"not_imported,omitempty"`
-	LoadsInstead string `json:"loads_instead,omitempty"`
-	// Recorded: decided from the record of an earlier verified run, every
-	// file's identity unchanged since; no file was read.
-	Recorded bool `json:"recorded,omitempty"`
-	// Replayed: written with the content the record kept, on files that
-	// hold again what the recorded run read (a new container layer of
-	// the same image), without planning; see replay.go.
-	Replayed bool `json:"replayed,omitempty"`
-	// Caveat and Upstream are the definition's: what to know about
-	// keeping the fix on, and where it stands upstream.
-	Caveat   string                   `json:"caveat,omitempty"`
-	Upstream *patchdef.UpstreamStatus `json:"upstream,omitempty"`
-	// Shadow is the shadow tree the patch is in force from (the worker
-	// imports its package from there; see shadow.go); "" in place.
-	Shadow string `json:"shadow,omitempty"`
-	// Unvouched: the state is the probing interpreter's view, not the
-	// worker's (a shell-script worker, with INFERA_PYTHON not naming its
-	// interpreter), and why, with how to make it certain. Not in force.
-	Unvouched string `json:"unvouched,omitempty"`
-
-	err    error // why a write was abandoned
-	refuse error // the definition cannot be used as it is (78)
-}
-
-// Ok reports whether the patch is in a state the worker can run with.
-func (r *Result) Ok() bool {
-	if r.Unvouched != "" {
-		return false // what the worker imports was not asked
-	}
-	return r.State == patchdef.Applied || r.State == patchdef.Upstream || r.State == patchdef.NotApplicable
-}
-
-// EditResult is one edit of a patch.
-type EditResult struct {
-	File string `json:"file"`
-	Path string `json:"path,omitempty"`
-	patchdef.Evaluation
-	SHA256Before string   `json:"sha256_before,omitempty"`
-	SHA256After  string   `json:"sha256_after,omitempty"`
-	PycsRemoved  []string `json:"pycs_removed,omitempty"`
-	// Wrote is where this run put the replacement (lines of the file as
-	// written); At (the evaluation's) is where it looked before.
-	Wrote []patchdef.LineRange `json:"wrote,omitempty"`
-}
+// Result, EditResult and Package are the plan's (package plan), named here
+// for this package's callers (the report, the tools).
+type (
+	Result     = plan.Result
+	EditResult = plan.EditResult
+	Package    = plan.Package
+)
 
 // planningHook lets tests see the run about to plan definition i.
 var planningHook func(i int)
@@ -88,7 +32,7 @@ type options struct {
 	// PyMinor is the worker's CPython 3.minor (the ABI family's), which
 	// decides the extension-module suffixes that can shadow a patched
 	// module; 0 = read it from the package's path (python3.X), else
-	// unknown (see importer).
+	// unknown (see package plan's importer).
 	PyMinor int
 	// StateDir is infera-exec's trusted state directory: where the state
 	// verified by a run is recorded, so that a restart on unchanged files
@@ -130,7 +74,7 @@ func applySet(set *patchdef.Set, loc *Location, opt options) []Result {
 func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) {
 	seen := &observed{}
 	results := make([]Result, len(set.Defs))
-	plans := make([]*plan, len(set.Defs))
+	plans := make([]*plan.Patch, len(set.Defs))
 	pkgs := make([]Package, len(set.Defs))
 	var dirs []string // the package directories this run may write in
 	for i, d := range set.Defs {
@@ -164,7 +108,7 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		unlocked, release = lockDirs(opt.Stop, dirs, opt.LockTimeout)
 		defer release()
 	}
-	v := newView(!opt.DryRun, opt.PyMinor, needlesOf(set))
+	v := plan.NewView(!opt.DryRun, opt.PyMinor, set)
 	last := lastEditors(set, pkgs)
 	for i, d := range set.Defs {
 		if !pkgs[i].Found {
@@ -177,23 +121,23 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 		if planningHook != nil {
 			planningHook(i)
 		}
-		unmet := unmetRequirement(set, d, results[:i])
-		plans[i] = planOne(d, pkgs[i], v, opt.DryRun || lockErr != nil || unmet != "", &results[i])
-		plans[i].lockErr = lockErr
-		plans[i].unmet = unmet
-		if v.compose {
-			v.stageFinal(last, i)
+		unmet := plan.UnmetRequirement(set, d, results[:i])
+		plans[i] = plan.Decide(d, pkgs[i], v, opt.DryRun || lockErr != nil || unmet != "", &results[i])
+		plans[i].LockErr = lockErr
+		plans[i].Unmet = unmet
+		if !opt.DryRun {
+			stageFinal(v, last, i)
 		}
 	}
 	if !opt.DryRun {
 		// One read buffer for the run's read-backs: its pages are touched
 		// once.
 		commitGroups(groupsOf(plans, v, set), set, plans, results, make([]byte, 64<<10))
-		for _, d := range v.changed {
-			d.settle() // one the commit did not take: discarded
+		for _, d := range v.Changed() {
+			d.Settle() // one the commit did not take: discarded
 		}
-		for _, d := range v.changed {
-			if _, ok := d.final(); ok && d.cur != d.data {
+		for _, d := range v.Changed() {
+			if _, ok := d.Final(); ok && d.Planned() != d.Read() {
 				seen.wrote = append(seen.wrote, d)
 			}
 		}
@@ -203,92 +147,31 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 			continue
 		}
 		r := &results[i]
-		p.finish(r, opt.DryRun || p.lockErr != nil || p.unmet != "")
-		if p.unmet != "" && r.Action == "would-apply" {
+		p.Finish(r, opt.DryRun || p.LockErr != nil || p.Unmet != "", checkBytecode)
+		if p.Unmet != "" && r.Action == "would-apply" {
 			// Decided as a dry run decides it, and never written.
-			r.Action, r.Why = "none", "not applied: "+p.unmet
+			r.Action, r.Why = "none", "not applied: "+p.Unmet
 		}
-		if p.lockErr != nil {
+		if p.LockErr != nil {
 			seen.incomplete = true
 			switch {
 			case r.Action == "would-apply":
-				r.Action, r.Why = "failed", p.lockErr.Error()
+				r.Action, r.Why = "failed", p.LockErr.Error()
 			case r.State == patchdef.Shadowed && !r.NotImported:
-				r.Why += "; not removed: " + p.lockErr.Error() // stale bytecode
+				r.Why += "; not removed: " + p.LockErr.Error() // stale bytecode
 			}
 		}
-		fs, rr := p.fs, *r
-		if !opt.DryRun && p.lockErr == nil {
+		fs, rr := p.Files(), *r
+		if !opt.DryRun && p.LockErr == nil {
 			var inForce bool
-			fs, rr, inForce = v.asWritten(set.Defs[i], p, r)
+			fs, rr, inForce = v.AsWritten(set.Defs[i], p, r)
 			seen.incomplete = seen.incomplete || !inForce
 			if seen.results == nil {
 				seen.results = slices.Clone(results)
 			}
 			seen.results[i] = rr
 		}
-		seen.add(p.pkg, rr, fs)
+		seen.add(p.Package(), rr, fs)
 	}
 	return results, seen
-}
-
-// asWritten is what the record may keep of a patch's files. A file that
-// a later patch of the run changed again is on disk with the later
-// content, which this patch's result was not decided on (finish leaves
-// its identity out): the patch is decided again, in memory, on the
-// contents as written and read back, and when that gives the same result
-// the identities of those contents are what the record keeps, as the
-// restart's full check would have found them. Otherwise the files stay
-// unverified, and the run is not recorded.
-//
-// A patch this run wrote is decided again the same way, so that what the
-// record keeps of it (its edits' states, its file's hash before) is what
-// a restart's full check would find, not the first start's "pending".
-//
-// inForce is false when a patch this run wrote is not in force as written:
-// then nothing of the run is recorded.
-func (v *view) asWritten(d *patchdef.Definition, p *plan, r *Result) (fs *files, rr Result, inForce bool) {
-	wrote := p.kind == writes && r.Action == "applied"
-	again := wrote
-	for _, t := range p.fs.m {
-		if t.verified || t.disk == nil || !t.disk.changed {
-			continue
-		}
-		if _, ok := t.disk.final(); !ok {
-			return p.fs, *r, true // unverified: not recorded
-		}
-		again = true
-	}
-	if !again {
-		return p.fs, *r, true
-	}
-	if v.written == nil {
-		w := newView(false, v.minor, v.needles)
-		w.real, w.types, w.sums = v.real, v.types, v.sums
-		for path, dk := range v.disk {
-			final, ok := dk.final()
-			if dk.changed && !ok {
-				continue // read from disk, if this patch reads it
-			}
-			w.disk[path] = &diskFile{path: path, data: dk.cur, id: final, cur: dk.cur, text: dk.text, sums: v.sums}
-			if !dk.changed {
-				w.disk[path].id = dk.id
-			}
-		}
-		v.written = w
-	}
-	r2 := Result{ID: r.ID, Package: r.Package, Action: "none"}
-	p2 := planOne(d, p.pkg, v.written, true, &r2)
-	// A patch its guards decided (undecided: nothing planned) is decided
-	// again the same way: its guard files are among those it read.
-	if p2.kind != decided && p2.kind != undecided || r2.State != r.State || r2.Variant != r.Variant || len(r2.Edits) != len(r.Edits) {
-		return p.fs, *r, !wrote
-	}
-	rr = *r
-	rr.Edits = slices.Clone(r.Edits)
-	for j := range rr.Edits {
-		rr.Edits[j].Evaluation = r2.Edits[j].Evaluation
-		rr.Edits[j].SHA256Before = rr.Edits[j].SHA256After
-	}
-	return p2.fs, rr, true
 }

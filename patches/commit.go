@@ -7,14 +7,15 @@ import (
 
 	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/plan"
 )
 
 // group is one transaction of a run: patches tied by the files they
 // change, or read as an earlier patch of the run planned them (see
-// plan.link). Its files are all written or, after a failure, all restored.
+// plan.Patch.Links). Its files are all written or, after a failure, all restored.
 type group struct {
-	pats  []int       // its patches, indexes into the run's definitions, in order
-	files []*diskFile // the files they change, in order of first change
+	pats  []int            // its patches, indexes into the run's definitions, in order
+	files []*plan.DiskFile // the files they change, in order of first change
 
 	err, restoreErr error
 	twice           bool // another writer got in the way of both attempts
@@ -23,7 +24,7 @@ type group struct {
 // groupsOf forms the groups of a run that writes: the connected components
 // of the patches over the files that link them, in order of their first
 // patch. Patches linked to no file need no commit.
-func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
+func groupsOf(plans []*plan.Patch, v *plan.View, set *patchdef.Set) []*group {
 	parent := make([]int, len(plans))
 	for i := range parent {
 		parent[i] = i
@@ -35,12 +36,12 @@ func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
 		}
 		return parent[i]
 	}
-	owner := map[*diskFile]int{} // the first patch linked to the file
+	owner := map[*plan.DiskFile]int{} // the first patch linked to the file
 	for i, p := range plans {
 		if p == nil {
 			continue
 		}
-		for _, d := range p.links {
+		for _, d := range p.Links() {
 			o, ok := owner[d]
 			if !ok {
 				owner[d] = i
@@ -53,11 +54,11 @@ func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
 	// A patch commits with the patches it requires: it is never written
 	// while one of them fails.
 	for i, p := range plans {
-		if p == nil || len(p.links) == 0 {
+		if p == nil || len(p.Links()) == 0 {
 			continue
 		}
 		for j, q := range plans {
-			if q != nil && len(q.links) > 0 && slices.Contains(set.Defs[i].Requires, set.Defs[j].ID) {
+			if q != nil && len(q.Links()) > 0 && slices.Contains(set.Defs[i].Requires, set.Defs[j].ID) {
 				a, b := find(i), find(j)
 				parent[max(a, b)] = min(a, b)
 			}
@@ -66,7 +67,7 @@ func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
 	byRoot := map[int]*group{}
 	var out []*group
 	for i, p := range plans {
-		if p == nil || len(p.links) == 0 {
+		if p == nil || len(p.Links()) == 0 {
 			continue
 		}
 		g := byRoot[find(i)]
@@ -77,7 +78,7 @@ func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
 		}
 		g.pats = append(g.pats, i)
 	}
-	for _, d := range v.changed {
+	for _, d := range v.Changed() {
 		g := byRoot[find(owner[d])]
 		g.files = append(g.files, d)
 	}
@@ -89,7 +90,7 @@ func groupsOf(plans []*plan, v *view, set *patchdef.Set) []*group {
 // of is planned and committed afresh once; the patches of a group that
 // still failed that wrote nothing themselves are decided again against
 // the files as they are now on disk.
-func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []Result, buf []byte) {
+func commitGroups(groups []*group, set *patchdef.Set, plans []*plan.Patch, results []Result, buf []byte) {
 	commitFiles(groups, plans, buf)
 	for _, g := range groups {
 		if errors.Is(g.err, commit.ErrChanged) {
@@ -103,21 +104,21 @@ func commitGroups(groups []*group, set *patchdef.Set, plans []*plan, results []R
 
 // replan reads the group's files afresh and plans and commits its patches
 // again, as one group.
-func replan(g *group, set *patchdef.Set, plans []*plan, results []Result, buf []byte) *group {
-	v := newView(true, plans[g.pats[0]].fs.v.minor, plans[g.pats[0]].fs.v.needles)
+func replan(g *group, set *patchdef.Set, plans []*plan.Patch, results []Result, buf []byte) *group {
+	v := plans[g.pats[0]].View().Fresh(true)
 	for _, i := range g.pats {
 		r := &results[i]
-		r.decideAgain()
-		unmet := unmetRequirement(set, set.Defs[i], results[:i])
-		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, unmet != "", r)
-		plans[i].unmet = unmet
+		r.DecideAgain()
+		unmet := plan.UnmetRequirement(set, set.Defs[i], results[:i])
+		plans[i] = plan.Decide(set.Defs[i], plans[i].Package(), v, unmet != "", r)
+		plans[i].Unmet = unmet
 	}
-	again := &group{pats: g.pats, files: v.changed}
+	again := &group{pats: g.pats, files: v.Changed()}
 	commitFiles([]*group{again}, plans, buf)
 	if errors.Is(again.err, commit.ErrChanged) {
 		again.twice = true
 		for _, i := range again.pats {
-			plans[i].twice = true
+			plans[i].Twice = true
 		}
 	}
 	return again
@@ -126,16 +127,16 @@ func replan(g *group, set *patchdef.Set, plans []*plan, results []Result, buf []
 // redecide: the patches of a failed group that wrote nothing were decided
 // on content that is not on disk; they are decided again on what is. One
 // that now needs writing shares the group's failure.
-func redecide(g *group, set *patchdef.Set, plans []*plan, results []Result) {
-	v := newView(false, plans[g.pats[0]].fs.v.minor, plans[g.pats[0]].fs.v.needles)
+func redecide(g *group, set *patchdef.Set, plans []*plan.Patch, results []Result) {
+	v := plans[g.pats[0]].View().Fresh(false)
 	for _, i := range g.pats {
-		if plans[i].kind == writes {
+		if plans[i].Writes() {
 			continue
 		}
 		r := &results[i]
-		r.decideAgain()
-		plans[i] = planOne(set.Defs[i], plans[i].pkg, v, false, r)
-		plans[i].err, plans[i].twice = g.err, g.twice
+		r.DecideAgain()
+		plans[i] = plan.Decide(set.Defs[i], plans[i].Package(), v, false, r)
+		plans[i].Err, plans[i].Twice = g.err, g.twice
 	}
 }
 
@@ -157,28 +158,21 @@ func lastEditors(set *patchdef.Set, pkgs []Package) map[string]int {
 	return last
 }
 
-// decideAgain clears what a decision put in r, keeping what the
-// definition and the package say, for planOne to decide it afresh.
-func (r *Result) decideAgain() {
-	*r = Result{ID: r.ID, Summary: r.Summary, Source: r.Source, Package: r.Package,
-		Required: r.Required, Action: "none", Version: r.Version}
-}
-
 // commitFiles writes the groups' files (package commit): each group's
 // files are written together or not at all. The files a writing patch
 // read are cleaned of a killed start's leftovers first. Each group's
 // outcome goes to its writers' plans.
-func commitFiles(groups []*group, plans []*plan, buf []byte) {
+func commitFiles(groups []*group, plans []*plan.Patch, buf []byte) {
 	cgs := make([]*commit.Group, len(groups))
 	for k, g := range groups {
 		cg := &commit.Group{}
 		for _, i := range g.pats {
-			if p := plans[i]; p.kind == writes {
-				cg.Clean = append(cg.Clean, p.fs.order...)
+			if p := plans[i]; p.Writes() {
+				cg.Clean = append(cg.Clean, p.Files().Order()...)
 			}
 		}
 		for _, d := range g.files {
-			cg.Files = append(cg.Files, d.commitFile())
+			cg.Files = append(cg.Files, d.CommitFile())
 		}
 		cgs[k] = cg
 	}
@@ -186,8 +180,8 @@ func commitFiles(groups []*group, plans []*plan, buf []byte) {
 	for k, g := range groups {
 		g.err, g.restoreErr = cgs[k].Err, cgs[k].RestoreErr
 		for _, i := range g.pats {
-			if p := plans[i]; p.kind == writes {
-				p.err, p.restoreErr = g.err, g.restoreErr
+			if p := plans[i]; p.Writes() {
+				p.Err, p.RestoreErr = g.err, g.restoreErr
 			}
 		}
 	}
@@ -198,11 +192,11 @@ func commitFiles(groups []*group, plans []*plan, buf []byte) {
 // change (commit.File.StageEarly): the commit then finds them staged, or
 // still being fsynced. A file whose path lastEditors does not know (the
 // package reached through a link) waits for the commit.
-func (v *view) stageFinal(last map[string]int, i int) {
-	for _, d := range v.changed {
-		if j, ok := last[d.path]; d.cur == d.data || !ok || j > i || d.w != nil && d.w.Staging() {
+func stageFinal(v *plan.View, last map[string]int, i int) {
+	for _, d := range v.Changed() {
+		if j, ok := last[d.Path()]; d.Planned() == d.Read() || !ok || j > i || d.Staged() != nil && d.Staged().Staging() {
 			continue
 		}
-		d.commitFile().StageEarly()
+		d.CommitFile().StageEarly()
 	}
 }

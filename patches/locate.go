@@ -25,24 +25,6 @@ import (
 	"github.com/infera/infera-exec/internal/statedir"
 )
 
-// Package is where an import name resolves for the worker.
-type Package struct {
-	Name    string   `json:"name"`
-	Found   bool     `json:"found"`
-	Dir     string   `json:"dir,omitempty"`     // the package directory edits are relative to
-	Dirs    []string `json:"dirs,omitempty"`    // all portions of a namespace package
-	Version string   `json:"version,omitempty"` // from *.dist-info/METADATA
-	// VersionFrom is the metadata file the version was read from, or,
-	// with VersionWhy, the one that could not be read.
-	VersionFrom string `json:"version_from,omitempty"`
-	VersionWhy  string `json:"version_why,omitempty"` // why Version is ""
-	Why         string `json:"why,omitempty"`         // when not found
-	// Offline lookups only: whether the name is a namespace package, and
-	// the other copies of it on the path, which are not imported.
-	Namespace bool     `json:"namespace,omitempty"`
-	Others    []string `json:"others,omitempty"`
-}
-
 // Location is the answer of one interpreter run (or its cached copy).
 type Location struct {
 	Interpreter string   `json:"interpreter"`

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/infera/infera-exec/patches/patchdef"
 )
 
 // removeFile deletes cached bytecode; a variable so tests can make it fail.
@@ -22,7 +24,7 @@ var removeFile = os.Remove
 // stuck names the ones that could not be removed (or, dry, would have to
 // be) and would run instead of the source: unchecked-hash ones, and
 // timestamp ones whose recorded mtime and size match the source's.
-func removePycs(pyFile string, all, dry bool, src *target) (removed, stuck []string) {
+func removePycs(pyFile string, all, dry bool, srcID identity, srcVerified bool) (removed, stuck []string) {
 	if !strings.HasSuffix(pyFile, ".py") {
 		return nil, nil
 	}
@@ -48,7 +50,7 @@ func removePycs(pyFile string, all, dry bool, src *target) (removed, stuck []str
 		switch {
 		case unchecked:
 			stuck = append(stuck, fmt.Sprintf("%s (unchecked-hash, never revalidated): %v", m, err))
-		case ok && flags == 0 && src != nil && src.verified && stamp == uint64(uint32(src.id.Mtime/1e9))|uint64(uint32(src.id.Size))<<32:
+		case ok && flags == 0 && srcVerified && stamp == uint64(uint32(srcID.Mtime/1e9))|uint64(uint32(srcID.Size))<<32:
 			stuck = append(stuck, fmt.Sprintf("%s (its mtime and size match the new source): %v", m, err))
 		}
 	}
@@ -76,4 +78,32 @@ func pycHeader(pyc string) (flags uint32, stamp uint64, ok bool) {
 		stamp = binary.LittleEndian.Uint64(hdr[8:16])
 	}
 	return binary.LittleEndian.Uint32(hdr[4:8]), stamp, true
+}
+
+// checkBytecode removes the cached bytecode that could run instead of the
+// patched source (after a write: every .pyc of the module; otherwise the
+// unchecked-hash ones) and makes the patch shadowed when some cannot be
+// removed (plan.Bytecode: source gives each edited file's identity on
+// disk). A dry run removes nothing: bytecode that would have to go makes
+// the patch shadowed there, saying that a start removes it.
+func checkBytecode(r *Result, source func(path string) (identity, bool), wrote, dry bool) {
+	var shadows []string
+	for i := range r.Edits {
+		e := &r.Edits[i]
+		if e.State == patchdef.NotApplicable || e.Path == "" {
+			continue
+		}
+		id, verified := source(e.Path)
+		removed, stuck := removePycs(e.Path, wrote, dry, id, verified)
+		e.PycsRemoved = removed
+		shadows = append(shadows, stuck...)
+	}
+	if len(shadows) > 0 {
+		r.State = patchdef.Shadowed
+		if dry {
+			r.Why = "stale bytecode would run instead of the patched source (a start removes it): " + strings.Join(shadows, "; ")
+		} else {
+			r.Why = "stale bytecode that could not be removed would run instead of the patched source: " + strings.Join(shadows, "; ")
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/plan"
 	"github.com/infera/infera-exec/patches/record"
 
 	"github.com/infera/infera-exec/internal/digest"
@@ -40,66 +41,60 @@ type observed struct {
 	// (a patch the run wrote, as a restart would find it); nil: the run's.
 	results []Result
 	// wrote are the files the run wrote and read back.
-	wrote []*diskFile
+	wrote []*plan.DiskFile
 }
 
-func (o *observed) add(pkg Package, r Result, fs *files) {
-	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending || r.refuse != nil {
+func (o *observed) add(pkg Package, r Result, fs *plan.Files) {
+	if r.Action == "failed" || r.State == patchdef.Shadowed || r.State == patchdef.Pending || r.Refused() != nil {
 		o.incomplete = true
 	}
 	if fs == nil {
 		return
 	}
-	if fs.unread {
+	if fs.Unread() {
 		o.incomplete = true
 	}
-	if len(fs.m) > 0 && len(pkg.Dirs) > 1 {
+	if fs.Len() > 0 && len(pkg.Dirs) > 1 {
 		o.incomplete = true
 		return
 	}
 	if o.seen == nil {
 		o.seen = map[string]bool{}
 	}
-	paths := make([]string, 0, len(fs.m))
-	for p := range fs.m {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		t := fs.m[p]
-		if !t.direct || !t.verified {
+	fs.Each(func(p string, direct, verified bool, id identity, sum func() string) {
+		if !direct || !verified {
 			o.incomplete = true
-			continue
+			return
 		}
 		if !o.seen[p] {
 			o.seen[p] = true
-			f := record.File{Path: p, ID: t.id}
-			if d := t.disk; d != nil {
+			f := record.File{Path: p, ID: id}
+			if sum != nil {
 				// A verified identity is the one of the content the run
 				// planned last: what it read, or wrote and read back.
-				f.Sum = d.sum()
+				f.Sum = sum()
 			}
 			o.files = append(o.files, f)
 		}
-	}
+	})
 	// What decided that each edited module loads from the edited file:
 	// the type of every path the import system would try before it (a
 	// package directory, an extension module, present or absent), as the
-	// run's importer saw it (see typeCache), and, for an interpreter of
+	// run's importer saw it (see plan.Files.TypeOf), and, for an interpreter of
 	// unknown minor, the directories searched.
-	for _, p := range fs.probes {
+	for _, p := range fs.Probes() {
 		if o.seen[p] {
 			continue
 		}
 		o.seen[p] = true
-		id, ok := fs.v.types.stat(p)
+		id, ok := fs.TypeOf(p)
 		if !ok {
 			o.incomplete = true
 			continue
 		}
 		o.files = append(o.files, record.File{Path: p, ID: id, Type: true})
 	}
-	for _, d := range fs.dirs {
+	for _, d := range fs.Dirs() {
 		if o.seen[d] {
 			continue
 		}
@@ -189,13 +184,13 @@ func applyRecorded(set *patchdef.Set, loc *Location, opt options) []Result {
 // them again (record.KeepReplay; with blob, what it needs to). It adds
 // nothing when some file an applied patch edits is neither among them
 // nor a file the record names: the record could not vouch for it.
-func keepReplay(rec *record.Record, file string, res []Result, wrote []*diskFile, blob bool) {
+func keepReplay(rec *record.Record, file string, res []Result, wrote []*plan.DiskFile, blob bool) {
 	if len(wrote) == 0 {
 		return
 	}
 	written := map[string]bool{}
 	for _, d := range wrote {
-		written[d.path] = true
+		written[d.Path()] = true
 	}
 	at := map[string]int{}
 	for i, f := range rec.Files {
@@ -216,7 +211,8 @@ func keepReplay(rec *record.Record, file string, res []Result, wrote []*diskFile
 	}
 	ws := make([]record.Written, len(wrote))
 	for i, d := range wrote {
-		ws[i] = record.Written{Path: d.path, ReadID: d.id, ReadSum: d.sums.of(d.data), Sum: d.sums.of(d.cur), Content: d.cur}
+		readSum, sum := d.Sums()
+		ws[i] = record.Written{Path: d.Path(), ReadID: d.ReadID(), ReadSum: readSum, Sum: sum, Content: d.Planned()}
 	}
 	var results []byte
 	if blob {
@@ -311,7 +307,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			if e.State == patchdef.NotApplicable || !v.PycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
 				continue
 			}
-			removed, stuck := removePycs(e.Path, false, false, nil)
+			removed, stuck := removePycs(e.Path, false, false, identity{}, false)
 			if len(stuck) > 0 {
 				return nil, fullCheck
 			}
@@ -361,17 +357,13 @@ func writeAgainRecorded(file string, rec *record.Record, idx []int, loc *Locatio
 		return nil, false, false
 	}
 	renew = true
-	written := map[string]*target{}
-	for p, id := range ids {
-		written[p] = &target{path: p, id: id, verified: true}
-	}
 	res = wrote
 	for i, d := range set.Defs {
 		r := &res[i]
 		r.Required = d.Required || opt.Require[d.ID]
 		r.Replayed = r.Action == "applied"
 		if r.State == patchdef.Applied {
-			checkBytecode(r, written, r.Action == "applied", false, nil)
+			checkBytecode(r, func(p string) (identity, bool) { id, ok := ids[p]; return id, ok }, r.Action == "applied", false)
 			renew = renew && r.State != patchdef.Shadowed
 		}
 	}

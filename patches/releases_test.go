@@ -163,8 +163,8 @@ func TestPayloadMarkerOutsideItsSiteIsRefused(t *testing.T) {
 	before := snapshot(t, root)
 	r := chunkWaitEvent(t, set, root, false)
 	assert.Equal(t, patchdef.Drift, r.State)
-	require.Error(t, r.refuse)
-	assert.Contains(t, r.refuse.Error(), def)
-	assert.Contains(t, r.refuse.Error(), "prefill.py, legacy_marker at line 1048: outside the edit's site")
+	require.Error(t, r.Refused())
+	assert.Contains(t, r.Refused().Error(), def)
+	assert.Contains(t, r.Refused().Error(), "prefill.py, legacy_marker at line 1048: outside the edit's site")
 	assert.Equal(t, before, snapshot(t, root), "nothing written")
 }

@@ -11,22 +11,9 @@ import (
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/plan"
 	"github.com/infera/infera-exec/patches/record"
 )
-
-// countStats makes every stat of the importer's go through a counter, by
-// path, for the rest of the test.
-func countStats(t *testing.T) map[string]int {
-	t.Helper()
-	n := map[string]int{}
-	orig := statType
-	statType = func(p string) (identity, bool) {
-		n[p]++
-		return orig(p)
-	}
-	t.Cleanup(func() { statType = orig })
-	return n
-}
 
 // pendingTree is a copy of the vllm-pending test tree, located offline,
 // with the built-in definitions: a first start's work.
@@ -45,7 +32,7 @@ func pendingTree(t *testing.T) (*patchdef.Set, *Location, string) {
 }
 
 // A first start resolves every module it edits from the package down, for
-// each patch and again for each written patch as written (asWritten): the
+// each patch and again for each written patch as written (plan.View.AsWritten): the
 // same package directories, __init__ files and extension names, each
 // stat'ed once per run; and the record still lists every one of them with
 // its type, for the next start.
@@ -79,7 +66,7 @@ func TestImporterStatsEachPathOncePerRun(t *testing.T) {
 		inRecord[f.Path] = true
 		if f.Type {
 			assert.Contains(t, stats, f.Path, "a type recorded is of a path probed")
-			want, ok := statType(f.Path)
+			want, ok := plan.StatType(f.Path)
 			require.True(t, ok)
 			assert.Equal(t, want, f.ID, f.Path)
 		}
@@ -91,31 +78,9 @@ func TestImporterStatsEachPathOncePerRun(t *testing.T) {
 	}
 }
 
-// What the run itself removes, it forgets: a cached answer is never one
-// the run made stale.
-func TestTypeCacheForgetsRemovedBytecode(t *testing.T) {
-	dir := t.TempDir()
-	py := filepath.Join(dir, "m.py")
-	pyc := filepath.Join(dir, "__pycache__", "m.cpython-312.pyc")
-	write(t, py, "x = 1\n")
-	write(t, pyc, "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
-	stats := countStats(t)
-
-	c := newTypeCache()
-	require.True(t, c.isFile(pyc))
-	require.True(t, c.isFile(pyc))
-	assert.Equal(t, 1, stats[pyc], "asked twice, stat'ed once")
-
-	r := &Result{Edits: []EditResult{{File: "m.py", Path: py, Evaluation: patchdef.Evaluation{State: patchdef.Applied}}}}
-	checkBytecode(r, map[string]*target{}, true, false, c)
-	require.Equal(t, []string{pyc}, r.Edits[0].PycsRemoved)
-	assert.False(t, c.isFile(pyc), "removed by the run: stat'ed again")
-	assert.Equal(t, 2, stats[pyc])
-}
-
 // A first start hashes each content once: what it read (as it was read),
 // each patch's planned content, what it wrote; the edits' hashes before
-// and after, the record's sums and asWritten's re-plan share them.
+// and after, the record's sums and AsWritten's re-plan share them.
 func TestEachContentHashedOncePerRun(t *testing.T) {
 	set, loc, root := pendingTree(t)
 	read := map[string]bool{}
@@ -124,12 +89,12 @@ func TestEachContentHashedOncePerRun(t *testing.T) {
 	}
 
 	hashed := map[string]int{}
-	orig := hashContent
-	hashContent = func(s string) string {
+	orig := plan.HashContent
+	plan.HashContent = func(s string) string {
 		hashed[s]++
 		return orig(s)
 	}
-	t.Cleanup(func() { hashContent = orig })
+	t.Cleanup(func() { plan.HashContent = orig })
 	results := applySet(set, loc, options{StateDir: t.TempDir(), PyMinor: 12})
 	written := 0
 	for _, r := range results {
@@ -144,4 +109,18 @@ func TestEachContentHashedOncePerRun(t *testing.T) {
 		assert.False(t, read[s], "a content read is hashed as it is read, not again")
 		assert.Equal(t, 1, n, "a content of %d bytes hashed %d times in one run", len(s), n)
 	}
+}
+
+// countStats makes every stat of the importer's go through a counter, by
+// path, for the rest of the test.
+func countStats(t *testing.T) map[string]int {
+	t.Helper()
+	n := map[string]int{}
+	orig := plan.StatType
+	plan.StatType = func(p string) (identity, bool) {
+		n[p]++
+		return orig(p)
+	}
+	t.Cleanup(func() { plan.StatType = orig })
+	return n
 }

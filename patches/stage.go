@@ -3,7 +3,8 @@
 // patchdef): each edit is an exact anchor, its replacement and an expected
 // count, so the state of every edit can be decided from the file alone and
 // a patch applies all of its edits or none of them. The engine is never
-// imported.
+// imported. This package sequences the parts: package plan decides, package
+// commit writes, package record keeps what a restart may believe.
 package patches
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/infera/infera-exec/internal/pyimport"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/patches/plan"
 	"github.com/infera/infera-exec/report"
 )
 
@@ -185,8 +187,8 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		// A dry run leaves pending what a start would write, and stale
 		// bytecode a start would remove; a module that loads from
 		// another file stays shadowed whatever a start does.
-		if r.refuse != nil && !errors.As(refusal, new(*ConfigError)) {
-			refusal = &ConfigError{r.refuse}
+		if r.Refused() != nil && !errors.As(refusal, new(*ConfigError)) {
+			refusal = &ConfigError{r.Refused()}
 		}
 		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == patchdef.Pending || r.State == patchdef.Shadowed && !r.NotImported)) {
 			if r.Unvouched != "" {
@@ -364,7 +366,7 @@ func logResult(log *slog.Logger, r Result) {
 		log.Info(fmt.Sprintf("patch %s already applied (in the shadow tree %s)", r.ID, r.Shadow))
 	case r.State == patchdef.Applied:
 		log.Info(fmt.Sprintf("patch %s already applied", r.ID))
-		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return found(e.At, "replacement", "legacy") }); lines != "" {
+		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return plan.Found(e.At, "replacement", "legacy") }); lines != "" {
 			log.Info(fmt.Sprintf("patch %s found fixed at %s", r.ID, lines))
 		}
 	case r.State == patchdef.Upstream:
@@ -410,4 +412,37 @@ func orUnknown(v string) string {
 		return "(version unknown)"
 	}
 	return v
+}
+
+// fileLines names each file of edits with the lines lines(e) gives it, in
+// the edits' order: "a.py (lines 3-9), b.py (lines 4, 10-12)".
+func fileLines(edits []EditResult, lines func(*EditResult) []patchdef.LineRange) string {
+	var order []string
+	by := map[string][]string{}
+	for i := range edits {
+		e := &edits[i]
+		p := e.Path
+		if p == "" {
+			p = e.File
+		}
+		for _, r := range lines(e) {
+			if _, ok := by[p]; !ok {
+				order = append(order, p)
+			}
+			l := fmt.Sprintf("%d-%d", r.From, r.To)
+			if r.From == r.To {
+				l = fmt.Sprint(r.From)
+			}
+			by[p] = append(by[p], l)
+		}
+	}
+	out := make([]string, len(order))
+	for i, p := range order {
+		word := "lines "
+		if len(by[p]) == 1 && !strings.Contains(by[p][0], "-") {
+			word = "line "
+		}
+		out[i] = p + " (" + word + strings.Join(by[p], ", ") + ")"
+	}
+	return strings.Join(out, ", ")
 }

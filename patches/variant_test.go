@@ -137,18 +137,6 @@ func TestVariantGuardAndVersionRange(t *testing.T) {
 	assert.False(t, r.Ok())
 }
 
-func TestUpstreamMarkerInsideReplacementIsOurs(t *testing.T) {
-	e := patchdef.Edit{File: "a.py", Anchor: "    def stats(cls):\n        return S()\n",
-		Replacement: "    def stats(cls):\n        return S()\n\n    def metrics(cls):\n        return None\n",
-		Upstream:    "    def metrics(", Count: 1}
-	base := "class C:\n    def stats(cls):\n        return S()\n"
-	assert.Equal(t, patchdef.Pending, patchdef.Evaluate(&e, base, nil).State)
-	patched := newText(newText(base, nil).replaceAll(e.Anchor, e.Replacement), nil)
-	assert.Equal(t, patchdef.Applied, patchdef.Evaluate(&e, patched.s, patched.all).State, "our own method does not read as upstream's")
-	upstream := "class C:\n    def stats(cls):\n        return S()\n\n    def metrics(cls, config):\n        return M(config)\n"
-	assert.Equal(t, patchdef.Upstream, patchdef.Evaluate(&e, upstream, nil).State)
-}
-
 func TestSupersededScriptsDoNotRun(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"demo/patch_old_fix.py", "demo/patch_other.py"} {

@@ -1,8 +1,7 @@
-package patches
+package plan
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -96,7 +95,7 @@ func newImporter(minor int, types *typeCache) *importer {
 // run: a regular file, a directory, something else, absent, or a failed
 // stat. Every patch of the run asks about the same package directories,
 // __init__ files and extension names (each edited module is resolved from
-// the package down), and asWritten's re-plan asks again about all of
+// the package down), and AsWritten's re-plan asks again about all of
 // them; each path is stat'ed once per run instead.
 //
 // A cached answer within one run is as good as a fresh stat, for what
@@ -108,7 +107,7 @@ func newImporter(minor int, types *typeCache) *importer {
 // (checkBytecode forgets every path it removes; a probed path is in a
 // __pycache__ directory only for a package of that name). Nor can another writer
 // make a cached answer a wrong claim: the record keeps these very
-// answers as the types the patches were decided on (observed.add), so a
+// answers as the types the patches were decided on (Files.TypeOf), so a
 // path whose type another writer changed since reads as changed at the
 // next start, which then runs the full check; a fresh stat at that point
 // would instead record the new type beside a result decided on the old.
@@ -123,24 +122,24 @@ type typeSeen struct {
 
 func newTypeCache() *typeCache { return &typeCache{m: map[string]typeSeen{}} }
 
-// statType is what path names, as stat(2) sees it following links: the
+// StatType is what path names, as stat(2) sees it following links: the
 // typeOnly part of its identity, absent for ENOENT and ENOTDIR; ok false
 // when it cannot be told (another error). It is the very check a restart
-// makes of each probe the record keeps (fromRecord). A variable so tests
+// makes of each probe the record keeps (record.Record.Check). A variable so tests
 // can count the stats.
-var statType = func(path string) (identity, bool) {
+var StatType = func(path string) (identity, bool) {
 	id, ok := fileid.Stat(path)
 	return record.TypeOnly(id), ok
 }
 
-// stat is statType(path), once per path and run.
+// stat is StatType(path), once per path and run.
 func (c *typeCache) stat(path string) (identity, bool) {
 	if c == nil {
-		return statType(path)
+		return StatType(path)
 	}
 	t, ok := c.m[path]
 	if !ok {
-		t.id, t.ok = statType(path)
+		t.id, t.ok = StatType(path)
 		c.m[path] = t
 	}
 	return t.id, t.ok
@@ -388,11 +387,6 @@ func samePath(a, b string) bool {
 	}
 	ra, err := filepath.EvalSymlinks(a)
 	return err == nil && ra == b
-}
-
-func isFile(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular()
 }
 
 func globEscape(s string) string {

@@ -1,4 +1,4 @@
-package patches
+package plan
 
 import (
 	"fmt"
@@ -123,7 +123,7 @@ func TestReadSourceHashesWhatItRead(t *testing.T) {
 			b[i] = byte('a' + i%26)
 		}
 		require.NoError(t, os.WriteFile(p, b, 0o644))
-		data, id, sum, err := source.Read(p, maxSourceBytes)
+		data, id, sum, err := source.Read(p, source.MaxBytes)
 		require.NoError(t, err)
 		assert.Equal(t, b, data)
 		assert.Equal(t, int64(n), id.Size)
@@ -131,4 +131,16 @@ func TestReadSourceHashesWhatItRead(t *testing.T) {
 	}
 	_, _, _, err := source.Read(filepath.Join(dir, fmt.Sprintf("f%d.py", 3*source.Chunk+17)), source.Chunk)
 	assert.Error(t, err, "a file over the limit was read")
+}
+
+func TestUpstreamMarkerInsideReplacementIsOurs(t *testing.T) {
+	e := patchdef.Edit{File: "a.py", Anchor: "    def stats(cls):\n        return S()\n",
+		Replacement: "    def stats(cls):\n        return S()\n\n    def metrics(cls):\n        return None\n",
+		Upstream:    "    def metrics(", Count: 1}
+	base := "class C:\n    def stats(cls):\n        return S()\n"
+	assert.Equal(t, patchdef.Pending, patchdef.Evaluate(&e, base, nil).State)
+	patched := newText(newText(base, nil).replaceAll(e.Anchor, e.Replacement), nil)
+	assert.Equal(t, patchdef.Applied, patchdef.Evaluate(&e, patched.s, patched.all).State, "our own method does not read as upstream's")
+	upstream := "class C:\n    def stats(cls):\n        return S()\n\n    def metrics(cls, config):\n        return M(config)\n"
+	assert.Equal(t, patchdef.Upstream, patchdef.Evaluate(&e, upstream, nil).State)
 }

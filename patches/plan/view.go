@@ -1,4 +1,4 @@
-package patches
+package plan
 
 import (
 	"errors"
@@ -6,14 +6,19 @@ import (
 	iofs "io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"unsafe"
 
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/commit"
+	"github.com/infera/infera-exec/patches/patchdef"
 	"github.com/infera/infera-exec/patches/source"
 )
+
+// identity is a file's identity (package fileid).
+type identity = fileid.Identity
 
 type target struct {
 	path     string // real path, inside the package
@@ -24,7 +29,7 @@ type target struct {
 	direct   bool     // path is the package directory joined with the file: no symlink on the way
 	id       identity // as read, or after this run's verified write
 	verified bool     // id is known to be the identity of content
-	disk     *diskFile
+	disk     *DiskFile
 	planned  bool // original is an earlier patch's plan, not yet on disk
 
 	text, newText       *text    // searches of original and content
@@ -62,14 +67,14 @@ func (t *target) sum(s string) string {
 	if t.disk != nil {
 		return t.disk.sums.of(s)
 	}
-	return hashContent(s)
+	return HashContent(s)
 }
 
-// files is what one patch read, by real path, in reading order.
-type files struct {
+// Files is what one patch read, by real path, in reading order.
+type Files struct {
 	m     map[string]*target
 	order []string
-	v     *view
+	v     *View
 	// unread is set when a file could not be resolved or read: its
 	// identity is not in m, so the record cannot vouch for the run.
 	unread bool
@@ -78,16 +83,16 @@ type files struct {
 	probes, dirs []string
 }
 
-// view is a run's reading of the engine files: each is read from disk
+// View is a run's reading of the engine files: each is read from disk
 // once, and, when compose is set (a run that writes), a patch sees what
 // the earlier patches of the run planned for it.
-type view struct {
+type View struct {
 	compose bool
-	disk    map[string]*diskFile // by real path
-	changed []*diskFile          // planned to change, in order of first change
+	disk    map[string]*DiskFile // by real path
+	changed []*DiskFile          // planned to change, in order of first change
 	real    map[string]realPath  // EvalSymlinks of each path asked, once per run
 	minor   int                  // the worker's CPython 3.minor; 0 = unknown (see importer)
-	written *view                // the files as written and read back (see asWritten), once asked
+	written *View                // the files as written and read back (see AsWritten), once asked
 	needles *needles             // what the definitions look for (see text)
 	types   *typeCache           // what stat(2) said of each path the importer probed (shared with written)
 	sums    *contentSums         // the SHA-256 of each content hashed (shared with written)
@@ -96,7 +101,7 @@ type view struct {
 // contentSums is the SHA-256 of each content a run has hashed, by where
 // the content is in memory: what was read (hashed as it was read), each
 // patch's planned content, the contents written. A content is hashed once
-// per run, however many patches and views (asWritten's) ask for it: a
+// per run, however many patches and views (AsWritten's) ask for it: a
 // string's bytes never change, so two strings that share their first
 // byte's address and their length are the same bytes, and the key, a
 // pointer, keeps them from being freed and the address reused while the
@@ -112,20 +117,20 @@ type contentKey struct {
 
 func newContentSums() *contentSums { return &contentSums{m: map[contentKey]string{}} }
 
-// hashContent is digest.String; a variable so tests can count the hashes.
-var hashContent = digest.String
+// HashContent is digest.String; a variable so tests can count the hashes.
+var HashContent = digest.String
 
 func keyOfContent(s string) contentKey { return contentKey{unsafe.StringData(s), len(s)} }
 
 // of is digest.String(s), once per content and run.
 func (c *contentSums) of(s string) string {
 	if c == nil {
-		return hashContent(s)
+		return HashContent(s)
 	}
 	k := keyOfContent(s)
 	sum, ok := c.m[k]
 	if !ok {
-		sum = hashContent(s)
+		sum = HashContent(s)
 		c.m[k] = sum
 	}
 	return sum
@@ -144,15 +149,30 @@ type realPath struct {
 	err  error
 }
 
-func newView(compose bool, minor int, nd *needles) *view {
-	return &view{compose: compose, minor: minor, needles: nd, disk: map[string]*diskFile{}, real: map[string]realPath{},
+// NewView is a run's view of the engine files, for the definitions of
+// set: compose for a run that writes (each patch sees what the earlier ones
+// planned), minor the worker's CPython 3.minor (0 = unknown).
+func NewView(compose bool, minor int, set *patchdef.Set) *View {
+	return newView(compose, minor, needlesOf(set))
+}
+
+// Fresh is a new view for the same run: the same definitions and
+// interpreter, every file read again.
+func (v *View) Fresh(compose bool) *View { return newView(compose, v.minor, v.needles) }
+
+// Changed are the files some patch of the run planned to change, in order
+// of first change.
+func (v *View) Changed() []*DiskFile { return v.changed }
+
+func newView(compose bool, minor int, nd *needles) *View {
+	return &View{compose: compose, minor: minor, needles: nd, disk: map[string]*DiskFile{}, real: map[string]realPath{},
 		types: newTypeCache(), sums: newContentSums()}
 }
 
 // evalSymlinks is filepath.EvalSymlinks, once per path and run: every
 // variant and guard of every patch resolves the same few files, and each
 // resolution is an lstat of every component of a deep path.
-func (v *view) evalSymlinks(p string) (string, error) {
+func (v *View) evalSymlinks(p string) (string, error) {
 	r, ok := v.real[p]
 	if !ok {
 		r.path, r.err = filepath.EvalSymlinks(p)
@@ -161,8 +181,50 @@ func (v *view) evalSymlinks(p string) (string, error) {
 	return r.path, r.err
 }
 
-// diskFile is one engine file in a run: as read, as planned, as written.
-type diskFile struct {
+// Unread reports whether a file could not be resolved or read: its
+// identity is unknown, so the record cannot vouch for the run.
+func (fs *Files) Unread() bool { return fs.unread }
+
+// Len is how many files the patch read (or found absent).
+func (fs *Files) Len() int { return len(fs.m) }
+
+// Each calls f for each file the patch read (or found absent), by real
+// path in sorted order: whether it was reached without a symlink, its
+// identity and whether that is known to be the identity of the content
+// the patch was decided on, and (for a file that exists) sum, the content
+// digest of the content the run planned last (see DiskFile.sum).
+func (fs *Files) Each(f func(path string, direct, verified bool, id identity, sum func() string)) {
+	paths := make([]string, 0, len(fs.m))
+	for p := range fs.m {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		t := fs.m[p]
+		var sum func() string
+		if d := t.disk; d != nil {
+			sum = d.sum
+		}
+		f(p, t.direct, t.verified, t.id, sum)
+	}
+}
+
+// Order is the real paths of the files the patch read, in reading order.
+func (fs *Files) Order() []string { return fs.order }
+
+// Probes are the paths whose type decided which file the import system
+// loads for each edited module; TypeOf is that type as the run saw it.
+func (fs *Files) Probes() []string { return fs.probes }
+
+// Dirs are the directories searched by pattern for an interpreter of
+// unknown minor.
+func (fs *Files) Dirs() []string { return fs.dirs }
+
+// TypeOf is what stat(2) said of path (a probe) in this run.
+func (fs *Files) TypeOf(path string) (identity, bool) { return fs.v.types.stat(path) }
+
+// DiskFile is one engine file in a run: as read, as planned, as written.
+type DiskFile struct {
 	path string
 	data string       // as read
 	id   identity     // of data
@@ -181,9 +243,28 @@ type diskFile struct {
 	sumOf, sumCur string // fileid.SumBytes of a cur over fileid.SmallFile, once computed (sumOf: the cur it is of)
 }
 
+// Path is the file's real path.
+func (d *DiskFile) Path() string { return d.path }
+
+// Read is the content as read.
+func (d *DiskFile) Read() string { return d.data }
+
+// ReadID is the identity of the content as read.
+func (d *DiskFile) ReadID() identity { return d.id }
+
+// Planned is the content after the patches planned so far.
+func (d *DiskFile) Planned() string { return d.cur }
+
+// Sums are the SHA-256 of the content as read and as planned.
+func (d *DiskFile) Sums() (read, planned string) { return d.sums.of(d.data), d.sums.of(d.cur) }
+
+// Staged is the file's write once the run staged or committed one; nil
+// before.
+func (d *DiskFile) Staged() *commit.File { return d.w }
+
 // sum is the content digest of cur, as the record keeps it (the same
 // SHA-256 as the edits' hashes for any source under fileid.SmallFile).
-func (d *diskFile) sum() string {
+func (d *DiskFile) sum() string {
 	if len(d.cur) <= fileid.SmallFile {
 		return d.sums.of(d.cur)
 	}
@@ -193,8 +274,8 @@ func (d *diskFile) sum() string {
 	return d.sumCur
 }
 
-// commitFile is the file's write, with the content planned so far.
-func (d *diskFile) commitFile() *commit.File {
+// CommitFile is the file's write, with the content planned so far.
+func (d *DiskFile) CommitFile() *commit.File {
 	if d.w == nil {
 		d.w = &commit.File{Path: d.path, Read: d.data, ReadID: d.id}
 	}
@@ -202,24 +283,24 @@ func (d *diskFile) commitFile() *commit.File {
 	return d.w
 }
 
-// final is the identity on disk after the commit, and whether it is
+// Final is the identity on disk after the commit, and whether it is
 // known to be the identity of cur.
-func (d *diskFile) final() (identity, bool) {
+func (d *DiskFile) Final() (identity, bool) {
 	if d.w == nil || d.w.Content != d.cur {
 		return identity{}, false
 	}
 	return d.w.Final, d.w.FinalOK
 }
 
-// settle discards an early stage the commit did not take.
-func (d *diskFile) settle() {
+// Settle discards an early stage the commit did not take.
+func (d *DiskFile) Settle() {
 	if d.w != nil {
 		d.w.Settle()
 	}
 }
 
 // target is this file as the next patch of the run sees it.
-func (d *diskFile) target(direct bool) *target {
+func (d *DiskFile) target(direct bool) *target {
 	t := &target{path: d.path, content: d.cur, exists: true, mode: iofs.FileMode(d.id.Mode & 0o777),
 		direct: direct, disk: d, text: d.text}
 	if d.changed {
@@ -235,7 +316,7 @@ func (d *diskFile) target(direct bool) *target {
 // a namespace package) and reads it once per run (see view). A path that
 // leaves the package directory through a symlink is refused: writing there
 // would change a file the definition never named.
-func resolve(pkg Package, file string, fs *files) (t *target, err error) {
+func resolve(pkg Package, file string, fs *Files) (t *target, err error) {
 	defer func() {
 		if err != nil {
 			fs.unread = true
@@ -271,14 +352,14 @@ func resolve(pkg Package, file string, fs *files) (t *target, err error) {
 		}
 		d, ok := fs.v.disk[real]
 		if !ok {
-			data, id, sum, err := source.Read(real, maxSourceBytes)
+			data, id, sum, err := source.Read(real, source.MaxBytes)
 			if err != nil {
 				return nil, err
 			}
 			// The string shares data's bytes: data is this read's own and
 			// never written, and a copy would touch as many fresh pages
 			// again (engine modules are hundreds of kilobytes).
-			d = &diskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id, sums: fs.v.sums}
+			d = &DiskFile{path: real, data: unsafe.String(unsafe.SliceData(data), len(data)), id: id, sums: fs.v.sums}
 			d.cur = d.data
 			d.sums.note(d.data, sum)
 			d.text = newText(d.cur, fs.v.needles)

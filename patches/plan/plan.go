@@ -1,4 +1,8 @@
-package patches
+// Package plan reads a package's files once and decides, per definition,
+// variant and edit, the state at each edit's site and the content to
+// write; it writes nothing (the caller commits what it planned, and
+// removes stale bytecode through the Bytecode it passes to Finish).
+package plan
 
 import (
 	"fmt"
@@ -21,27 +25,45 @@ const (
 	hidden                 // a module it edits loads from another file: nothing to write
 )
 
-// plan is one patch as decided in memory, and, once committed, how its
-// write went.
-type plan struct {
+// Patch is one patch as decided in memory, and, once committed, how its
+// write went (the fields the caller sets: Err, RestoreErr, Twice from the
+// commit; LockErr and Unmet from the run, which decide it as a dry run).
+type Patch struct {
 	pkg   Package
-	fs    *files
+	fs    *Files
 	kind  kind
-	links []*diskFile // files it changes, or read as planned by an earlier patch
+	links []*DiskFile // files it changes, or read as planned by an earlier patch
 
-	err, restoreErr error
-	twice           bool                   // another writer got in the way of both attempts
-	lockErr         error                  // the package directory could not be locked: decided, not written
+	Err, RestoreErr error
+	Twice           bool                   // another writer got in the way of both attempts
+	LockErr         error                  // the package directory could not be locked: decided, not written
 	wrote           [][]patchdef.LineRange // by edit: the lines its replacement takes in the planned content
-	unmet           string                 // a patch it requires is not in force: decided, not written
+	Unmet           string                 // a patch it requires is not in force: decided, not written
 }
 
-// planOne decides a patch against the view and, when it is pending in a
+// Package is where the patch's package resolved.
+func (p *Patch) Package() Package { return p.pkg }
+
+// Files is what the patch read.
+func (p *Patch) Files() *Files { return p.fs }
+
+// View is the run's view the patch was decided in.
+func (p *Patch) View() *View { return p.fs.v }
+
+// Links are the files that tie the patch to the commit of a group: the
+// ones it changes, and the ones it read as an earlier patch planned them.
+func (p *Patch) Links() []*DiskFile { return p.links }
+
+// Writes reports whether the patch is pending and its files are to be
+// written.
+func (p *Patch) Writes() bool { return p.kind == writes }
+
+// Decide decides a patch against the view and, when it is pending in a
 // run that writes, computes its files' new contents (into the view when
 // it composes).
-func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) *plan {
-	fs := &files{m: map[string]*target{}, v: v}
-	p := &plan{pkg: pkg, fs: fs}
+func Decide(d *patchdef.Definition, pkg Package, v *View, dry bool, r *Result) *Patch {
+	fs := &Files{m: map[string]*target{}, v: v}
+	p := &Patch{pkg: pkg, fs: fs}
 	defer p.link()
 	files := fs.m
 	if why, st := guardsHold(d.Guards, pkg, fs); st != "" {
@@ -109,7 +131,7 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 			if p.wrote == nil {
 				p.wrote = make([][]patchdef.LineRange, len(vr.Edits))
 			}
-			p.wrote[i] = found(ev.At, "replacement")
+			p.wrote[i] = Found(ev.At, "replacement")
 		}
 	}
 	if dry {
@@ -136,7 +158,7 @@ func planOne(d *patchdef.Definition, pkg Package, v *view, dry bool, r *Result) 
 
 // link lists the files that tie the patch to the commit of a group: the
 // ones it changes, and the ones it read as an earlier patch planned them.
-func (p *plan) link() {
+func (p *Patch) link() {
 	for _, path := range p.fs.order {
 		t := p.fs.m[path]
 		if t.planned || p.kind == writes && p.fs.v.compose && t.disk.changed && t.content != t.original {
@@ -145,10 +167,71 @@ func (p *plan) link() {
 	}
 }
 
+// AsWritten is what the record may keep of a patch's files. A file that
+// a later patch of the run changed again is on disk with the later
+// content, which this patch's result was not decided on (Finish leaves
+// its identity out): the patch is decided again, in memory, on the
+// contents as written and read back, and when that gives the same result
+// the identities of those contents are what the record keeps, as the
+// restart's full check would have found them. Otherwise the files stay
+// unverified, and the run is not recorded.
+//
+// A patch this run wrote is decided again the same way, so that what the
+// record keeps of it (its edits' states, its file's hash before) is what
+// a restart's full check would find, not the first start's "pending".
+//
+// inForce is false when a patch this run wrote is not in force as written:
+// then nothing of the run is recorded.
+func (v *View) AsWritten(d *patchdef.Definition, p *Patch, r *Result) (fs *Files, rr Result, inForce bool) {
+	wrote := p.kind == writes && r.Action == "applied"
+	again := wrote
+	for _, t := range p.fs.m {
+		if t.verified || t.disk == nil || !t.disk.changed {
+			continue
+		}
+		if _, ok := t.disk.Final(); !ok {
+			return p.fs, *r, true // unverified: not recorded
+		}
+		again = true
+	}
+	if !again {
+		return p.fs, *r, true
+	}
+	if v.written == nil {
+		w := newView(false, v.minor, v.needles)
+		w.real, w.types, w.sums = v.real, v.types, v.sums
+		for path, dk := range v.disk {
+			final, ok := dk.Final()
+			if dk.changed && !ok {
+				continue // read from disk, if this patch reads it
+			}
+			w.disk[path] = &DiskFile{path: path, data: dk.cur, id: final, cur: dk.cur, text: dk.text, sums: v.sums}
+			if !dk.changed {
+				w.disk[path].id = dk.id
+			}
+		}
+		v.written = w
+	}
+	r2 := Result{ID: r.ID, Package: r.Package, Action: "none"}
+	p2 := Decide(d, p.pkg, v.written, true, &r2)
+	// A patch its guards decided (undecided: nothing planned) is decided
+	// again the same way: its guard files are among those it read.
+	if p2.kind != decided && p2.kind != undecided || r2.State != r.State || r2.Variant != r.Variant || len(r2.Edits) != len(r.Edits) {
+		return p.fs, *r, !wrote
+	}
+	rr = *r
+	rr.Edits = slices.Clone(r.Edits)
+	for j := range rr.Edits {
+		rr.Edits[j].Evaluation = r2.Edits[j].Evaluation
+		rr.Edits[j].SHA256Before = rr.Edits[j].SHA256After
+	}
+	return p2.fs, rr, true
+}
+
 // importedFrom checks that every .py file the variant edits is the file
 // the import system loads for its module: "" when each is; else what
 // loads instead of the first that is not, and why.
-func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *files) (by, why string) {
+func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *Files) (by, why string) {
 	minor := fs.v.minor
 	if minor == 0 {
 		minor = minorFromPath(pkg.Dir)
@@ -178,21 +261,30 @@ func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *fil
 	return "", ""
 }
 
-// finish completes a patch's result once the files are written (or the
-// write failed): bytecode, hashes, and the identities of what it consulted.
-func (p *plan) finish(r *Result, dry bool) {
+// Bytecode checks the cached bytecode that could run instead of the
+// edited sources of r (after a write, wrote: every .pyc of each module;
+// otherwise the unchecked-hash ones), removing it unless dry, and records
+// in r what it removed and what is stuck (source gives the identity of
+// each edited file on disk, and whether it is known). It is the caller's:
+// plan removes nothing.
+type Bytecode func(r *Result, source func(path string) (id identity, verified bool), wrote, dry bool)
+
+// Finish completes a patch's result once the files are written (or the
+// write failed): bytecode (through bytecode), hashes, and the identities
+// of what it consulted.
+func (p *Patch) Finish(r *Result, dry bool, bytecode Bytecode) {
 	files := p.fs.m
 	// Bytecode is checked against the source now on disk.
 	for _, t := range files {
 		if d := t.disk; d != nil && d.changed {
-			t.id, t.verified = d.final()
+			t.id, t.verified = d.Final()
 		}
 	}
-	wrote := p.kind == writes && p.err == nil
+	wrote := p.kind == writes && p.Err == nil
 	switch p.kind {
 	case decided:
 		if r.Before == patchdef.Applied {
-			checkBytecode(r, files, false, dry, p.fs.v.types)
+			checkBytecode(r, files, false, dry, p.fs.v.types, bytecode)
 		}
 		fillAfter(r, files)
 	case disturbed:
@@ -210,20 +302,20 @@ func (p *plan) finish(r *Result, dry bool) {
 					r.Edits[i].Wrote = p.wrote[i]
 				}
 			}
-			checkBytecode(r, files, true, false, p.fs.v.types)
+			checkBytecode(r, files, true, false, p.fs.v.types, bytecode)
 			fillAfter(r, files)
 			break
 		}
-		r.Action, r.Why, r.err = "failed", p.err.Error(), p.err
-		if fix := commit.Fix(p.err); fix != "" {
+		r.Action, r.Why, r.err = "failed", p.Err.Error(), p.Err
+		if fix := commit.Fix(p.Err); fix != "" {
 			r.Why += "; " + fix
 		}
-		if p.restoreErr != nil {
+		if p.RestoreErr != nil {
 			r.State = patchdef.Drift
-			r.Why += "; restoring the files already written failed: " + p.restoreErr.Error()
+			r.Why += "; restoring the files already written failed: " + p.RestoreErr.Error()
 		}
 		fillAfter(r, nil)
-		if p.twice {
+		if p.Twice {
 			r.State, r.Action = patchdef.Drift, "none"
 			r.Why = "another writer changed the files while they were being patched, twice; nothing of theirs was overwritten: " + r.Why
 		}
@@ -242,33 +334,22 @@ func (p *plan) finish(r *Result, dry bool) {
 	}
 }
 
-// checkBytecode removes the cached bytecode that could run instead of the
-// patched source (after a write: every .pyc of the module; otherwise the
-// unchecked-hash ones) and makes the patch shadowed when some cannot be
-// removed. A dry run removes nothing: bytecode that would have to go
-// makes the patch shadowed there, saying that a start removes it. The
-// paths removed are forgotten by types.
-func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *typeCache) {
-	var shadows []string
+// checkBytecode has bytecode check the cached bytecode that could run
+// instead of the patched source (after a write: every .pyc of the module;
+// otherwise the unchecked-hash ones), against the files as the patch knows
+// them, and makes the patch shadowed when some cannot be removed (see
+// Bytecode). The paths removed are forgotten by types.
+func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *typeCache, bytecode Bytecode) {
+	bytecode(r, func(path string) (identity, bool) {
+		t := files[path]
+		if t == nil {
+			return identity{}, false
+		}
+		return t.id, t.verified
+	}, wrote, dry)
 	for i := range r.Edits {
-		e := &r.Edits[i]
-		if e.State == patchdef.NotApplicable || e.Path == "" {
-			continue
-		}
-		t := files[e.Path]
-		removed, stuck := removePycs(e.Path, wrote, dry, t)
-		for _, m := range removed {
+		for _, m := range r.Edits[i].PycsRemoved {
 			types.forget(m)
-		}
-		e.PycsRemoved = removed
-		shadows = append(shadows, stuck...)
-	}
-	if len(shadows) > 0 {
-		r.State = patchdef.Shadowed
-		if dry {
-			r.Why = "stale bytecode would run instead of the patched source (a start removes it): " + strings.Join(shadows, "; ")
-		} else {
-			r.Why = "stale bytecode that could not be removed would run instead of the patched source: " + strings.Join(shadows, "; ")
 		}
 	}
 }
@@ -285,7 +366,7 @@ type candidate struct {
 	ambiguous error
 }
 
-func evaluateVariant(v *patchdef.Variant, d *patchdef.Definition, pkg Package, files *files) candidate {
+func evaluateVariant(v *patchdef.Variant, d *patchdef.Definition, pkg Package, files *Files) candidate {
 	c := candidate{variant: v}
 	if st, why := v.Scope(d.Distribution, pkg.Version, pkg.VersionWhy); st != "" {
 		c.state, c.why = st, why
@@ -385,7 +466,7 @@ func pick(cands []candidate) candidate {
 // guard's file cannot be read (too large, unreadable, a link out of the
 // package): the code may well be there, so the patch is undecided, never
 // quietly not-applicable.
-func guardsHold(guards []patchdef.Guard, pkg Package, files *files) (string, patchdef.State) {
+func guardsHold(guards []patchdef.Guard, pkg Package, files *Files) (string, patchdef.State) {
 	for _, g := range guards {
 		t, err := resolve(pkg, g.File, files)
 		switch {
@@ -437,8 +518,8 @@ func firstWhy(edits []EditResult, s patchdef.State) string {
 	return ""
 }
 
-// found is the ranges of at that hold what (anchor, replacement, ...).
-func found(at []patchdef.LineRange, what ...string) []patchdef.LineRange {
+// Found is the ranges of at that hold what (anchor, replacement, ...).
+func Found(at []patchdef.LineRange, what ...string) []patchdef.LineRange {
 	var out []patchdef.LineRange
 	for _, r := range at {
 		if slices.Contains(what, r.Found) {
@@ -448,44 +529,11 @@ func found(at []patchdef.LineRange, what ...string) []patchdef.LineRange {
 	return out
 }
 
-// fileLines names each file of edits with the lines lines(e) gives it, in
-// the edits' order: "a.py (lines 3-9), b.py (lines 4, 10-12)".
-func fileLines(edits []EditResult, lines func(*EditResult) []patchdef.LineRange) string {
-	var order []string
-	by := map[string][]string{}
-	for i := range edits {
-		e := &edits[i]
-		p := e.Path
-		if p == "" {
-			p = e.File
-		}
-		for _, r := range lines(e) {
-			if _, ok := by[p]; !ok {
-				order = append(order, p)
-			}
-			l := fmt.Sprintf("%d-%d", r.From, r.To)
-			if r.From == r.To {
-				l = fmt.Sprint(r.From)
-			}
-			by[p] = append(by[p], l)
-		}
-	}
-	out := make([]string, len(order))
-	for i, p := range order {
-		word := "lines "
-		if len(by[p]) == 1 && !strings.Contains(by[p][0], "-") {
-			word = "line "
-		}
-		out[i] = p + " (" + word + strings.Join(by[p], ", ") + ")"
-	}
-	return strings.Join(out, ", ")
-}
-
-// unmetRequirement says why d must not be written in this run: a patch it
+// UnmetRequirement says why d must not be written in this run: a patch it
 // requires (the set orders requirements first, so its result is among
 // done) is neither applied, upstream, nor about to be written ("" when
 // all are).
-func unmetRequirement(set *patchdef.Set, d *patchdef.Definition, done []Result) string {
+func UnmetRequirement(set *patchdef.Set, d *patchdef.Definition, done []Result) string {
 	for _, id := range d.Requires {
 		var r *Result
 		for k := range done {

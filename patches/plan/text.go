@@ -1,4 +1,4 @@
-package patches
+package plan
 
 import (
 	"strings"
@@ -116,7 +116,7 @@ type text struct {
 	at      map[string][]int32 // needle -> every start of it, overlapping ones too, ascending
 	// counts is strings.Count of each needle without a complete line
 	// asked about: the variants and guards of a definition, and
-	// asWritten's re-plan, ask about the same markers in the same content.
+	// AsWritten's re-plan, ask about the same markers in the same content.
 	counts map[string]int
 }
 
@@ -124,7 +124,7 @@ func newText(s string, set *needles) *text { return &text{s: s, set: set} }
 
 // scan walks the content's lines once, and notes every place where a
 // needle of set occurs. Offsets fit in int32: sources are read with a
-// bound far below 2 GiB (maxSourceBytes).
+// bound far below 2 GiB (source.MaxBytes).
 func (t *text) scan(set *needles) {
 	if t.at == nil {
 		t.at = map[string][]int32{}
