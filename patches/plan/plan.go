@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/patches/commit"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
@@ -32,13 +33,13 @@ type Patch struct {
 	pkg   Package
 	fs    *Files
 	kind  kind
-	links []*DiskFile // files it changes, or read as planned by an earlier patch
+	links []*DiskFile            // files it changes, or read as planned by an earlier patch
+	wrote [][]patchdef.LineRange // by edit: the lines its replacement takes in the planned content
 
 	Err, RestoreErr error
-	Twice           bool                   // another writer got in the way of both attempts
-	LockErr         error                  // the package directory could not be locked: decided, not written
-	wrote           [][]patchdef.LineRange // by edit: the lines its replacement takes in the planned content
-	Unmet           string                 // a patch it requires is not in force: decided, not written
+	Twice           bool   // another writer got in the way of both attempts
+	LockErr         error  // the package directory could not be locked: decided, not written
+	Unmet           string // a patch it requires is not in force: decided, not written
 }
 
 // Package is where the patch's package resolved.
@@ -267,7 +268,7 @@ func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *Fil
 // in r what it removed and what is stuck (source gives the identity of
 // each edited file on disk, and whether it is known). It is the caller's:
 // plan removes nothing.
-type Bytecode func(r *Result, source func(path string) (id identity, verified bool), wrote, dry bool)
+type Bytecode func(r *Result, source func(path string) (id fileid.Identity, verified bool), wrote, dry bool)
 
 // Finish completes a patch's result once the files are written (or the
 // write failed): bytecode (through bytecode), hashes, and the identities

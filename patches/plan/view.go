@@ -193,7 +193,7 @@ func (fs *Files) Len() int { return len(fs.m) }
 // identity and whether that is known to be the identity of the content
 // the patch was decided on, and (for a file that exists) sum, the content
 // digest of the content the run planned last (see DiskFile.sum).
-func (fs *Files) Each(f func(path string, direct, verified bool, id identity, sum func() string)) {
+func (fs *Files) Each(f func(path string, direct, verified bool, id fileid.Identity, sum func() string)) {
 	paths := make([]string, 0, len(fs.m))
 	for p := range fs.m {
 		paths = append(paths, p)
@@ -221,7 +221,7 @@ func (fs *Files) Probes() []string { return fs.probes }
 func (fs *Files) Dirs() []string { return fs.dirs }
 
 // TypeOf is what stat(2) said of path (a probe) in this run.
-func (fs *Files) TypeOf(path string) (identity, bool) { return fs.v.types.stat(path) }
+func (fs *Files) TypeOf(path string) (fileid.Identity, bool) { return fs.v.types.stat(path) }
 
 // DiskFile is one engine file in a run: as read, as planned, as written.
 type DiskFile struct {
@@ -235,7 +235,7 @@ type DiskFile struct {
 	// still equal data, when a later patch undid it).
 	changed bool
 
-	// w is its write, once the run stages or commits one (commitFile):
+	// w is its write, once the run stages or commits one (CommitFile):
 	// what it read, the content planned, and, after the commit, the
 	// identity on disk.
 	w *commit.File
@@ -250,7 +250,7 @@ func (d *DiskFile) Path() string { return d.path }
 func (d *DiskFile) Read() string { return d.data }
 
 // ReadID is the identity of the content as read.
-func (d *DiskFile) ReadID() identity { return d.id }
+func (d *DiskFile) ReadID() fileid.Identity { return d.id }
 
 // Planned is the content after the patches planned so far.
 func (d *DiskFile) Planned() string { return d.cur }
@@ -285,7 +285,7 @@ func (d *DiskFile) CommitFile() *commit.File {
 
 // Final is the identity on disk after the commit, and whether it is
 // known to be the identity of cur.
-func (d *DiskFile) Final() (identity, bool) {
+func (d *DiskFile) Final() (fileid.Identity, bool) {
 	if d.w == nil || d.w.Content != d.cur {
 		return identity{}, false
 	}
