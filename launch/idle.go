@@ -14,7 +14,8 @@ import (
 
 // lighten makes the init that waits for the worker as small as the Go
 // runtime lets it (docs/performance.md, The --init process): one
-// processor (no thread is started for parallel work any more), the heap
+// processor (no thread is started for parallel work any more), the
+// threads the start left idle ended (shedThreads), the heap
 // the start used given back to the kernel, and the clean pages of the binary's code and read-only
 // data it touched unmapped (they stay in the page cache and fault back in
 // when the init runs that code again, as they would after the kernel
