@@ -14,7 +14,8 @@ import (
 
 // lighten makes the init that waits for the worker as small as the Go
 // runtime lets it (docs/performance.md, The --init process): one
-// processor (no thread is started for parallel work any more), the heap
+// processor (no thread is started for parallel work any more), the
+// threads the start left idle ended (shedThreads), the heap
 // the start used given back to the kernel, and the clean pages of the binary's code and read-only
 // data it touched unmapped (they stay in the page cache and fault back in
 // when the init runs that code again, as they would after the kernel
@@ -22,8 +23,44 @@ import (
 // are never touched.
 func lighten() {
 	runtime.GOMAXPROCS(1)
+	shedThreads()
 	debug.FreeOSMemory()
 	dropCleanText()
+}
+
+// shedThreads ends the threads the start left idle. The runtime keeps
+// every thread it ever started (for the start's blocking system calls and
+// its second processor) parked for the process's life, but ends the
+// thread of a goroutine that returns while locked to it. With one
+// processor the goroutines run one after another, each on a thread the
+// runtime takes from its idle ones, so each ends one of them; the last
+// few the runtime needs (the one that waits in the poller, sysmon) it
+// starts again as needed. The calling goroutine must not be locked to
+// its thread.
+func shedThreads() {
+	for n := threadCount(); n > 0; n-- {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(done)
+		}()
+		<-done
+	}
+}
+
+// threadCount is Threads of /proc/self/status (0 when it cannot be read).
+func threadCount() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 // dropCleanText unmaps the resident pages of the binary's read-only

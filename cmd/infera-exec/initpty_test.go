@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,14 +88,30 @@ func (p *pty) send(t *testing.T, s string) {
 
 // The init on a terminal, under an interactive bash: Ctrl-Z stops the
 // worker and the init, so bash reports the job stopped and gives its
-// prompt back; fg resumes both and hands the terminal back to the
-// worker, which reads the next line typed; a row with bg resumes them in
-// the background, where the worker's read stops them again (SIGTTIN); Ctrl-C
+// prompt back; a row with bg resumes them in the background, where the
+// worker's read stops them again (SIGTTIN); fg resumes both and hands the
+// terminal back to the worker, which reads the next line typed; Ctrl-C
 // ends the worker, and bash reads the init's 130. The init writes one
 // line to the terminal before the worker's (quiet on a terminal).
 // dumb-init, where Debian ships it, is the reference row (it has no bg
 // row: its worker, in a session of its own, reads the terminal without
 // ever being stopped for it).
+//
+// An interactive bash reports a background job's stop before its next
+// prompt, not when it comes (unless `set -b`): after a bare `bg` the
+// prompt is often out before the job stops again, and "Stopped" would
+// show only after the next line typed. So the story waits for the job
+// with bash's own `wait`, which with job control returns when the job
+// changes state: 147 (128+SIGSTOP, the init's stop) says the job stopped
+// again, and `jobs` then shows it.
+//
+// When bash shows the job stopped, infera-exec's worker is stopped: the
+// init stops itself only on the worker's stop report. dumb-init stops
+// itself right after it sends its child SIGSTOP, which the child acts on
+// when it next runs; a child still in its read then takes the first byte
+// typed at bash's prompt (its session is not the terminal's, so nothing
+// stops it for reading): bash read "g" of "fg" in 6 of 40 runs. Its row
+// waits for the child to stop before it types.
 func TestInitJobControlOnTerminal(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	require.NoError(t, err, "bash")
@@ -102,13 +120,14 @@ func TestInitJobControlOnTerminal(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "py/python3.12"), nil, 0o755))
-	worker := `sh -c 'echo started; while read l; do echo "got $l"; done'`
+	worker := `sh -c 'echo "worker $$ started"; while read l; do echo "got $l"; done'`
 	rows := []struct {
 		name, init string
 		bg, own    bool
+		settle     bool // wait for the worker's stop after bash shows it
 	}{
-		{"infera-exec", shim(t) + " --init", false, true}, // bg off: a background read did not always stop the job again (open)
-		{"dumb-init", "dumb-init", false, false},
+		{"infera-exec", shim(t) + " --init", true, true, false},
+		{"dumb-init", "dumb-init", false, false, true},
 	}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -130,7 +149,11 @@ func TestInitJobControlOnTerminal(t *testing.T) {
 			t.Cleanup(func() { sh.Process.Kill(); sh.Wait() })
 			p.expect(t, "PROMPT> ")
 			p.send(t, row.init+" "+worker+"\n")
-			before := p.expect(t, "started\r\n")
+			before := p.expect(t, " started\r\n")
+			m := regexp.MustCompile(`worker (\d+) started\r\n$`).FindStringSubmatch(before)
+			require.NotNil(t, m, "the worker's pid: %q", before)
+			wpid, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
 			if row.own {
 				// The echo of the command line names the binary, not "infera-exec: ".
 				// Warnings still show (here the one INFERA_PREFLIGHT=off says);
@@ -142,10 +165,21 @@ func TestInitJobControlOnTerminal(t *testing.T) {
 			p.send(t, "\x1a") // Ctrl-Z
 			p.expect(t, "Stopped")
 			p.expect(t, "PROMPT> ")
+			if row.settle {
+				waitStopped(t, wpid)
+			}
+			require.Equal(t, byte('T'), procStateOf(t, wpid), "the worker is stopped when bash shows the job stopped")
 			if row.bg {
-				p.send(t, "bg\n")
-				p.expect(t, "Stopped") // the worker read the terminal from the background
+				// The worker reads the terminal from the background: the
+				// job stops again. (bash warns "job 1 is stopped" when it
+				// stopped before the wait began.)
+				p.send(t, "bg; wait %1; echo waited=$?\n")
+				p.expect(t, "waited=147\r\n")
 				p.expect(t, "PROMPT> ")
+				p.send(t, "jobs\n")
+				p.expect(t, "Stopped")
+				p.expect(t, "PROMPT> ")
+				require.Equal(t, byte('T'), procStateOf(t, wpid), "the worker is stopped again")
 			}
 			p.send(t, "fg\n")
 			p.send(t, "hello\n")
@@ -157,5 +191,28 @@ func TestInitJobControlOnTerminal(t *testing.T) {
 			p.send(t, "exit\n")
 			require.NoError(t, sh.Wait())
 		})
+	}
+}
+
+// procStateOf is the state letter of /proc/PID/stat ('T': stopped).
+func procStateOf(t *testing.T, pid int) byte {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	require.NoError(t, err)
+	i := bytes.LastIndexByte(b, ')')
+	require.True(t, i > 0 && i+2 < len(b), "/proc/%d/stat: %q", pid, b)
+	return b[i+2]
+}
+
+// waitStopped waits until pid, not a child of the test, is stopped; the
+// guard only bounds a story that cannot go on.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(tourGuard)
+	for procStateOf(t, pid) != 'T' {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not stop in %v", pid, tourGuard)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
