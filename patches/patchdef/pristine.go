@@ -6,7 +6,31 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
+
+// TreesSuffix names where a payload definition's pristine trees are: a
+// definition <import-name>/<name>.toml may ship, beside it, the engine's
+// files as upstream releases them, where the fix is pending, in
+// <import-name>/<name>.trees/<tree>/, each tree laid out as site-packages
+// (<tree>/<package>/<file>, e.g. sglang/my-fix.trees/v0.5.16/sglang/srt/
+// disaggregation/prefill.py). `infera-payload index` checks every marker
+// of the definition against every tree (AmbiguousIn); a start reads no
+// tree.
+const TreesSuffix = ".trees"
+
+// TreesDir is where the pristine trees of d, read from a payload's
+// patches/, are: its file with TreesSuffix for .toml.
+func (d *Definition) TreesDir() string {
+	return strings.TrimSuffix(d.Source, ".toml") + TreesSuffix
+}
+
+// isTreesDir says whether rel (within a patches/ directory) is the trees
+// directory of a definition: <import-name>/<name>.trees.
+func isTreesDir(rel string) bool {
+	ok, _ := filepath.Match("*/*"+TreesSuffix, filepath.ToSlash(rel))
+	return ok
+}
 
 // Ambiguity is a marker of an edit (upstream, legacy_marker, or our
 // replacement) that a pristine file holds outside every site of the

@@ -57,7 +57,7 @@ func TestReadAheadInOrder(t *testing.T) {
 // by name; the rest of the read-ahead stops without hanging.
 func TestReadAheadRefusesChangedFile(t *testing.T) {
 	for name, change := range map[string]func(string) error{
-		"same size": func(p string) error { return os.WriteFile(p, bulk(readChunk+11)[1:], 0o644) },
+		"same size": func(p string) error { return os.WriteFile(p, bulk(readChunk + 11)[1:], 0o644) },
 		"grown":     func(p string) error { return os.WriteFile(p, bulk(readChunk+11), 0o644) },
 		"shrunk":    func(p string) error { return os.Truncate(p, 5) },
 		"gone":      os.Remove,
