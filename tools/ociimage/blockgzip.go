@@ -39,8 +39,8 @@ var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}
 // level alone: the output does not depend on how many blocks are
 // compressed at once, nor on how the input was cut into Writes.
 //
-// Up to 2*workers blocks are in flight (2 MB of input each at most, with
-// their output): memory stays bounded whatever the layer's size. The
+// At most 2*workers+2 blocks are in flight (1 MiB of input each, with its
+// output): memory stays bounded whatever the layer's size. The
 // writer also hashes what passes through it, on the goroutine that
 // writes the output in order: SHA-256 of the input (the layer's diff ID)
 // and of the output (its digest).
