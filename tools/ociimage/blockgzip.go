@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/flate"
 )
@@ -62,6 +63,10 @@ type blockGzip struct {
 	diffID, digest hash.Hash
 	err            error
 	closed         bool
+
+	// failed is err once the output has failed, for Write to stop the
+	// tar writer early.
+	failed atomic.Pointer[error]
 }
 
 type gzBlock struct {
@@ -126,12 +131,16 @@ func (z *blockGzip) output() {
 		n, z.err = z.out.Write(p)
 		z.outN += int64(n)
 		z.digest.Write(p[:n])
+		if z.err != nil {
+			z.failed.Store(&z.err)
+		}
 	}
 	write(gzipHeader)
 	for b := range z.ordered {
 		<-b.ready
 		if z.err == nil && b.err != nil {
 			z.err = b.err
+			z.failed.Store(&b.err)
 		}
 		write(b.out.Bytes())
 		z.diffID.Write(b.in)
@@ -145,9 +154,9 @@ func (z *blockGzip) output() {
 	write(trailer[:])
 }
 
-// Write takes p into the blocks. Its error is only ever that of an
-// earlier block (the output is written behind it): Close reports the
-// rest.
+// Write takes p into the blocks. Its error is that of an earlier block
+// or of the output, once one has failed (the output is written behind
+// the input): Close reports the rest.
 func (z *blockGzip) Write(p []byte) (int, error) {
 	if z.closed {
 		return 0, errors.New("blockGzip: write after close")
@@ -161,10 +170,8 @@ func (z *blockGzip) Write(p []byte) (int, error) {
 			z.submit(false)
 		}
 	}
-	select {
-	case <-z.done:
-		return n, z.err
-	default:
+	if err := z.failed.Load(); err != nil {
+		return n, *err
 	}
 	return n, nil
 }

@@ -72,3 +72,16 @@ func TestBlockGzipWriterError(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// Once the destination has failed, Write says so: the tar writer stops
+// instead of compressing the rest of the layer for nothing.
+func TestBlockGzipWriteSeesFailure(t *testing.T) {
+	z := newBlockGzip(failWriter{}, flate.DefaultCompression, 2)
+	var err error
+	chunk := bulk(gzipBlockSize)
+	for i := 0; i < 64 && err == nil; i++ {
+		_, err = z.Write(chunk)
+	}
+	assert.ErrorIs(t, err, io.ErrClosedPipe, "64 MiB written into a failed output without an error")
+	assert.ErrorIs(t, z.Close(), io.ErrClosedPipe)
+}
