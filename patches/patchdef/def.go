@@ -475,7 +475,7 @@ func Stray(dir string) ([]string, error) {
 	var stray []string
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		rel, _ := filepath.Rel(dir, p)
-		if err == nil && e.IsDir() && isTreesDir(rel) {
+		if err == nil && e.IsDir() && IsTreesDir(rel) {
 			return filepath.SkipDir // pristine trees beside a definition (pristine.go)
 		}
 		if err != nil || e.IsDir() || !strings.HasSuffix(e.Name(), ".toml") {

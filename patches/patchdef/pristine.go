@@ -15,8 +15,8 @@ import (
 // <import-name>/<name>.trees/<tree>/, each tree laid out as site-packages
 // (<tree>/<package>/<file>, e.g. sglang/my-fix.trees/v0.5.16/sglang/srt/
 // disaggregation/prefill.py). `infera-payload index` checks every marker
-// of the definition against every tree (AmbiguousIn); a start reads no
-// tree.
+// of the definition against every tree (AmbiguousIn) and leaves the
+// trees out of the payload; a start reads none.
 const TreesSuffix = ".trees"
 
 // TreesDir is where the pristine trees of d, read from a payload's
@@ -25,9 +25,9 @@ func (d *Definition) TreesDir() string {
 	return strings.TrimSuffix(d.Source, ".toml") + TreesSuffix
 }
 
-// isTreesDir says whether rel (within a patches/ directory) is the trees
+// IsTreesDir says whether rel (within a patches/ directory) is the trees
 // directory of a definition: <import-name>/<name>.trees.
-func isTreesDir(rel string) bool {
+func IsTreesDir(rel string) bool {
 	ok, _ := filepath.Match("*/*"+TreesSuffix, filepath.ToSlash(rel))
 	return ok
 }

@@ -151,6 +151,12 @@ func Build(o Options) (*Result, error) {
 		sources = append(sources, from)
 	}
 	files, bytes := tally(sources...)
+	var trees []string // pristine trees beside definitions: checked, not copied
+	if o.Patches != "" {
+		trees, _ = filepath.Glob(filepath.Join(o.Patches, "*", "*"+patchdef.TreesSuffix))
+	}
+	f, b := tally(trees...)
+	files, bytes = files-f, bytes-b
 	copied := o.Progress.Start("index copy", files, bytes)
 	each := func(size int64) { copied.Add(1, size) }
 	if err := fixture.CopyFile(o.Bin, filepath.Join(o.Out, "bin", "infera-exec"), 0o755); err != nil {
@@ -160,7 +166,7 @@ func Build(o Options) (*Result, error) {
 		each(fi.Size())
 	}
 	if o.Patches != "" {
-		if err := fixture.CopyTreeEach(o.Patches, filepath.Join(o.Out, "patches"), each); err != nil {
+		if err := fixture.CopyTreeSkip(o.Patches, filepath.Join(o.Out, "patches"), each, patchdef.IsTreesDir); err != nil {
 			return nil, err
 		}
 	}

@@ -36,8 +36,8 @@ checked against every tree: one that a tree holds outside the edit's site
 fails the build (exit 1), naming definition, variant, edit, file and line,
 and so does a tree that holds none of the files the definition edits. A
 definition without trees is noted: its markers were not checked against
-upstream's code. The trees are copied into the payload with the
-definition; a start reads none of them.
+upstream's code. The trees are build input: checked, and left out of the
+payload.
 
 With -demo it also makes what 'make demo' mounts beside the payload: a
 fake ROCm 7 (rocm/), a vLLM install with pending fixes (engine/) and a
