@@ -188,9 +188,12 @@ test-runtime: overlay-image
 # mount with a new upper layer each run; state directory kept, or not):
 # needs root and overlayfs. Then --install beside `cp -a && sync` on a
 # generated 1 GB payload (see BenchmarkInstall; about 4 GB in a temporary
-# directory, removed after). Benchmarks never run in `make test`.
+# directory, removed after). Then `infera-payload image` on a generated
+# payload of 320 MB, wall and CPU time (see BenchmarkImage). Benchmarks
+# never run in `make test`.
 bench: build
 	INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -bench '^Benchmark(Start|Install)$$' -benchtime 1x -timeout 30m ./cmd/infera-exec
+	cd tools && INFERA_EXEC_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkImage$$' -benchtime 1x ./ociimage
 
 # Every fuzz target for FUZZTIME each (go test runs only their seed corpus).
 # A count (Nx), not a duration: with a duration, Go 1.26's fuzzing

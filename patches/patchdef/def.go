@@ -474,10 +474,13 @@ const definitionGlob = "*/*.toml"
 func Stray(dir string) ([]string, error) {
 	var stray []string
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		if err == nil && e.IsDir() && IsTreesDir(rel) {
+			return filepath.SkipDir // pristine trees beside a definition (pristine.go)
+		}
 		if err != nil || e.IsDir() || !strings.HasSuffix(e.Name(), ".toml") {
 			return err
 		}
-		rel, _ := filepath.Rel(dir, p)
 		if ok, _ := filepath.Match(definitionGlob, rel); !ok {
 			stray = append(stray, rel)
 		}

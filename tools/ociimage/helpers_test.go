@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func removeAll(dir string) {
 }
 
 // tempDir is t.TempDir that can also remove read-only directories.
-func tempDir(t *testing.T) string {
+func tempDir(t testing.TB) string {
 	d := t.TempDir()
 	t.Cleanup(func() { removeAll(d) })
 	return d
@@ -62,7 +63,7 @@ var (
 
 // shim is the real static binary: the one `make build` made
 // (INFERA_EXEC_BIN), or one built here the same way.
-func shim(t *testing.T) string {
+func shim(t testing.TB) string {
 	shimOnce.Do(func() {
 		if p := os.Getenv("INFERA_EXEC_BIN"); p != "" {
 			shimPath = p
@@ -121,6 +122,9 @@ func makePayload(bin string) (string, error) {
 		{filepath.Join(native, "CAPABILITIES"), "mooncake\n", 0o644},
 		{filepath.Join(native, "lib", "libdemo.so.1.0.0"), "\x7fELF not really\n", 0o755},
 		{filepath.Join(native, "bin", "ais-check"), "#!/bin/sh\necho ok\n", 0o755},
+		// Larger than a few of the layer's compressed blocks (blockGzip):
+		// umoci and skopeo read the blocks joined.
+		{filepath.Join(native, "lib", "libbulk.so"), string(bulk(3*gzipBlockSize + 12345)), 0o755},
 	}
 	for _, f := range files {
 		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
@@ -164,6 +168,20 @@ func makePayload(bin string) (string, error) {
 		return "", err
 	}
 	return out, nil
+}
+
+// bulk is n bytes of a fixed pseudo-random mix of random runs and
+// repeated text: compressible as a library is, the same every run.
+func bulk(n int) []byte {
+	rng := rand.NewChaCha8([32]byte{7})
+	out := make([]byte, 0, n+64)
+	for len(out) < n {
+		run := make([]byte, 8+rng.Uint64()%56)
+		rng.Read(run)
+		out = append(out, run...)
+		out = append(out, "kv_cache chunk send layer block "[:8+rng.Uint64()%24]...)
+	}
+	return out[:n]
 }
 
 // copyPayload copies a payload (modes, symlinks) for a test to change.
@@ -277,7 +295,7 @@ func buildTo(t *testing.T, payload, dir string) (*Result, Options) {
 // give the static shim as -busybox: what the builder checks of it (a
 // static executable for the image's architecture) holds for both; the
 // runtime tests (deploy/containers) run Debian's busybox-static.
-func testCopyright(t *testing.T) string {
+func testCopyright(t testing.TB) string {
 	p := filepath.Join(tempDir(t), "copyright")
 	require.NoError(t, os.WriteFile(p, []byte("busybox test copyright: GPL-2\n"), 0o644))
 	return p

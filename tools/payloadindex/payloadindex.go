@@ -15,6 +15,7 @@
 package payloadindex
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -150,6 +151,12 @@ func Build(o Options) (*Result, error) {
 		sources = append(sources, from)
 	}
 	files, bytes := tally(sources...)
+	var trees []string // pristine trees beside definitions: checked, not copied
+	if o.Patches != "" {
+		trees, _ = filepath.Glob(filepath.Join(o.Patches, "*", "*"+patchdef.TreesSuffix))
+	}
+	f, b := tally(trees...)
+	files, bytes = files-f, bytes-b
 	copied := o.Progress.Start("index copy", files, bytes)
 	each := func(size int64) { copied.Add(1, size) }
 	if err := fixture.CopyFile(o.Bin, filepath.Join(o.Out, "bin", "infera-exec"), 0o755); err != nil {
@@ -159,7 +166,7 @@ func Build(o Options) (*Result, error) {
 		each(fi.Size())
 	}
 	if o.Patches != "" {
-		if err := fixture.CopyTreeEach(o.Patches, filepath.Join(o.Out, "patches"), each); err != nil {
+		if err := fixture.CopyTreeSkip(o.Patches, filepath.Join(o.Out, "patches"), each, patchdef.IsTreesDir); err != nil {
 			return nil, err
 		}
 	}
@@ -404,8 +411,11 @@ func checkRules(dir string) error {
 // checkPatches loads the definitions in dir as a start will load them from
 // the payload's patches/, before anything is written: a definition a start
 // would refuse (exit 78 on every start) fails the build, and so does a
-// .toml file no start reads. It returns notes for definitions that will
-// work but read as drift on engine releases without the code they fix.
+// .toml file no start reads, and so does a marker of a definition that
+// one of the pristine trees shipped beside it holds outside the edit's
+// site (checkPristine). It returns notes for definitions that will work
+// but read as drift on engine releases without the code they fix, and
+// for those whose markers no tree checks.
 func checkPatches(dir string) ([]string, error) {
 	set, err := patchdef.Load(dir)
 	if err != nil {
@@ -424,6 +434,13 @@ func checkPatches(dir string) ([]string, error) {
 		if !strings.HasPrefix(d.Source, dir+"/") {
 			continue // a built-in definition
 		}
+		note, err := checkPristine(d)
+		if err != nil {
+			return nil, fmt.Errorf("-patches %s: %w", dir, err)
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
 		if v := d.Unguarded(); len(v) > 0 {
 			what := "it has no [[guard]]"
 			if v[0] != "" {
@@ -433,4 +450,55 @@ func checkPatches(dir string) ([]string, error) {
 		}
 	}
 	return notes, nil
+}
+
+// checkPristine checks every marker of every variant of d (upstream,
+// legacy_marker and the replacement) against every pristine tree shipped
+// beside it (patchdef.TreesSuffix): one that a tree holds outside the
+// edit's site fails the build, naming definition, variant, edit, file and
+// line, and so does a tree that holds none of d's files (a tree laid out
+// wrongly checks nothing). With no trees it returns a note: the markers
+// were not checked against upstream's code.
+func checkPristine(d *patchdef.Definition) (note string, _ error) {
+	dir := d.TreesDir()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Sprintf("patch definition %s (%s): no pristine tree beside it (%s/<tree>/%s/...: the engine's files as a release installs them, where the fix is pending), so no build checked that its markers stand nowhere else in upstream's code; a marker that does can read as applied where the fix is not",
+			d.Source, d.ID, filepath.Base(dir), d.Package), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("patch definition %s: pristine trees: %w", d.Source, err)
+	}
+	var bad []string
+	for _, e := range entries {
+		tree := filepath.Join(dir, e.Name())
+		if !e.IsDir() {
+			return "", fmt.Errorf("patch definition %s: %s is not a directory: %s/ holds pristine trees only, each a directory laid out as site-packages (<tree>/%s/...)", d.Source, tree, dir, d.Package)
+		}
+		found, checked, err := d.AmbiguousIn(tree)
+		if err != nil {
+			return "", err
+		}
+		if checked == 0 {
+			return "", fmt.Errorf("patch definition %s (%s): pristine tree %s holds none of the files it edits (want %s/%s/<file>, e.g. %s)", d.Source, d.ID, tree, tree, d.Package, firstFile(d))
+		}
+		for _, a := range found {
+			bad = append(bad, a.String())
+		}
+	}
+	if len(bad) > 0 {
+		return "", fmt.Errorf("a marker stands outside its edit's site in a pristine tree, where it would decide the edit the day the site moves (make it longer, give it its indentation, or narrow the site; a start refuses the definition, exit 78, where an engine file holds its upstream or legacy marker outside the site):\n  %s",
+			strings.Join(bad, "\n  "))
+	}
+	return "", nil
+}
+
+// firstFile is the file of d's first edit.
+func firstFile(d *patchdef.Definition) string {
+	for _, v := range d.EditSets() {
+		for _, e := range v.Edits {
+			return e.File
+		}
+	}
+	return ""
 }

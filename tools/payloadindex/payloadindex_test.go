@@ -25,6 +25,7 @@ func TestBuildFromTrees(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(py, "pkg", "__init__.py"), []byte("X = 1\n"), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(patches, "vllm"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(patches, "vllm", "fix.toml"), []byte(guardedFix), 0o644))
+	writeTree(t, filepath.Join(patches, "vllm", "fix.trees", "v1"), "vllm/mod.py", "def f():\n    return 1\n")
 	out := filepath.Join(dir, "payload")
 	_, err := Build(Options{Out: out, Bin: bin, Trees: []string{py + ":py312"}})
 	require.NoError(t, err)
@@ -41,7 +42,7 @@ func TestBuildFromTrees(t *testing.T) {
 		paths = append(paths, e.Path)
 	}
 	assert.ElementsMatch(t, []string{"bin", "bin/infera-exec", "patches", "patches/vllm", "patches/vllm/fix.toml",
-		"py312", "py312/pkg", "py312/pkg/__init__.py"}, paths)
+		"py312", "py312/pkg", "py312/pkg/__init__.py"}, paths, "the pristine tree beside fix.toml checked, not shipped")
 	assert.NoFileExists(t, filepath.Join(out, "stale"))
 	assert.Empty(t, r.Notes)
 }
@@ -128,11 +129,132 @@ func TestBuildNotesUnguardedPatch(t *testing.T) {
 
 	py := filepath.Join(dir, "py")
 	require.NoError(t, os.MkdirAll(py, 0o755))
+	writeTree(t, filepath.Join(patches, "vllm", "fix.trees", "v1"), "vllm/mod.py", "def f():\n    return 1\n")
 	r, err := Build(Options{Out: filepath.Join(dir, "payload"), Bin: bin, Patches: patches, Trees: []string{py + ":py312"}})
 	require.NoError(t, err)
 	require.Len(t, r.Notes, 1)
 	assert.Contains(t, r.Notes[0], "vllm/fix.toml (fix): it has no [[guard]]")
 	assert.Contains(t, r.Notes[0], "reads as drift")
+}
+
+// writeTree writes one file of a pristine tree.
+func writeTree(t *testing.T, tree, rel, content string) {
+	t.Helper()
+	p := filepath.Join(tree, filepath.FromSlash(rel))
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+}
+
+// pristineMod is upstream's vllm/mod.py where the fix is pending: f is
+// the edit's site; g holds the same text as the fix's markers below.
+const pristineMod = `def f():
+    return 1
+
+
+def g():
+    ev = record()
+    return 2
+`
+
+// markedFix edits f, with an upstream and a legacy marker and two
+// variants; the test cases change its markers and replacement.
+const markedFix = `id = "fix"
+summary = "a fix"
+package = "vllm"
+distribution = "vllm"
+
+[[guard]]
+file = "mod.py"
+contains = "def f("
+
+[[variant]]
+name = "old"
+[[variant.edit]]
+file = "mod.py"
+site = "def f("
+anchor = "    return 1\n"
+replacement = "    return 1 + 0\n"
+upstream = "return 1 + 1"
+
+[[variant]]
+name = "new"
+[[variant.edit]]
+file = "other.py"
+anchor = "x = 1\n"
+replacement = "x = 2\n"
+[[variant.edit]]
+file = "mod.py"
+site = "def f("
+anchor = "def f():\n"
+replacement = "def f():\n    # fixed\n"
+legacy_marker = "# fixed by v0.2.2"
+legacy_script = "fix_mod.py"
+`
+
+// The pristine trees shipped beside a payload definition
+// (<name>.trees/<tree>/, laid out as site-packages) are checked against
+// every marker of every variant: one that a tree holds outside the
+// edit's site (upstream, legacy, our replacement) fails the build, naming
+// definition, variant, edit, file and line, with the payload in the way
+// untouched; so does a tree that holds none of the definition's files.
+// Without a tree the build goes on, with a note that says so.
+func TestBuildChecksPristineTrees(t *testing.T) {
+	for name, c := range map[string]struct {
+		old, new string   // a change of markedFix
+		tree     string   // the tree's directory under patches/vllm/; empty: none
+		file     string   // the tree's file, relative to the tree
+		want     []string // in the error; none: the build succeeds
+		note     string   // in the notes, with no error
+	}{
+		"clean":                        {tree: "fix.trees/v1", file: "vllm/mod.py"},
+		"upstream marker elsewhere":    {old: `upstream = "return 1 + 1"`, new: `upstream = "ev = record()"`, tree: "fix.trees/v1", file: "vllm/mod.py", want: []string{"patch definition fix (", "vllm/fix.toml): variant old: edit 1: upstream at line 6 in ", filepath.Join("fix.trees", "v1", "vllm", "mod.py")}},
+		"legacy marker elsewhere":      {old: `legacy_marker = "# fixed by v0.2.2"`, new: `legacy_marker = "return 2"`, tree: "fix.trees/v1", file: "vllm/mod.py", want: []string{"vllm/fix.toml): variant new: edit 2: legacy_marker at line 7 in "}},
+		"replacement elsewhere":        {old: `replacement = "    return 1 + 0\n"`, new: `replacement = "    return 2\n"`, tree: "fix.trees/v1", file: "vllm/mod.py", want: []string{"variant old: edit 1: replacement at line 7 in "}},
+		"tree without the files":       {tree: "fix.trees/v1", file: "sglang/mod.py", want: []string{"pristine tree ", "holds none of the files it edits (want ", "/vllm/<file>, e.g. mod.py)"}},
+		"tree laid out as the package": {tree: "fix.trees/v1", file: "mod.py", want: []string{"holds none of the files it edits"}},
+		"no tree":                      {note: "vllm/fix.toml (fix): no pristine tree beside it (fix.trees/<tree>/vllm/...: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "infera-exec")
+			require.NoError(t, os.WriteFile(bin, nil, 0o755))
+			patches := filepath.Join(dir, "patches")
+			def := strings.Replace(markedFix, c.old, c.new, 1)
+			require.True(t, c.old == "" || def != markedFix, "the case changes the definition")
+			writeTree(t, patches, "vllm/fix.toml", def)
+			if c.tree != "" {
+				tree := filepath.Join(patches, "vllm", filepath.FromSlash(c.tree))
+				writeTree(t, tree, c.file, pristineMod)
+				// A tree's .toml files are the engine's, not definitions.
+				writeTree(t, tree, "vllm/engine.toml", "x = 1\n")
+			}
+			out := filepath.Join(dir, "payload")
+			require.NoError(t, os.MkdirAll(out, 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(out, "old"), []byte("kept"), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(out, ".infera-payload-out"), nil, 0o644)) // an earlier run's
+
+			py := filepath.Join(dir, "py")
+			require.NoError(t, os.MkdirAll(py, 0o755))
+			r, err := Build(Options{Out: out, Bin: bin, Patches: patches, Trees: []string{py + ":py312"}})
+			if len(c.want) == 0 {
+				require.NoError(t, err)
+				if c.note == "" {
+					assert.Empty(t, r.Notes)
+					return
+				}
+				require.Len(t, r.Notes, 1)
+				assert.Contains(t, r.Notes[0], c.note)
+				return
+			}
+			require.Error(t, err)
+			for _, w := range c.want {
+				assert.Contains(t, err.Error(), w)
+			}
+			b, rerr := os.ReadFile(filepath.Join(out, "old"))
+			require.NoError(t, rerr, "the old payload is untouched")
+			assert.Equal(t, "kept", string(b))
+		})
+	}
 }
 
 func TestBuildRefusesTree(t *testing.T) {

@@ -26,6 +26,19 @@ start loads them before anything is written: one a start would refuse
 build. A definition without a [[guard]] is noted: it reads as drift on
 engine releases that lack the code it fixes.
 
+A definition DIR/<import-name>/<name>.toml may ship pristine trees beside
+it: DIR/<import-name>/<name>.trees/<tree>/, each the engine's files as a
+release installs them, where the fix is pending, laid out as
+site-packages (<tree>/<package>/<file>, e.g.
+sglang/my-fix.trees/v0.5.16/sglang/srt/disaggregation/prefill.py). Every
+marker of every variant (upstream, legacy_marker, the replacement) is
+checked against every tree: one that a tree holds outside the edit's site
+fails the build (exit 1), naming definition, variant, edit, file and line,
+and so does a tree that holds none of the files the definition edits. A
+definition without trees is noted: its markers were not checked against
+upstream's code. The trees are build input: checked, and left out of the
+payload.
+
 With -demo it also makes what 'make demo' mounts beside the payload: a
 fake ROCm 7 (rocm/), a vLLM install with pending fixes (engine/) and a
 model directory (models/demo).

@@ -254,3 +254,44 @@ func TestVersion(t *testing.T) {
 		assert.Equal(t, "infera-payload "+version+"\n", r.stdout, arg)
 	}
 }
+
+// index checks a payload definition's markers against the pristine trees
+// shipped beside it (DIR/<import-name>/<name>.trees/<tree>/): a marker
+// that a tree holds outside the edit's site is exit 1 (the build failed),
+// naming the definition, the file and the line, and nothing is written.
+func TestIndexRefusesAmbiguousMarker(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, content string) {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	write("patches/vllm/fix.toml", `id = "my-fix"
+summary = "a fix"
+package = "vllm"
+distribution = "vllm"
+[[guard]]
+file = "mod.py"
+contains = "def f("
+[[edit]]
+file = "mod.py"
+site = "def f("
+anchor = "    return 1\n"
+replacement = "    return 1 + 0\n"
+upstream = "ev = record()"
+`)
+	write("patches/vllm/fix.trees/v0.20/vllm/mod.py", "def f():\n    return 1\n\n\ndef g():\n    ev = record()\n")
+	write("py/pkg/__init__.py", "")
+	out := filepath.Join(dir, "payload")
+	r := runTool([]string{"index", "-q", "-out", out, "-bin", shim(t), "-tree", filepath.Join(dir, "py") + ":py312", "-patches", filepath.Join(dir, "patches")})
+	assert.Equal(t, exitFailed, r.code, "%s", r.stderr)
+	assert.Contains(t, r.stderr, "patch definition my-fix ("+filepath.Join(dir, "patches", "vllm", "fix.toml")+"): edit 1: upstream at line 6 in "+filepath.Join(dir, "patches", "vllm", "fix.trees", "v0.20", "vllm", "mod.py"))
+	assert.NoDirExists(t, out, "nothing written")
+
+	// The same definition with a marker upstream has nowhere else builds.
+	require.NoError(t, os.Remove(filepath.Join(dir, "patches", "vllm", "fix.trees", "v0.20", "vllm", "mod.py")))
+	write("patches/vllm/fix.trees/v0.20/vllm/mod.py", "def f():\n    return 1\n")
+	r = runTool([]string{"index", "-q", "-out", out, "-bin", shim(t), "-tree", filepath.Join(dir, "py") + ":py312", "-patches", filepath.Join(dir, "patches")})
+	assert.Equal(t, 0, r.code, "%s", r.stderr)
+	assert.NotContains(t, r.stdout, "note:")
+}
