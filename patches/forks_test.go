@@ -107,3 +107,51 @@ func pyBlock(t *testing.T, content, head string) string {
 	t.Fatalf("no line starts with %q", head)
 	return ""
 }
+
+// A vLLM fork's scheduler whose sending loop skips a report for a removed
+// request by itself while its receiving loop still asserts (the tree holds
+// the file unchanged; testdata/ANCHORS.md): a start writes the guard into
+// the receiving loop alone, the file compiles, neither loop asserts on the
+// request any more, and the next start writes nothing.
+func TestSchedulerGuardOnReceivingLoopFork(t *testing.T) {
+	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
+	require.NoError(t, err)
+	trees := t.TempDir()
+	require.NoError(t, fixture.Trees("testdata/trees", trees))
+	root := treeRoot(filepath.Join(trees, "vllm-sched-receiving"))
+	sched := filepath.Join(root, "vllm/v1/core/sched/scheduler.py")
+	const id = "vllm-scheduler-kv-xfer-finished-guard"
+	result := func() Result {
+		for _, r := range applySet(set, locateTree(t, set, root), options{}) {
+			if r.ID == id {
+				return r
+			}
+		}
+		t.Fatal("no result for " + id)
+		return Result{}
+	}
+	fn := func() string {
+		data, err := os.ReadFile(sched)
+		require.NoError(t, err)
+		return pyBlock(t, string(data), "    def _update_from_kv_xfer_finished(")
+	}
+	require.Equal(t, 1, strings.Count(fn(), "assert req_id in self.requests"), "the receiving loop asserts, the sending loop does not")
+
+	r := result()
+	require.Equal(t, patchdef.Applied, r.State, r.Why)
+	assert.Equal(t, "applied", r.Action)
+	assert.Equal(t, "receiving-loop", r.Variant)
+	after := fn()
+	assert.NotContains(t, after, "assert req_id in self.requests")
+	assert.Contains(t, after, "(recving); ignored")
+	assert.Contains(t, after, "if req is None:", "the fork's own sending guard stays")
+	if python, err := exec.LookPath("python3"); err != nil {
+		t.Error("python3 is needed to compile the patched file")
+	} else {
+		out, err := exec.Command(python, "-c", "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')", sched).CombinedOutput()
+		assert.NoError(t, err, "%s", out)
+	}
+	again := result()
+	assert.Equal(t, patchdef.Applied, again.State, again.Why)
+	assert.Equal(t, "none", again.Action)
+}

@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "4a2e9b900eced56f853813c31e9008b282d0e6d5ea0e7b44923f8d631e230dbe"
+const builtinDigest = "4a183d58f91a4272b66ac071afa78b4668b4d492d2d256335e9753972de35494"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -759,6 +759,7 @@ func builtinDefs() []*Definition {
 				{Name: "both-loops", Versions: "",
 					Guards: []Guard{
 						{File: "v1/core/sched/scheduler.py", Contains: "assert RequestStatus.is_finished(req.status)", Absent: false},
+						{File: "v1/core/sched/scheduler.py", Contains: "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            req = self.requests.get(req_id)\n", Absent: true},
 					},
 					Edits: []Edit{
 						{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
@@ -780,6 +781,18 @@ func builtinDefs() []*Definition {
 						{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
 							Anchor:      "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
 							Replacement: "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (sending); ignored\", req_id\n                )\n                continue\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+					},
+				},
+				{Name: "receiving-loop", Versions: "",
+					Guards: []Guard{
+						{File: "v1/core/sched/scheduler.py", Contains: "assert RequestStatus.is_finished(req.status)", Absent: false},
+						{File: "v1/core/sched/scheduler.py", Contains: "            logger.debug(\"Finished sending KV transfer for request %s\", req_id)\n            req = self.requests.get(req_id)\n", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "v1/core/sched/scheduler.py", Count: 1, Optional: false,
+							Anchor:      "            logger.debug(\"Finished recving KV transfer for request %s\", req_id)\n            assert req_id in self.requests\n",
+							Replacement: "            logger.debug(\"Finished recving KV transfer for request %s\", req_id)\n            if req_id not in self.requests:\n                # infera-exec(vllm-scheduler-kv-xfer-finished-guard): a report for a\n                # request already removed is dropped, not asserted on.\n                logger.warning(\n                    \"KV xfer finished for unknown req %s (recving); ignored\", req_id\n                )\n                continue\n",
 							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
 					},
 				},
