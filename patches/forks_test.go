@@ -15,8 +15,9 @@ import (
 )
 
 // The SGLang fork branches that record a source_event of their own for
-// hidden-state chunks only (testdata/ANCHORS.md names the revisions the
-// trees hold unchanged): a start writes the chunk-wait-event fix with the
+// hidden-state chunks only, and the one whose sender says whether a chunk
+// was queued (testdata/ANCHORS.md names the revisions the trees hold
+// unchanged): a start writes the chunk-wait-event fix with the
 // variant for that branch's send path, the result compiles, every call
 // of the sender's send passes the wait event, the overlap branch's send
 // is preceded by an event recorded on the forward stream, and the next
@@ -26,10 +27,14 @@ func TestChunkWaitEventOnSourceEventForks(t *testing.T) {
 	require.NoError(t, err)
 	trees := t.TempDir()
 	require.NoError(t, fixture.Trees("testdata/trees", trees))
-	for _, c := range []struct{ tree, variant string }{
-		{"sglang-source-event", "source-event"},
-		{"sglang-source-event-split", "source-event-split"},
-		{"sglang-source-event-final", "source-event-final"},
+	for _, c := range []struct {
+		tree, variant string
+		sourceEvent   bool // the branch's sender records a source_event of its own
+	}{
+		{"sglang-source-event", "source-event", true},
+		{"sglang-source-event-split", "source-event-split", true},
+		{"sglang-source-event-final", "source-event-final", true},
+		{"sglang-queued-bool", "queued-bool", false},
 	} {
 		t.Run(c.tree, func(t *testing.T) {
 			root := treeRoot(filepath.Join(trees, c.tree))
@@ -37,7 +42,7 @@ func TestChunkWaitEventOnSourceEventForks(t *testing.T) {
 			conn := filepath.Join(dis, "mooncake/conn.py")
 			pristine, err := os.ReadFile(conn)
 			require.NoError(t, err)
-			require.Contains(t, string(pristine), "def set_source_event(", "the tree is a source_event branch")
+			assert.Equal(t, c.sourceEvent, strings.Contains(string(pristine), "def set_source_event("), "a source_event branch or not")
 			require.NotContains(t, string(pristine), "_early_send_wait_event", "the branch's Mooncake sender never reads the early-send event")
 
 			r := chunkWaitEvent(t, set, root, false)
