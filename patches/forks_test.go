@@ -33,6 +33,7 @@ func TestChunkWaitEventOnSourceEventForks(t *testing.T) {
 	}{
 		{"sglang-source-event", "source-event", true},
 		{"sglang-source-event-split", "source-event-split", true},
+		{"sglang-source-event-split-item", "source-event-split-item", true},
 		{"sglang-source-event-final", "source-event-final", true},
 		{"sglang-queued-bool", "queued-bool", false},
 	} {

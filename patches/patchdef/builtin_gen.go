@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "8b79b3d0f68c7a77287ee79bc39636184439d92b6674438a736fa791d6fcb956"
+const builtinDigest = "3040cca9652782b22525da8ad91b19aa83b445e9967a3ca47a71f004ebd32ec4"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -389,6 +389,38 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 2, Optional: false,
 							Anchor:      "                trace_ctx=self.trace_ctx.copy_for_thread(),\n            )\n",
 							Replacement: "                trace_ctx=self.trace_ctx.copy_for_thread(),\n                wait_event=wait_event,\n            )\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
+							Replacement: "                # infera-exec(sglang-mooncake-chunk-wait-event): the pages of this chunk\n                # may still be written by the prefill forward; wait for it to finish.\n                if kv_chunk.wait_event is not None:\n                    kv_chunk.wait_event.synchronize()\n                    kv_chunk.wait_event = None\n                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
+							Anchor:      "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
+							Replacement: "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+					},
+				},
+				{Name: "source-event-split-item", Versions: "",
+					Edits: []Edit{
+						{File: "srt/disaggregation/common/utils.py", Count: 1, Optional: false,
+							Anchor:      "    trace_ctx: Union[TraceReqContext, TraceNullContext] = dataclasses.field(\n        default_factory=TraceNullContext\n    )\n",
+							Replacement: "    trace_ctx: Union[TraceReqContext, TraceNullContext] = dataclasses.field(\n        default_factory=TraceNullContext\n    )\n    # infera-exec(sglang-mooncake-chunk-wait-event): device event recorded after the\n    # forward that wrote this chunk's pages; the transfer worker waits on it first.\n    wait_event: Optional[object] = None\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n        source_event=None,\n",
+							Replacement: "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n        source_event=None,\n        wait_event: Optional[object] = None,\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "            trace_ctx=trace_ctx,\n        )\n",
+							Replacement: "            trace_ctx=trace_ctx,\n            wait_event=wait_event,\n        )\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
+							Anchor:      "        if should_skip:\n            self._source_event = None\n            return\n",
+							Replacement: "        if should_skip:\n            self._source_event = None\n            return\n\n        # infera-exec(sglang-mooncake-chunk-wait-event): hand the chunk's completion\n        # event (if the scheduler recorded one) to the transfer worker.\n        wait_event = getattr(self, \"_early_send_wait_event\", None)\n        self._early_send_wait_event = None\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "srt/disaggregation/mooncake/conn.py", Count: 2, Optional: false,
+							Anchor:      "                    source_event=chunk_source_event,\n                    trace_ctx=self.trace_ctx.copy_for_thread(),\n",
+							Replacement: "                    source_event=chunk_source_event,\n                    trace_ctx=self.trace_ctx.copy_for_thread(),\n                    wait_event=wait_event,\n",
 							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyUnique: false, Site: "", SiteLines: 0},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
