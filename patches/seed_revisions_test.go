@@ -142,7 +142,7 @@ func TestSeedScriptsOnRevisions(t *testing.T) {
 					one := &patchdef.Set{Defs: []*patchdef.Definition{set.Lookup(s.id)}}
 					r := results(t, one, site, true)[s.id]
 					assert.Equal(t, patchdef.Applied, r.State, "%s after %s (%s): %s", s.id, script, out, r.Why)
-					assert.Contains(t, r.Why, "by the v0.2.2 script "+script)
+					assert.Contains(t, r.Why, "by the seed's script "+script)
 					scripted := snapshot(t, site)
 					r = results(t, one, site, false)[s.id]
 					assert.Equal(t, patchdef.Applied, r.State, r.Why)
@@ -263,7 +263,7 @@ func TestSeedNextnScriptOnReleases(t *testing.T) {
 			scripted := snapshot(t, site)
 			r = applySet(one, locateTree(t, one, site), options{})[0]
 			assert.Equal(t, patchdef.Applied, r.State, r.Why)
-			assert.Contains(t, r.Why, "by the v0.2.2 script patch_glm52_nextn_quark_exclude.py")
+			assert.Contains(t, r.Why, "by the seed's script patch_glm52_nextn_quark_exclude.py")
 			assert.Equal(t, "none", r.Action)
 			assert.Empty(t, changed(site, scripted, snapshot(t, site)))
 

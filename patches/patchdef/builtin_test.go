@@ -169,8 +169,8 @@ func genBuiltin(defs []*Definition, digest string) []byte {
 		}
 		b.WriteString("Edits: []Edit{\n")
 		for _, e := range es {
-			fmt.Fprintf(&b, "{File: %s, Count: %d, Optional: %t,\nAnchor: %s,\nReplacement: %s,\nUpstream: %s, LegacyMarker: %s, LegacyScript: %s, LegacyUnique: %t, Site: %s, SiteLines: %d},\n",
-				q(e.File), e.Count, e.Optional, q(e.Anchor), q(e.Replacement), q(e.Upstream), q(e.LegacyMarker), q(e.LegacyScript), e.LegacyUnique, q(e.Site), e.SiteLines)
+			fmt.Fprintf(&b, "{File: %s, Count: %d, Optional: %t,\nAnchor: %s,\nReplacement: %s,\nUpstream: %s, LegacyMarker: %s, LegacyScript: %s, LegacyFrom: %s, LegacyUnique: %t, Site: %s, SiteLines: %d},\n",
+				q(e.File), e.Count, e.Optional, q(e.Anchor), q(e.Replacement), q(e.Upstream), q(e.LegacyMarker), q(e.LegacyScript), q(e.LegacyFrom), e.LegacyUnique, q(e.Site), e.SiteLines)
 		}
 		b.WriteString("},\n")
 	}

@@ -154,12 +154,15 @@ type Edit struct {
 	// Optional: the file may be absent in some versions of the package;
 	// the edit is then not-applicable rather than drift.
 	Optional bool `toml:"optional" json:"optional,omitempty"`
-	// LegacyMarker is text that a v0.2.2 patch script (LegacyScript, a
-	// file name) leaves in the file when it has made this fix: with our
-	// replacement absent and the marker present, the edit is applied, by
-	// that script.
+	// LegacyMarker is text that an earlier patch (LegacyScript, the file
+	// name of a script or of a seed diff, from LegacyFrom) leaves in the
+	// file when it has made this fix: with our replacement absent and the
+	// marker present, the edit is applied, by that patch.
 	LegacyMarker string `toml:"legacy_marker" json:"-"`
 	LegacyScript string `toml:"legacy_script" json:"legacy_script,omitempty"`
+	// LegacyFrom is whose LegacyScript is: LegacyV022 (the default, "") or
+	// LegacySeed. A diff (*.diff) is the seed's only.
+	LegacyFrom string `toml:"legacy_from" json:"legacy_from,omitempty"`
 	// LegacyUnique says the legacy marker is text only the script writes,
 	// never upstream: where it is, the file is the script's result even
 	// when the upstream marker is there too (a script that borrowed
@@ -352,8 +355,14 @@ func validateEdits(owner string, edits []Edit) error {
 			return fmt.Errorf("%s: legacy_unique without a legacy_marker", where)
 		case e.LegacyUnique && strings.Contains(e.Replacement, e.LegacyMarker):
 			return fmt.Errorf("%s: the legacy marker occurs in the replacement, so it cannot tell the script's result from ours", where)
-		case e.LegacyScript != "" && (path.Base(e.LegacyScript) != e.LegacyScript || !strings.HasSuffix(e.LegacyScript, ".py")):
-			return fmt.Errorf("%s: legacy_script %q: want the file name of a patch script (*.py)", where, e.LegacyScript)
+		case e.LegacyScript != "" && (path.Base(e.LegacyScript) != e.LegacyScript || !strings.HasSuffix(e.LegacyScript, ".py") && !strings.HasSuffix(e.LegacyScript, ".diff")):
+			return fmt.Errorf("%s: legacy_script %q: want the file name of a patch script (*.py) or of a seed diff (*.diff)", where, e.LegacyScript)
+		case e.LegacyFrom != "" && e.LegacyFrom != LegacyV022 && e.LegacyFrom != LegacySeed:
+			return fmt.Errorf("%s: legacy_from %q: want %q (the v0.2.2 payload's scripts, the default) or %q (the seed's scripts and diffs)", where, e.LegacyFrom, LegacyV022, LegacySeed)
+		case e.LegacyFrom != "" && e.LegacyScript == "":
+			return fmt.Errorf("%s: legacy_from %q without a legacy_script", where, e.LegacyFrom)
+		case strings.HasSuffix(e.LegacyScript, ".diff") && e.LegacyFrom != LegacySeed:
+			return fmt.Errorf("%s: legacy_script %q is a diff, and the v0.2.2 payload ships scripts only: add legacy_from = %q", where, e.LegacyScript, LegacySeed)
 		case e.LegacyMarker != "" && strings.Contains(e.Anchor, e.LegacyMarker):
 			return fmt.Errorf("%s: the legacy marker occurs in the anchor, so it cannot tell the script's result from the code to patch", where)
 		case e.SiteLines < 0:
@@ -368,6 +377,28 @@ func validateEdits(owner string, edits []Edit) error {
 		}
 	}
 	return nil
+}
+
+// Whose earlier patches an edit's legacy marker may come from.
+const (
+	LegacyV022 = "v0.2.2" // the scripts of the v0.2.2 payload (patches/<package>/*.py)
+	LegacySeed = "seed"   // the scripts and diffs the seed repository bakes into its images
+)
+
+// LegacyBy names the earlier patch whose marker the edit recognises, as a
+// state's reason says it: "the v0.2.2 script X", "the seed's script X" or
+// "the seed's diff X"; "" without one.
+func (e *Edit) LegacyBy() string {
+	switch {
+	case e.LegacyScript == "":
+		return ""
+	case e.LegacyFrom != LegacySeed:
+		return "the v0.2.2 script " + e.LegacyScript
+	case strings.HasSuffix(e.LegacyScript, ".diff"):
+		return "the seed's diff " + e.LegacyScript
+	default:
+		return "the seed's script " + e.LegacyScript
+	}
 }
 
 // EditSets are the variants to try, in order: a definition without

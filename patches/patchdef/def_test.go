@@ -314,6 +314,13 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 		{"legacy_marker = \"m\"\nlegacy_script = \"p.py\"\n", "legacy_marker is decided at the edit's site, and this edit has none"},
 		{"upstream = \"m\"\n", "upstream is decided at the edit's site, and this edit has none"},
 		{"site = \"def f(\"\nsite_lines = -1\nupstream = \"m\"\n", "site_lines -1 is negative"},
+		// Whose the legacy patch is: v0.2.2's scripts or the seed's
+		// scripts and diffs, nothing else.
+		{"site = \"def f(\"\nlegacy_marker = \"m\"\nlegacy_script = \"p.py\"\nlegacy_from = \"v0.3\"\n", `t.toml: x: edit 1 (a.py): legacy_from "v0.3": want "v0.2.2"`},
+		{"site = \"def f(\"\nlegacy_marker = \"m\"\nlegacy_script = \"p.diff\"\n", `legacy_script "p.diff" is a diff, and the v0.2.2 payload ships scripts only: add legacy_from = "seed"`},
+		{"site = \"def f(\"\nlegacy_marker = \"m\"\nlegacy_script = \"p.diff\"\nlegacy_from = \"v0.2.2\"\n", "is a diff, and the v0.2.2 payload ships scripts only"},
+		{"site = \"def f(\"\nlegacy_marker = \"m\"\nlegacy_script = \"p.patch\"\nlegacy_from = \"seed\"\n", "want the file name of a patch script (*.py) or of a seed diff (*.diff)"},
+		{"site = \"def f(\"\nlegacy_from = \"seed\"\n", `legacy_from "seed" without a legacy_script`},
 	} {
 		_, err := Parse([]byte(base+c.extra), "t.toml")
 		require.Error(t, err, c.extra)
@@ -330,6 +337,53 @@ func TestParseUpstreamAndLegacy(t *testing.T) {
 	// The marker's text in another function decides nothing: f is pending.
 	assert.Equal(t, Pending, Evaluate(e, "def g():\n    # FIXED-BY-SCRIPT\n    y = 1\n\ndef f():\n    x = 1\n", nil).State)
 	assert.Equal(t, Drift, Evaluate(e, "def f():\n    x = 3\n", nil).State)
+
+	// The seed's script and the seed's diff say whose they are.
+	for _, c := range []struct{ extra, want string }{
+		{"legacy_script = \"patch_x.py\"\nlegacy_from = \"v0.2.2\"\n", "by the v0.2.2 script patch_x.py (its marker at the edit's site)"},
+		{"legacy_script = \"patch_x.py\"\nlegacy_from = \"seed\"\n", "by the seed's script patch_x.py (its marker at the edit's site)"},
+		{"legacy_script = \"x_rows.diff\"\nlegacy_from = \"seed\"\n", "by the seed's diff x_rows.diff (its marker at the edit's site)"},
+	} {
+		d, err := Parse([]byte(base+"site = \"def f(\"\nlegacy_marker = \"FIXED-BY-SCRIPT\"\n"+c.extra), "t.toml")
+		require.NoError(t, err, c.extra)
+		ev := Evaluate(&d.Edits[0], "def f():\n    # FIXED-BY-SCRIPT\n    x = 3\n", nil)
+		assert.Equal(t, Applied, ev.State, c.extra)
+		assert.Equal(t, c.want, ev.Why, c.extra)
+	}
+}
+
+// The built-ins that recognise a v0.2.2 payload script's result keep its
+// name; every other legacy patch is one of the seed's scripts or diffs
+// and says so.
+func TestBuiltinLegacyFrom(t *testing.T) {
+	v022 := map[string]bool{ // the v0.2.2 payload's scripts
+		"patch_defer_kv_register.py": true, "patch_mooncake_mamba_unpack.py": true, "patch_moriio_pagelen.py": true,
+		"patch_moriio_write.py": true, "patch_sched_guard.py": true, "patch_vllm_mooncake_blocksize.py": true,
+		"patch_vllm_mooncake_prom_metrics.py": true, "patch_mooncake_early_send_wait_event.py": true,
+		"patch_hicache_rocm_host_alloc.py": true, "patch_hicache_rocm_staged_write_back.py": true,
+	}
+	defs, err := Builtin()
+	require.NoError(t, err)
+	seed := map[string]bool{}
+	for _, d := range defs {
+		for _, v := range d.EditSets() {
+			for _, e := range v.Edits {
+				if e.LegacyScript == "" {
+					continue
+				}
+				want := "the v0.2.2 script "
+				if !v022[e.LegacyScript] {
+					want, seed[d.ID] = "the seed's ", true
+				}
+				assert.True(t, strings.HasPrefix(e.LegacyBy(), want), "%s %s: %s", d.ID, v.Name, e.LegacyBy())
+			}
+		}
+	}
+	for _, id := range []string{"vllm-moriio-dsv4-noncontig-register", "vllm-moriio-dsv4-hybrid-block-size",
+		"vllm-moriio-dsv4-sparse-backend", "vllm-moriio-kernel-block-ratio", "vllm-moriio-per-layer-offsets",
+		"vllm-moriio-dsa-indexer-write", "sglang-glm52-nextn-quark-exclude"} {
+		assert.True(t, seed[id], "%s recognises no seed script's result", id)
+	}
 }
 
 // Every built-in definition says where its fix stands upstream and when

@@ -89,7 +89,7 @@ func Evaluate(e *Edit, content string, find Finder) Evaluation {
 		}
 		return n
 	}
-	script := "by the v0.2.2 script " + e.LegacyScript + " (its marker at the edit's site)"
+	script := "by " + e.LegacyBy() + " (its marker at the edit's site)"
 	r := len(ownR)
 	if e.LegacyUnique && r == 0 && at(e.LegacyMarker, "legacy") > 0 {
 		ev.State, ev.Why = Applied, script
@@ -100,8 +100,8 @@ func Evaluate(e *Edit, content string, find Finder) Evaluation {
 		return ev
 	}
 	if !e.LegacyUnique && r == 0 && at(e.LegacyMarker, "legacy") > 0 {
-		// What a v0.2.2 script left in place of the anchor (an image that
-		// ran it at build time) is the fix, in its words.
+		// What an earlier script or diff left in place of the anchor (an
+		// image that ran it at build time) is the fix, in its words.
 		ev.State, ev.Why = Applied, script
 		return ev
 	}
