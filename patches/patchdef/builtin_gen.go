@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "71a3e34d7ef8745b510e376c1d08bbe44d1db28734399950eb24ae6a43bad8cb"
+const builtinDigest = "2f3b4891f9b3589bc7350b1d5e18b5784a0e0615ef998f2ed032dd85ce3cd7b3"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
