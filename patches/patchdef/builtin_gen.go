@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "2f3b4891f9b3589bc7350b1d5e18b5784a0e0615ef998f2ed032dd85ce3cd7b3"
+const builtinDigest = "f87498c0f4db27976d00589860b0fd777da579de72cbb39672f190982e17f5dc"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
