@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "f87498c0f4db27976d00589860b0fd777da579de72cbb39672f190982e17f5dc"
+const builtinDigest = "7dc865b96068a4b2eeff39cb12439473343fe27aa4c377881f5f7de0f1dded73"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
