@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "7dc865b96068a4b2eeff39cb12439473343fe27aa4c377881f5f7de0f1dded73"
+const builtinDigest = "a7048f1c39b053c120d88e4ba9bbea7f92d40db22e1bc1ecafbf33d4998cf15e"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
