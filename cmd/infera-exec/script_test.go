@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,7 +290,9 @@ func cmdMkpython(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // jsonpath FILE KEY.KEY... WANT: the JSON value at the path, compared as
-// its compact JSON text (strings without quotes).
+// its compact JSON text (strings without quotes). A key of an array is an
+// index, or id=X: the element whose "id" is X (a patch's result, wherever
+// the set of definitions puts it).
 func cmdJSONPath(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 3 {
 		ts.Fatalf("usage: jsonpath FILE PATH WANT")
@@ -303,6 +306,17 @@ func cmdJSONPath(ts *testscript.TestScript, neg bool, args []string) {
 		case map[string]any:
 			v = node[k]
 		case []any:
+			if id, ok := strings.CutPrefix(k, "id="); ok {
+				i := slices.IndexFunc(node, func(e any) bool {
+					m, ok := e.(map[string]any)
+					return ok && m["id"] == id
+				})
+				if i < 0 {
+					ts.Fatalf("%s: no element with id %s", args[1], id)
+				}
+				v = node[i]
+				continue
+			}
 			i, err := strconv.Atoi(k)
 			if err != nil || i < 0 || i >= len(node) {
 				ts.Fatalf("%s: no element %s", args[1], k)

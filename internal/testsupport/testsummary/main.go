@@ -170,7 +170,7 @@ var enabling = []struct{ words, command string }{
 	{"Linux namespaces", "run the tests as root (or where unprivileged user namespaces are allowed)"},
 	{"INFERA_SEED_PATCHES", "INFERA_SEED_PATCHES=DIR go test ./patches/ (DIR: the seed repository's deploy/docker/patches)"},
 	{"coverage tables: needs INFERA_SGLANG_GIT", "INFERA_SGLANG_GIT=DIR INFERA_VLLM_GIT=DIR go test -run TestCoverageTables ./patches/ [-update-coverage] (git directories of SGLang and vLLM)"},
-	{"INFERA_SGLANG_GIT", "INFERA_SEED_GIT=DIR INFERA_SGLANG_GIT=DIR go test -run TestSeedNextnScriptOnReleases ./patches/ (git directories of the seed repository and of SGLang)"},
+	{"INFERA_SGLANG_GIT", "INFERA_SEED_GIT=DIR INFERA_SGLANG_GIT=DIR go test -run 'TestSeedNextnScriptOnReleases|TestSeedDSADiffsOnRevisions' ./patches/ (git directories of the seed repository and of SGLang; the second also needs patch)"},
 	{"INFERA_SEED_GIT", "INFERA_SEED_GIT=DIR INFERA_VLLM_GIT=DIR go test -run TestSeedScriptsOnRevisions ./patches/ (git directories of the seed repository and of vLLM)"},
 	{"libibverbs1", "apt-get install libibverbs1 ibverbs-providers ibverbs-utils"},
 	{"Debian python3", "apt-get install python3 python3-venv python3-setuptools python3-wheel python3-pip"},
