@@ -90,6 +90,11 @@ type options struct {
 	// module; 0 = read it from the package's path (python3.X), else
 	// unknown (see importer).
 	PyMinor int
+	// PycachePrefix is where the worker's interpreter keeps bytecode
+	// instead of __pycache__ (sys.pycache_prefix, absolute) and the uid
+	// it runs as; Root "" = none. A run with one is not recorded: the
+	// record does not follow the prefix tree, so every start checks it.
+	PycachePrefix pycachePrefix
 	// StateDir is infera-exec's trusted state directory: where the state
 	// verified by a run is recorded, so that a restart on unchanged files
 	// reads none of them (see record.go). "" = always the full check.
@@ -118,7 +123,7 @@ type options struct {
 // between two files of a group is finished by the next one, because
 // "some applied, some pending" is itself pending.
 func applySet(set *patchdef.Set, loc *Location, opt options) []Result {
-	if opt.StateDir == "" || opt.DryRun {
+	if opt.StateDir == "" || opt.DryRun || opt.PycachePrefix.Root != "" {
 		res, _ := apply(set, loc, opt)
 		return res
 	}
@@ -203,7 +208,7 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 			continue
 		}
 		r := &results[i]
-		p.finish(r, opt.DryRun || p.lockErr != nil || p.unmet != "")
+		p.finish(r, opt.DryRun || p.lockErr != nil || p.unmet != "", opt.PycachePrefix)
 		if p.unmet != "" && r.Action == "would-apply" {
 			// Decided as a dry run decides it, and never written.
 			r.Action, r.Why = "none", "not applied: "+p.unmet

@@ -50,8 +50,14 @@ type Location struct {
 	// SiteDirs are the site directories Python would put on sys.path if
 	// they existed (the prefixes' and the user site): inputs of the
 	// answer, present or absent.
-	SiteDirs []string           `json:"site_dirs,omitempty"`
-	Packages map[string]Package `json:"packages"`
+	SiteDirs []string `json:"site_dirs,omitempty"`
+	// PycachePrefix is sys.pycache_prefix (PYTHONPYCACHEPREFIX, -X
+	// pycache_prefix): the tree the worker's interpreter reads and writes
+	// bytecode in instead of __pycache__, as the interpreter holds it (a
+	// relative one is taken from the working directory at each import);
+	// "" when it has none (the resolver is certain only then).
+	PycachePrefix string             `json:"pycache_prefix,omitempty"`
+	Packages      map[string]Package `json:"packages"`
 	// Located says how the answer was found: read without starting
 	// Python (and from what), or by the interpreter (and why the reading
 	// was not certain).
@@ -81,7 +87,7 @@ type Location struct {
 // interpreter and options, environment and working directory, and its
 // sys.path[0] rule, which pyimport.Path0Program applies. The answer is
 // NUL-separated records: P<sys.path entry>, A<site directory that would be
-// on sys.path if it existed>, then per name S<name>, then N (not found),
+// on sys.path if it existed>, C<sys.pycache_prefix> when it is set, then per name S<name>, then N (not found),
 // E<error>, or O<origin> and L<location>... for the name. The A records
 // are what site.py looks for at start-up and adds only when present: the
 // site directories of the prefixes (getsitepackages) and, unless disabled
@@ -98,6 +104,8 @@ if site is not None:
     except Exception:
         extra = []
     out.extend("A" + p for p in extra if p)
+if getattr(sys, "pycache_prefix", None):
+    out.append("C" + sys.pycache_prefix)
 for name in sys.argv[1:]:
     out.append("S" + name)
     try:
@@ -121,7 +129,7 @@ sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "6"
+const probeVersion = "7"
 
 // engineLocator runs the probe.
 type engineLocator struct {
@@ -364,6 +372,8 @@ func parseProbe(out string, names []string) (*Location, error) {
 			loc.SysPath = append(loc.SysPath, val)
 		case kind == 'A':
 			loc.SiteDirs = append(loc.SiteDirs, val)
+		case kind == 'C' && cur == nil:
+			loc.PycachePrefix = val
 		case kind == 'S':
 			flush()
 			cur = &Package{Name: val}
@@ -393,7 +403,7 @@ func parseProbe(out string, names []string) (*Location, error) {
 }
 
 // fingerprintEnv are the variables that change where Python imports from.
-var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
+var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX",
 	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
 
 // settings are the probe's inputs that are not files: its version, the

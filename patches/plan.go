@@ -179,7 +179,8 @@ func importedFrom(pkg Package, vr *patchdef.Variant, edits []EditResult, fs *fil
 
 // finish completes a patch's result once the files are written (or the
 // write failed): bytecode, hashes, and the identities of what it consulted.
-func (p *plan) finish(r *Result, dry bool) {
+func (p *plan) finish(r *Result, dry bool, prefix pycachePrefix) {
+	prefix.PkgDir = p.pkg.Dir
 	files := p.fs.m
 	// Bytecode is checked against the source now on disk.
 	for _, t := range files {
@@ -191,7 +192,7 @@ func (p *plan) finish(r *Result, dry bool) {
 	switch p.kind {
 	case decided:
 		if r.Before == patchdef.Applied {
-			checkBytecode(r, files, false, dry, p.fs.v.types)
+			checkBytecode(r, files, false, dry, p.fs.v.types, prefix)
 		}
 		fillAfter(r, files)
 	case disturbed:
@@ -209,7 +210,7 @@ func (p *plan) finish(r *Result, dry bool) {
 					r.Edits[i].Wrote = p.wrote[i]
 				}
 			}
-			checkBytecode(r, files, true, false, p.fs.v.types)
+			checkBytecode(r, files, true, false, p.fs.v.types, prefix)
 			fillAfter(r, files)
 			break
 		}
@@ -246,8 +247,9 @@ func (p *plan) finish(r *Result, dry bool) {
 // unchecked-hash ones) and makes the patch shadowed when some cannot be
 // removed. A dry run removes nothing: bytecode that would have to go
 // makes the patch shadowed there, saying that a start removes it. The
-// paths removed are forgotten by types.
-func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *typeCache) {
+// paths removed are forgotten by types. prefix is where a pycache prefix
+// keeps the module's bytecode instead of __pycache__, checked alike.
+func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *typeCache, prefix pycachePrefix) {
 	var shadows []string
 	for i := range r.Edits {
 		e := &r.Edits[i]
@@ -255,7 +257,7 @@ func checkBytecode(r *Result, files map[string]*target, wrote, dry bool, types *
 			continue
 		}
 		t := files[e.Path]
-		removed, stuck := removePycs(e.Path, wrote, dry, t)
+		removed, stuck := removePycs(e.Path, e.File, wrote, dry, t, prefix)
 		for _, m := range removed {
 			types.forget(m)
 		}

@@ -107,7 +107,7 @@ func TestTypeCacheForgetsRemovedBytecode(t *testing.T) {
 	assert.Equal(t, 1, stats[pyc], "asked twice, stat'ed once")
 
 	r := &Result{Edits: []EditResult{{File: "m.py", Path: py, Evaluation: patchdef.Evaluation{State: patchdef.Applied}}}}
-	checkBytecode(r, map[string]*target{}, true, false, c)
+	checkBytecode(r, map[string]*target{}, true, false, c, pycachePrefix{})
 	require.Equal(t, []string{pyc}, r.Edits[0].PycsRemoved)
 	assert.False(t, c.isFile(pyc), "removed by the run: stat'ed again")
 	assert.Equal(t, 2, stats[pyc])

@@ -168,7 +168,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	// (shadow.go), which goes on PYTHONPATH once the worker imports it.
 	sh := planShadows(in, sel.set, loc, log)
 	o.Results = sel.withSkipped(set, applySet(sel.set, sh.loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
-		LockTimeout: in.Config.PatchLockTimeoutDuration(), Stop: ctx.Done(), PyMinor: in.PyMinor}))
+		LockTimeout: in.Config.PatchLockTimeoutDuration(), Stop: ctx.Done(), PyMinor: in.PyMinor, PycachePrefix: prefixOf(loc, in.Worker)}))
 	if edits, worker := sh.confirm(ctx, in, names, set.Distributions(names), o.Results, log); worker != nil {
 		o.Edits, o.Location = edits, worker
 	}
@@ -260,6 +260,21 @@ func locator(in Input, dists map[string]string) *engineLocator {
 		l.Unvouched = q.Unfollowed
 	}
 	return l
+}
+
+// prefixOf is where the worker's interpreter keeps bytecode instead of
+// __pycache__ (the probe's sys.pycache_prefix; a relative one is taken
+// from the worker's working directory, as its imports take it), and the
+// uid the worker runs as.
+func prefixOf(loc *Location, w *launch.Outcome) pycachePrefix {
+	pp := pycachePrefix{Root: loc.PycachePrefix, Owner: -1}
+	if pp.Root != "" && !filepath.IsAbs(pp.Root) {
+		pp.Root = filepath.Join(w.Cwd, pp.Root)
+	}
+	if w.User != nil {
+		pp.Owner = w.User.UID
+	}
+	return pp
 }
 
 // editedEnv is env with env(1)'s edits applied, for the probe.

@@ -133,9 +133,9 @@ var harmlessX = []string{"faulthandler", "showrefcount", "tracemalloc", "importt
 // modelled fails for a command whose start this resolver does not model
 // for CPython version: an option the version does not have, a -X option
 // outside harmlessX, a bytecode cache prefix (PYTHONPYCACHEPREFIX, read
-// unless -E or -I, or -X pycache_prefix), under which bytecode the patch
-// step does not see, unchecked-hash bytecode among it, may shadow a
-// patched module.
+// unless -E or -I, or -X pycache_prefix): the probe then reports the
+// prefix the interpreter holds (sys.pycache_prefix), whose tree the patch
+// step checks for bytecode that would shadow a patched module.
 func modelled(c Command, env Env, version string) error {
 	if c.optP && !versionAtLeast(version, 11) {
 		return fmt.Errorf("-P is not an option of CPython %s: the worker exits at once (Unknown option: -P)", version)
@@ -144,13 +144,13 @@ func modelled(c Command, env Env, version string) error {
 		name, _, _ := strings.Cut(x, "=")
 		switch {
 		case name == "pycache_prefix":
-			return fmt.Errorf("-X %s puts the bytecode cache under a prefix, where bytecode the patch step does not see may shadow a patched module", x)
+			return fmt.Errorf("-X %s puts the bytecode cache under a prefix, which only the interpreter reports (sys.pycache_prefix) for the patch step to check", x)
 		case !slices.Contains(harmlessX, name):
 			return fmt.Errorf("the interpreter option -X %s is not one this resolver models", x)
 		}
 	}
 	if v, ok := getenv(env, c.Flags, "PYTHONPYCACHEPREFIX"); ok && v != "" {
-		return fmt.Errorf("PYTHONPYCACHEPREFIX=%s puts the bytecode cache under a prefix, where bytecode the patch step does not see may shadow a patched module", v)
+		return fmt.Errorf("PYTHONPYCACHEPREFIX=%s puts the bytecode cache under a prefix, which only the interpreter reports (sys.pycache_prefix) for the patch step to check", v)
 	}
 	return nil
 }
