@@ -56,8 +56,12 @@ type Location struct {
 	// bytecode in instead of __pycache__, as the interpreter holds it (a
 	// relative one is taken from the working directory at each import);
 	// "" when it has none (the resolver is certain only then).
-	PycachePrefix string             `json:"pycache_prefix,omitempty"`
-	Packages      map[string]Package `json:"packages"`
+	PycachePrefix string `json:"pycache_prefix,omitempty"`
+	// PyMinor is the CPython 3.minor of the interpreter that answered
+	// (the worker's, as pyimport.Ask follows it): what the rules that
+	// depend on the version follow; 0 = not known.
+	PyMinor  int                `json:"py_minor,omitempty"`
+	Packages map[string]Package `json:"packages"`
 	// Located says how the answer was found: read without starting
 	// Python (and from what), or by the interpreter (and why the reading
 	// was not certain).
@@ -87,7 +91,8 @@ type Location struct {
 // interpreter and options, environment and working directory, and its
 // sys.path[0] rule, which pyimport.Path0Program applies. The answer is
 // NUL-separated records: P<sys.path entry>, A<site directory that would be
-// on sys.path if it existed>, C<sys.pycache_prefix> when it is set, then per name S<name>, then N (not found),
+// on sys.path if it existed>, C<sys.pycache_prefix> when it is set,
+// V<sys.version_info's minor>, then per name S<name>, then N (not found),
 // E<error>, or O<origin> and L<location>... for the name. The A records
 // are what site.py looks for at start-up and adds only when present: the
 // site directories of the prefixes (getsitepackages) and, unless disabled
@@ -106,6 +111,7 @@ if site is not None:
     out.extend("A" + p for p in extra if p)
 if getattr(sys, "pycache_prefix", None):
     out.append("C" + sys.pycache_prefix)
+out.append("V%d" % sys.version_info[1])
 for name in sys.argv[1:]:
     out.append("S" + name)
     try:
@@ -245,6 +251,9 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 		return nil, "not certain without it: " + a.Reason
 	}
 	loc := &Location{Interpreter: l.Python, SysPath: a.SysPath, SiteDirs: a.SiteDirs, Packages: map[string]Package{}, Located: "without starting Python: " + how}
+	if m, ok := strings.CutPrefix(a.Version, "3."); ok {
+		loc.PyMinor, _ = strconv.Atoi(m)
+	}
 	for _, n := range names {
 		s, p := a.Specs[n], Package{Name: n, Others: a.Specs[n].Others}
 		switch {
@@ -374,6 +383,12 @@ func parseProbe(out string, names []string) (*Location, error) {
 			loc.SiteDirs = append(loc.SiteDirs, val)
 		case kind == 'C' && cur == nil:
 			loc.PycachePrefix = val
+		case kind == 'V' && cur == nil:
+			n, err := strconv.Atoi(val)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("record %q is no CPython minor", rec)
+			}
+			loc.PyMinor = n
 		case kind == 'S':
 			flush()
 			cur = &Package{Name: val}

@@ -33,7 +33,7 @@ type Input struct {
 	// INFERA_REQUIRE_PATCHES, INFERA_SKIP_PATCHES and the probe's deadline.
 	Config    config.Config
 	Python    string // the interpreter, resolved once for the whole pass; "" when it cannot run
-	PyMinor   int    // its CPython 3.minor, from the ABI family; 0 = unknown
+	PyMinor   int    // its CPython 3.minor, from the ABI family; 0 = unknown (the worker's, once located, decides: workerMinor)
 	PythonErr error  // why there is no interpreter
 	Env       *environ.Env
 	Worker    *launch.Outcome // how the worker starts: the probe runs in its working directory
@@ -145,6 +145,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	}
 	o.Location = loc
 	log.Debug("engine located " + loc.Located)
+	in.PyMinor = workerMinor(in, loc, log)
 	for _, n := range names {
 		pkg := loc.Packages[n]
 		if !pkg.Found {
@@ -260,6 +261,22 @@ func locator(in Input, dists map[string]string) *engineLocator {
 		l.Unvouched = q.Unfollowed
 	}
 	return l
+}
+
+// workerMinor is the CPython 3.minor the rules that depend on the version
+// follow from here on: the one of the interpreter that answered where the
+// engine is (the worker's), else the ABI step's. Where the two differ the
+// log says so, naming both: the payload's trees were chosen for the ABI
+// step's.
+func workerMinor(in Input, loc *Location, log *slog.Logger) int {
+	if loc.PyMinor == 0 {
+		return in.PyMinor
+	}
+	if in.PyMinor != 0 && in.PyMinor != loc.PyMinor {
+		log.Warn(fmt.Sprintf("the worker's interpreter %s runs CPython 3.%d, the interpreter the ABI step asked (%s, INFERA_PYTHON) CPython 3.%d: the engine patches follow 3.%d, the payload's trees were chosen for 3.%d; set INFERA_PYTHON to %s",
+			loc.Interpreter, loc.PyMinor, in.Python, in.PyMinor, loc.PyMinor, in.PyMinor, loc.Interpreter))
+	}
+	return loc.PyMinor
 }
 
 // prefixOf is where the worker's interpreter keeps bytecode instead of
