@@ -419,7 +419,10 @@ func parseProbe(out string, names []string) (*Location, error) {
 
 // fingerprintEnv are the variables that change where Python imports from.
 var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX",
-	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
+	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT",
+	// How .pth bytes outside ASCII decode, and paths encode: the locale and
+	// the UTF-8 Mode (pyimport's pthCodec).
+	"LC_ALL", "LC_CTYPE", "LANG", "LOCPATH", "PYTHONUTF8", "PYTHONCOERCECLOCALE"}
 
 // settings are the probe's inputs that are not files: its version, the
 // interpreter's path, the variables above, the working directory, the

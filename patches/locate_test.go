@@ -241,7 +241,8 @@ func TestParseProbe(t *testing.T) {
 // probe cache's settings: an answer cached without it is not taken with it.
 func TestSettingsTakeThePathVariables(t *testing.T) {
 	for _, k := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
-		"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "HOME", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "PYTHONPYCACHEPREFIX"} {
+		"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "HOME", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "PYTHONPYCACHEPREFIX",
+		"LC_ALL", "LC_CTYPE", "LANG", "LOCPATH", "PYTHONUTF8", "PYTHONCOERCECLOCALE"} {
 		l := &engineLocator{Python: "/usr/bin/python3", Env: environ.New(nil), Dir: "/"}
 		without := l.settings([]string{"vllm"})
 		l.Env.Set(k, "/elsewhere")

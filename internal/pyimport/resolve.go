@@ -103,7 +103,10 @@ func resolve(q Query, names []string, a *Answer) error {
 	if err := modelled(c, env, in.Version); err != nil {
 		return err
 	}
-	s := &state{fs: hostFS, in: in, cwd: q.Cwd}
+	s := &state{fs: hostFS, in: in, cwd: q.Cwd, codec: codecOf(c, env)}
+	if s.codec.invalid != nil {
+		return s.codec.invalid
+	}
 	if err := s.build(c, env, q); err != nil {
 		return err
 	}
@@ -178,6 +181,7 @@ type state struct {
 	files   *sitepath.Finder
 	entries map[string]pathEntry
 	cwdReal string
+	codec   pthCodec // how .pth bytes outside ASCII are decoded (codecOf)
 }
 
 // pathEntry is a sys.path entry on this machine: its path there, whether
@@ -447,7 +451,7 @@ func (s *state) pth(dir, name string) error {
 	if err != nil {
 		return s.doubt(fmt.Errorf("reading a .pth file: %w", err))
 	}
-	lines, err := pthLines(data, s.in.Version)
+	lines, err := pthLines(data, s.in.Version, s.codec)
 	if err != nil {
 		return s.doubt(fmt.Errorf("the .pth file %s: %w", file, err))
 	}
@@ -465,6 +469,17 @@ func (s *state) pth(dir, name string) error {
 				p = strings.TrimSuffix(dir, "/") + "/" + p
 			}
 			p = normpath(p)
+			// The site directory's own name round-trips (it was decoded
+			// from the system's bytes); the line's characters must encode.
+			if ok, err := s.codec.pathEncodes(pyRStrip(line)); !ok {
+				if err == nil {
+					continue // it cannot be encoded: os.path.exists says no
+				}
+				if err := s.doubt(err); err != nil {
+					return fmt.Errorf("the .pth file %s, line %d: %w", file, i+1, err)
+				}
+				// Noted (an offline lookup): taken as UTF-8 names it.
+			}
 			if !s.known[p] && s.fs.exists(p) {
 				s.add(p)
 			}
