@@ -366,3 +366,39 @@ func TestPycShadows(t *testing.T) {
 		}
 	}
 }
+
+// A restart keeps nothing of the prefix tree: the record does not follow
+// it, so a run with a prefix is not recorded, and the next start checks
+// the tree again. Unchecked-hash bytecode of the unpatched source that
+// comes back into the prefix between two starts (a layer or another
+// process that keeps it) is removed by the second start too, and the
+// worker's interpreter runs the patched code.
+func TestPycachePrefixCheckedOnEveryStart(t *testing.T) {
+	forEachCPython(t, func(t *testing.T, exe string) {
+		site, prefix, payload := prefixLayout(t)
+		env := []string{"PYTHONPYCACHEPREFIX=" + prefix}
+		stale := compileUnchecked(t, exe, site, env)
+		kept, err := os.ReadFile(stale)
+		require.NoError(t, err)
+		state := t.TempDir()
+		start := func() Result {
+			cfg, _, err := config.Load(envWith("PAYLOAD_ROOT", payload), "/nonexistent/bin/infera-exec", "/", config.Flags{})
+			require.NoError(t, err)
+			var logs strings.Builder
+			out, err := Run(t.Context(), Input{Config: cfg, Python: exe, Env: envWith("PYTHONPATH", site, "PYTHONPYCACHEPREFIX", prefix), StateDir: state,
+				Worker: &launch.Outcome{Cwd: "/", Argv: []string{exe, "-c", "import demo.a"}, Path: exe},
+				Log:    slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err, logs.String())
+			return resultOf(t, out, "demo-fix")
+		}
+		r := start()
+		require.Equal(t, "applied", r.Action, r.Why)
+		require.NoFileExists(t, stale)
+		require.NoError(t, os.WriteFile(stale, kept, 0o644)) // it comes back
+		r = start()
+		assert.Equal(t, patchdef.Applied, r.State, r.Why)
+		assert.False(t, r.Recorded, "not taken from the record")
+		assert.Contains(t, r.Edits[0].PycsRemoved, stale)
+		assert.Equal(t, "new", pyRun(t, append(env, "PYTHONPATH="+site), exe, "-c", "import demo.a; print(demo.a.f())"))
+	})
+}
