@@ -189,12 +189,12 @@ func (pp pycachePrefix) checkDir(dir, stem string, all, dry bool, src *target) (
 			continue
 		}
 		m := filepath.Join(cache, n)
-		why, unchecked := pp.judge(fd, n, src)
-		if !all && why == "" {
+		why, mustGo := pp.judge(fd, n, src)
+		if !all && !mustGo {
 			continue
 		}
 		if dry {
-			if unchecked || why != "" && !strings.HasPrefix(why, "its mtime") {
+			if mustGo {
 				stuck = append(stuck, m+" ("+why+")")
 			}
 			continue
@@ -212,19 +212,23 @@ func (pp pycachePrefix) checkDir(dir, stem string, all, dry bool, src *target) (
 
 // judge says why the .pyc name in the directory fd could run instead of
 // the source src ("" when it cannot: bytecode revalidated against the
-// source, of a trusted owner); unchecked: it is unchecked-hash.
-func (pp pycachePrefix) judge(fd int, name string, src *target) (why string, unchecked bool) {
+// source, of a trusted owner). mustGo: it goes even when the source was
+// not written (as unchecked-hash bytecode goes from __pycache__), being
+// unchecked-hash or not believed (not a regular file of a trusted owner
+// that nobody else can write); timestamp bytecode that matches the source
+// goes only after a write, when everything goes.
+func (pp pycachePrefix) judge(fd int, name string, src *target) (why string, mustGo bool) {
 	f, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Sprintf("not readable as a file: %v", err), false
+		return fmt.Sprintf("not readable as a file: %v", err), true
 	}
 	defer unix.Close(f)
 	var st unix.Stat_t
 	if err := unix.Fstat(f, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "not a regular file", false
+		return "not a regular file", true
 	}
 	if !pp.trusted(st.Uid) || st.Mode&0o022 != 0 {
-		return fmt.Sprintf("owned by uid %d, mode %04o: not believed", st.Uid, st.Mode&0o7777), false
+		return fmt.Sprintf("owned by uid %d, mode %04o: not believed", st.Uid, st.Mode&0o7777), true
 	}
 	flags, stamp, ok := pycHeaderFd(f)
 	return pycShadows(flags, stamp, ok, src), ok && flags == 0b01

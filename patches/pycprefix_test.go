@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/infera/infera-exec/config"
+	"github.com/infera/infera-exec/internal/fileid"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/launch"
 	"github.com/infera/infera-exec/patches/patchdef"
@@ -236,7 +238,14 @@ func TestPycachePrefixTrustRules(t *testing.T) {
 		all            bool
 		removed, stuck bool
 		stuckSays      string
+		matching       bool // a timestamp header with the source's mtime and size
+		dry, link      bool // a dry run; the .pyc a link to a file elsewhere
 	}{
+		{name: "matching timestamp pyc, not written", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0, matching: true},
+		{name: "matching timestamp pyc, written", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0, matching: true, all: true, removed: true},
+		{name: "unchecked pyc, dry run", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0b01, dry: true, stuck: true, stuckSays: "unchecked-hash"},
+		{name: "checked pyc, dry run", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0b11, dry: true},
+		{name: "a link named like the pyc", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0b11, link: true, removed: true},
 		{name: "root's dir, unchecked pyc", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0b01, removed: true},
 		{name: "worker's dir, unchecked pyc", dirUID: worker, dirMode: 0o755, pycUID: worker, pycMode: 0o644, flags: 0b01, removed: true},
 		{name: "root's dir, timestamp pyc, not written", dirUID: 0, dirMode: 0o755, pycUID: 0, pycMode: 0o644, flags: 0},
@@ -256,9 +265,28 @@ func TestPycachePrefixTrustRules(t *testing.T) {
 			write(t, src, "x = 1\n")
 			dir := filepath.Join(root, filepath.Dir(src))
 			pyc := filepath.Join(dir, "a.cpython-312.pyc")
-			write(t, pyc, hdr(c.flags))
-			require.NoError(t, os.Chmod(pyc, c.pycMode))
-			require.NoError(t, os.Chown(pyc, c.pycUID, c.pycUID))
+			var srcT *target
+			content := hdr(c.flags)
+			if c.matching {
+				id, ok := fileid.Stat(src)
+				require.True(t, ok)
+				srcT = &target{verified: true, id: id}
+				var stamp [8]byte
+				binary.LittleEndian.PutUint32(stamp[:4], uint32(id.Mtime/1e9))
+				binary.LittleEndian.PutUint32(stamp[4:], uint32(id.Size))
+				content = content[:8] + string(stamp[:])
+			}
+			file := pyc
+			if c.link {
+				file = filepath.Join(t.TempDir(), "elsewhere.pyc")
+			}
+			write(t, file, content)
+			require.NoError(t, os.Chmod(file, c.pycMode))
+			require.NoError(t, os.Chown(file, c.pycUID, c.pycUID))
+			if c.link {
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+				require.NoError(t, os.Symlink(file, pyc))
+			}
 			mode := c.dirMode
 			if c.sticky {
 				mode |= os.ModeSticky
@@ -266,13 +294,16 @@ func TestPycachePrefixTrustRules(t *testing.T) {
 			require.NoError(t, os.Chmod(dir, mode))
 			require.NoError(t, os.Chown(dir, c.dirUID, c.dirUID))
 			pp := pycachePrefix{Root: root, Owner: worker}
-			removed, stuck := pp.check(src, "a.py", c.all, false, nil)
+			removed, stuck := pp.check(src, "a.py", c.all, c.dry, srcT)
 			if c.removed {
 				assert.Equal(t, []string{pyc}, removed)
 				assert.NoFileExists(t, pyc)
 			} else {
 				assert.Empty(t, removed)
 				assert.FileExists(t, pyc)
+			}
+			if c.link {
+				assert.FileExists(t, file, "removal never follows the link")
 			}
 			if c.stuck {
 				require.Len(t, stuck, 1)
