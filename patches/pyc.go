@@ -159,7 +159,7 @@ func (pp pycachePrefix) checkDir(dir, stem string, all, dry bool, src *target) (
 	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
 		return nil, nil // no such directory: no bytecode the worker could load
 	case err != nil:
-		return nil, []string{fmt.Sprintf("%s (the bytecode cache prefix %s: %v: bytecode put there would run instead of the source)", cache, pp.Root, err)}
+		return nil, []string{fmt.Sprintf("%s (the bytecode cache prefix %s: %v: bytecode put there would run instead of the source; no start removes it)", cache, pp.Root, err)}
 	case link != "":
 		// The worker follows the link; this does not. Bytecode it would
 		// load there is looked at, and stays.
@@ -167,7 +167,7 @@ func (pp pycachePrefix) checkDir(dir, stem string, all, dry bool, src *target) (
 		for _, m := range matches {
 			flags, stamp, ok := pycHeader(m)
 			if why := pycShadows(flags, stamp, ok, src); why != "" {
-				stuck = append(stuck, fmt.Sprintf("%s (%s; reached through the link %s, which is not followed, so not removed)", m, why, link))
+				stuck = append(stuck, fmt.Sprintf("%s (%s; reached through the link %s, which is not followed: no start removes it)", m, why, link))
 			}
 		}
 		return nil, stuck
@@ -178,7 +178,7 @@ func (pp pycachePrefix) checkDir(dir, stem string, all, dry bool, src *target) (
 		return nil, []string{fmt.Sprintf("%s (cannot stat it: %v)", cache, err)}
 	}
 	if !pp.trusted(st.Uid) || st.Mode&0o022 != 0 {
-		return nil, []string{fmt.Sprintf("%s (a bytecode cache directory owned by uid %d, mode %04o: others can put bytecode there that would run instead of the source)", cache, st.Uid, st.Mode&0o7777)}
+		return nil, []string{fmt.Sprintf("%s (a bytecode cache directory owned by uid %d, mode %04o: others can put bytecode there that would run instead of the source; no start removes it)", cache, st.Uid, st.Mode&0o7777)}
 	}
 	names, err := beneath.Names(fd, cache)
 	if err != nil {
