@@ -257,6 +257,11 @@ func locator(in Input, dists map[string]string) *engineLocator {
 	switch {
 	case q.Unfollowed == "":
 		l.Python, l.Options, l.Path0, l.Env = q.Interpreter, q.Options, q.Path0, editedEnv(in.Env, q.Edits)
+		if l.Python != in.Python {
+			// Another interpreter than the ABI step's: its version is
+			// its own, read from its layout (or asked), not that one's.
+			l.PyMinor = 0
+		}
 	case !in.Config.PythonNamed:
 		l.Unvouched = q.Unfollowed
 	}

@@ -29,8 +29,13 @@ func TestVersionRulesFollowTheWorkersInterpreter(t *testing.T) {
 	require.NoError(t, err)
 	abiMinor, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	require.NoError(t, err)
-	forEachCPython(t, func(t *testing.T, exe string) {
+	forEachCPython(t, func(t *testing.T, base string) {
 		site, _, payload := prefixLayout(t)
+		// The worker runs a venv of it without the system's site
+		// directories: a layout the resolver reads whole.
+		venv := filepath.Join(t.TempDir(), "venv")
+		pyRun(t, nil, base, "-m", "venv", "--without-pip", venv)
+		exe := filepath.Join(venv, "bin", "python")
 		suffix := pyRun(t, nil, exe, "-c", "import importlib.machinery as m; print(m.EXTENSION_SUFFIXES[0])")
 		write(t, filepath.Join(site, "demo/a"+suffix), "")
 		origin := pyRun(t, []string{"PYTHONPATH=" + site}, exe, "-c", "import importlib.util as u; print(u.find_spec('demo.a').origin)")
@@ -46,6 +51,7 @@ func TestVersionRulesFollowTheWorkersInterpreter(t *testing.T) {
 			Log:    slog.New(slog.NewTextHandler(&logs, nil))})
 		require.NoError(t, err, logs.String())
 		assert.Equal(t, minor, o.Location.PyMinor, "the location names the worker's version")
+		assert.Contains(t, o.Location.Located, "without starting Python", "the worker's interpreter read by its own layout, not held to the ABI step's version")
 		r := resultOf(t, o, "demo-fix")
 		assert.Equal(t, patchdef.Shadowed, r.State, r.Why)
 		assert.Contains(t, r.Why, "a"+suffix)
