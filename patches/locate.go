@@ -535,7 +535,9 @@ func (l *engineLocator) probeInputs(loc *Location, startFiles []string) ([]cache
 				add(filepath.Join(p, n))
 			}
 			if strings.HasSuffix(n, ".pth") {
-				for _, d := range pthDirs(p, filepath.Join(p, n)) {
+				dirs, named := pthDirs(p, filepath.Join(p, n))
+				ok = ok && named
+				for _, d := range dirs {
 					add(d)
 				}
 			}
@@ -565,11 +567,14 @@ func (l *engineLocator) probeInputs(loc *Location, startFiles []string) ([]cache
 // site.addpackage reads them (each line that is neither blank, a comment
 // nor an import, right-stripped, joined to dir), present or not: site adds
 // the ones that exist. A file that cannot be read names none (its own
-// identity is an input).
-func pthDirs(dir, file string) []string {
+// identity is an input). named is false when a line names a directory
+// with bytes outside ASCII: which name the interpreter looks for then
+// depends on how it decodes the file in the worker's locale (pyimport's
+// pthCodec), so its absence cannot be an input, and nothing is cached.
+func pthDirs(dir, file string) (dirs []string, named bool) {
 	data, err := boundedread.File(file, boundedread.SmallText)
 	if err != nil {
-		return nil
+		return nil, true
 	}
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
@@ -580,13 +585,18 @@ func pthDirs(dir, file string) []string {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
+		for i := 0; i < len(line); i++ {
+			if line[i] >= 0x80 {
+				return nil, false
+			}
+		}
 		p := line
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
 		out = append(out, filepath.Clean(p))
 	}
-	return out
+	return out, true
 }
 
 // fingerprint digests settings and input identities: the probe's part of
