@@ -34,6 +34,11 @@ type options struct {
 	// module; 0 = read it from the package's path (python3.X), else
 	// unknown (see package plan's importer).
 	PyMinor int
+	// PycachePrefix is where the worker's interpreter keeps bytecode
+	// instead of __pycache__ (sys.pycache_prefix, absolute) and the uid
+	// it runs as; Root "" = none. A run with one is not recorded: the
+	// record does not follow the prefix tree, so every start checks it.
+	PycachePrefix pycachePrefix
 	// StateDir is infera-exec's trusted state directory: where the state
 	// verified by a run is recorded, so that a restart on unchanged files
 	// reads none of them (see record.go). "" = always the full check.
@@ -62,7 +67,7 @@ type options struct {
 // between two files of a group is finished by the next one, because
 // "some applied, some pending" is itself pending.
 func applySet(set *patchdef.Set, loc *Location, opt options) []Result {
-	if opt.StateDir == "" || opt.DryRun {
+	if opt.StateDir == "" || opt.DryRun || opt.PycachePrefix.Root != "" {
 		res, _ := apply(set, loc, opt)
 		return res
 	}
@@ -147,7 +152,11 @@ func apply(set *patchdef.Set, loc *Location, opt options) ([]Result, *observed) 
 			continue
 		}
 		r := &results[i]
-		p.Finish(r, opt.DryRun || p.LockErr != nil || p.Unmet != "", checkBytecode)
+		prefix := opt.PycachePrefix
+		prefix.PkgDir = p.Package().Dir
+		p.Finish(r, opt.DryRun || p.LockErr != nil || p.Unmet != "", func(r *Result, of func(string) (identity, bool), wrote, dry bool) {
+			checkBytecode(r, of, wrote, dry, prefix)
+		})
 		if p.Unmet != "" && r.Action == "would-apply" {
 			// Decided as a dry run decides it, and never written.
 			r.Action, r.Why = "none", "not applied: "+p.Unmet

@@ -32,7 +32,17 @@ type Location struct {
 	// SiteDirs are the site directories Python would put on sys.path if
 	// they existed (the prefixes' and the user site): inputs of the
 	// answer, present or absent.
-	SiteDirs []string           `json:"site_dirs,omitempty"`
+	SiteDirs []string `json:"site_dirs,omitempty"`
+	// PycachePrefix is sys.pycache_prefix (PYTHONPYCACHEPREFIX, -X
+	// pycache_prefix): the tree the worker's interpreter reads and writes
+	// bytecode in instead of __pycache__, as the interpreter holds it (a
+	// relative one is taken from the working directory at each import);
+	// "" when it has none (the resolver is certain only then).
+	PycachePrefix string `json:"pycache_prefix,omitempty"`
+	// PyMinor is the CPython 3.minor of the interpreter that answered
+	// (the worker's, as pyimport.Ask follows it): what the rules that
+	// depend on the version follow; 0 = not known.
+	PyMinor  int                `json:"py_minor,omitempty"`
 	Packages map[string]Package `json:"packages"`
 	// Located says how the answer was found: read without starting
 	// Python (and from what), or by the interpreter (and why the reading
@@ -63,7 +73,8 @@ type Location struct {
 // interpreter and options, environment and working directory, and its
 // sys.path[0] rule, which pyimport.Path0Program applies. The answer is
 // NUL-separated records: P<sys.path entry>, A<site directory that would be
-// on sys.path if it existed>, then per name S<name>, then N (not found),
+// on sys.path if it existed>, C<sys.pycache_prefix> when it is set,
+// V<sys.version_info's minor>, then per name S<name>, then N (not found),
 // E<error>, or O<origin> and L<location>... for the name. The A records
 // are what site.py looks for at start-up and adds only when present: the
 // site directories of the prefixes (getsitepackages) and, unless disabled
@@ -80,6 +91,9 @@ if site is not None:
     except Exception:
         extra = []
     out.extend("A" + p for p in extra if p)
+if getattr(sys, "pycache_prefix", None):
+    out.append("C" + sys.pycache_prefix)
+out.append("V%d" % sys.version_info[1])
 for name in sys.argv[1:]:
     out.append("S" + name)
     try:
@@ -103,7 +117,7 @@ sys.stdout.write("\0".join(out))
 `
 
 // probeVersion changes when the script or the cache format changes.
-const probeVersion = "6"
+const probeVersion = "7"
 
 // engineLocator runs the probe.
 type engineLocator struct {
@@ -219,6 +233,9 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 		return nil, "not certain without it: " + a.Reason
 	}
 	loc := &Location{Interpreter: l.Python, SysPath: a.SysPath, SiteDirs: a.SiteDirs, Packages: map[string]Package{}, Located: "without starting Python: " + how}
+	if m, ok := strings.CutPrefix(a.Version, "3."); ok {
+		loc.PyMinor, _ = strconv.Atoi(m)
+	}
 	for _, n := range names {
 		s, p := a.Specs[n], Package{Name: n, Others: a.Specs[n].Others}
 		switch {
@@ -346,6 +363,14 @@ func parseProbe(out string, names []string) (*Location, error) {
 			loc.SysPath = append(loc.SysPath, val)
 		case kind == 'A':
 			loc.SiteDirs = append(loc.SiteDirs, val)
+		case kind == 'C' && cur == nil:
+			loc.PycachePrefix = val
+		case kind == 'V' && cur == nil:
+			n, err := strconv.Atoi(val)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("record %q is no CPython minor", rec)
+			}
+			loc.PyMinor = n
 		case kind == 'S':
 			flush()
 			cur = &Package{Name: val}
@@ -375,8 +400,11 @@ func parseProbe(out string, names []string) (*Location, error) {
 }
 
 // fingerprintEnv are the variables that change where Python imports from.
-var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
-	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT"}
+var fingerprintEnv = []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX",
+	"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "VIRTUAL_ENV", "CONDA_PREFIX", "HOME", "PATH", "PYENV_VERSION", "PYENV_ROOT",
+	// How .pth bytes outside ASCII decode, and paths encode: the locale and
+	// the UTF-8 Mode (pyimport's pthCodec).
+	"LC_ALL", "LC_CTYPE", "LANG", "LOCPATH", "PYTHONUTF8", "PYTHONCOERCECLOCALE"}
 
 // settings are the probe's inputs that are not files: its version, the
 // interpreter's path, the variables above, the working directory, the
@@ -489,7 +517,9 @@ func (l *engineLocator) probeInputs(loc *Location, startFiles []string) ([]cache
 				add(filepath.Join(p, n))
 			}
 			if strings.HasSuffix(n, ".pth") {
-				for _, d := range pthDirs(p, filepath.Join(p, n)) {
+				dirs, named := pthDirs(p, filepath.Join(p, n))
+				ok = ok && named
+				for _, d := range dirs {
 					add(d)
 				}
 			}
@@ -519,11 +549,14 @@ func (l *engineLocator) probeInputs(loc *Location, startFiles []string) ([]cache
 // site.addpackage reads them (each line that is neither blank, a comment
 // nor an import, right-stripped, joined to dir), present or not: site adds
 // the ones that exist. A file that cannot be read names none (its own
-// identity is an input).
-func pthDirs(dir, file string) []string {
+// identity is an input). named is false when a line names a directory
+// with bytes outside ASCII: which name the interpreter looks for then
+// depends on how it decodes the file in the worker's locale (pyimport's
+// pthCodec), so its absence cannot be an input, and nothing is cached.
+func pthDirs(dir, file string) (dirs []string, named bool) {
 	data, err := boundedread.File(file, boundedread.SmallText)
 	if err != nil {
-		return nil
+		return nil, true
 	}
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
@@ -534,13 +567,18 @@ func pthDirs(dir, file string) []string {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
+		for i := 0; i < len(line); i++ {
+			if line[i] >= 0x80 {
+				return nil, false
+			}
+		}
 		p := line
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
 		out = append(out, filepath.Clean(p))
 	}
-	return out
+	return out, true
 }
 
 // fingerprint digests settings and input identities: the probe's part of

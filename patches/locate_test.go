@@ -219,9 +219,10 @@ func TestLocateInterpreterFailures(t *testing.T) {
 }
 
 func TestParseProbe(t *testing.T) {
-	loc, err := parseProbe("P\x00P/site\x00Svllm\x00O/site/vllm/__init__.py\x00L/site/vllm\x00Sns\x00O\x00L/a/ns\x00L/b/ns\x00Smissing\x00N\x00Sbad\x00EImportError: boom\x00Smod\x00O/site/mod.py", []string{"vllm", "ns", "missing", "bad", "mod"})
+	loc, err := parseProbe("P\x00P/site\x00C/pyc\x00Svllm\x00O/site/vllm/__init__.py\x00L/site/vllm\x00Sns\x00O\x00L/a/ns\x00L/b/ns\x00Smissing\x00N\x00Sbad\x00EImportError: boom\x00Smod\x00O/site/mod.py", []string{"vllm", "ns", "missing", "bad", "mod"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"", "/site"}, loc.SysPath)
+	assert.Equal(t, "/pyc", loc.PycachePrefix)
 	assert.Equal(t, Package{Name: "vllm", Found: true, Dir: "/site/vllm", Dirs: []string{"/site/vllm"}}, loc.Packages["vllm"])
 	assert.Equal(t, []string{"/a/ns", "/b/ns"}, loc.Packages["ns"].Dirs)
 	assert.Contains(t, loc.Packages["missing"].Why, "missing is not importable")
@@ -240,7 +241,8 @@ func TestParseProbe(t *testing.T) {
 // probe cache's settings: an answer cached without it is not taken with it.
 func TestSettingsTakeThePathVariables(t *testing.T) {
 	for _, k := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "PYTHONUSERBASE",
-		"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "HOME", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__"} {
+		"PYTHONPLATLIBDIR", "PYTHONSTARTUP", "HOME", "PYTHONEXECUTABLE", "__PYVENV_LAUNCHER__", "PYTHONPYCACHEPREFIX",
+		"LC_ALL", "LC_CTYPE", "LANG", "LOCPATH", "PYTHONUTF8", "PYTHONCOERCECLOCALE"} {
 		l := &engineLocator{Python: "/usr/bin/python3", Env: environ.New(nil), Dir: "/"}
 		without := l.settings([]string{"vllm"})
 		l.Env.Set(k, "/elsewhere")

@@ -258,7 +258,15 @@ func TestPthDirs(t *testing.T) {
 	dir := t.TempDir()
 	pth := filepath.Join(dir, "x.pth")
 	write(t, pth, "# comment\n\n   \nimport os; os.environ\nimport\tsys\nrel/src  \n/abs/path\n  lead\n")
-	assert.Equal(t, []string{filepath.Join(dir, "rel/src"), "/abs/path", filepath.Join(dir, "  lead")}, pthDirs(dir, pth))
+	dirs, named := pthDirs(dir, pth)
+	assert.True(t, named)
+	assert.Equal(t, []string{filepath.Join(dir, "rel/src"), "/abs/path", filepath.Join(dir, "  lead")}, dirs)
+	write(t, pth, "/abs/path\n# caf\xe9 in a comment\n")
+	_, named = pthDirs(dir, pth)
+	assert.True(t, named, "a comment names nothing")
+	write(t, pth, "/abs/path\ncaf\xe9\n")
+	_, named = pthDirs(dir, pth)
+	assert.False(t, named)
 }
 
 // newMount gives every file and directory under dir new inodes and change
@@ -430,4 +438,29 @@ func TestResolvedKeyTakesTheInterpreterByItsBuildID(t *testing.T) {
 
 	remountAs(fixture.Rebuilt(binary, id))
 	assert.NotEqual(t, first, key(), "another build with the same size and mtime changes the key")
+}
+
+// A .pth line naming a directory with bytes outside ASCII names the one
+// the interpreter decodes it to in the worker's locale, which the cache
+// cannot hold absent by its bytes: such an answer is not cached, and
+// every start asks again. An ASCII one is (the control).
+func TestLocateCacheNotWithANonASCIIPthLine(t *testing.T) {
+	for _, c := range []struct {
+		line   string
+		cached bool
+	}{{"/nonexistent/cafe", true}, {"/nonexistent/caf\u00e9", false}} {
+		py, site := venv(t, false)
+		write(t, filepath.Join(site, "demo/__init__.py"), "")
+		write(t, filepath.Join(site, "extra.pth"), c.line+"\n")
+		cache := t.TempDir()
+		time.Sleep(fileid.RacyWindow)
+		l := &engineLocator{Python: py, Env: envWith("LC_ALL", "C.UTF-8"), Dir: "/", CacheDir: cache}
+		loc, err := l.locate(context.Background(), []string{"demo"})
+		require.NoError(t, err)
+		require.True(t, loc.Packages["demo"].Found)
+		loc, err = l.locate(context.Background(), []string{"demo"})
+		require.NoError(t, err)
+		assert.Equal(t, c.cached, loc.Cached, "%q", c.line)
+		assert.Equal(t, c.cached, loc.Fingerprint != "", "%q: a fingerprint (the record's key) only for a cacheable answer", c.line)
+	}
 }

@@ -307,7 +307,7 @@ func fromRecord(file, key string, set *patchdef.Set, loc *Location, opt options)
 			if e.State == patchdef.NotApplicable || !v.PycDirs[filepath.Join(filepath.Dir(e.Path), "__pycache__")] {
 				continue
 			}
-			removed, stuck := removePycs(e.Path, false, false, identity{}, false)
+			removed, stuck := removePycs(e.Path, e.File, false, false, onDisk{}, pycachePrefix{}) // a run with a prefix is never recorded
 			if len(stuck) > 0 {
 				return nil, fullCheck
 			}
@@ -363,7 +363,7 @@ func writeAgainRecorded(file string, rec *record.Record, idx []int, loc *Locatio
 		r.Required = d.Required || opt.Require[d.ID]
 		r.Replayed = r.Action == "applied"
 		if r.State == patchdef.Applied {
-			checkBytecode(r, func(p string) (identity, bool) { id, ok := ids[p]; return id, ok }, r.Action == "applied", false)
+			checkBytecode(r, func(p string) (identity, bool) { id, ok := ids[p]; return id, ok }, r.Action == "applied", false, pycachePrefix{}) // nor replayed
 			renew = renew && r.State != patchdef.Shadowed
 		}
 	}

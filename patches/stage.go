@@ -35,7 +35,7 @@ type Input struct {
 	// INFERA_REQUIRE_PATCHES, INFERA_SKIP_PATCHES and the probe's deadline.
 	Config    config.Config
 	Python    string // the interpreter, resolved once for the whole pass; "" when it cannot run
-	PyMinor   int    // its CPython 3.minor, from the ABI family; 0 = unknown
+	PyMinor   int    // its CPython 3.minor, from the ABI family; 0 = unknown (the worker's, once located, decides: workerMinor)
 	PythonErr error  // why there is no interpreter
 	Env       *environ.Env
 	Worker    *launch.Outcome // how the worker starts: the probe runs in its working directory
@@ -147,6 +147,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	}
 	o.Location = loc
 	log.Debug("engine located " + loc.Located)
+	in.PyMinor = workerMinor(in, loc, log)
 	for _, n := range names {
 		pkg := loc.Packages[n]
 		if !pkg.Found {
@@ -170,7 +171,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 	// (shadow.go), which goes on PYTHONPATH once the worker imports it.
 	sh := planShadows(in, sel.set, loc, log)
 	o.Results = sel.withSkipped(set, applySet(sel.set, sh.loc, options{DryRun: in.DryRun, Require: require, StateDir: in.StateDir,
-		LockTimeout: in.Config.PatchLockTimeoutDuration(), Stop: ctx.Done(), PyMinor: in.PyMinor}))
+		LockTimeout: in.Config.PatchLockTimeoutDuration(), Stop: ctx.Done(), PyMinor: in.PyMinor, PycachePrefix: prefixOf(loc, in.Worker)}))
 	if edits, worker := sh.confirm(ctx, in, names, set.Distributions(names), o.Results, log); worker != nil {
 		o.Edits, o.Location = edits, worker
 	}
@@ -258,10 +259,46 @@ func locator(in Input, dists map[string]string) *engineLocator {
 	switch {
 	case q.Unfollowed == "":
 		l.Python, l.Options, l.Path0, l.Env = q.Interpreter, q.Options, q.Path0, editedEnv(in.Env, q.Edits)
+		if l.Python != in.Python {
+			// Another interpreter than the ABI step's: its version is
+			// its own, read from its layout (or asked), not that one's.
+			l.PyMinor = 0
+		}
 	case !in.Config.PythonNamed:
 		l.Unvouched = q.Unfollowed
 	}
 	return l
+}
+
+// workerMinor is the CPython 3.minor the rules that depend on the version
+// follow from here on: the one of the interpreter that answered where the
+// engine is (the worker's), else the ABI step's. Where the two differ the
+// log says so, naming both: the payload's trees were chosen for the ABI
+// step's.
+func workerMinor(in Input, loc *Location, log *slog.Logger) int {
+	if loc.PyMinor == 0 {
+		return in.PyMinor
+	}
+	if in.PyMinor != 0 && in.PyMinor != loc.PyMinor {
+		log.Warn(fmt.Sprintf("the worker's interpreter %s runs CPython 3.%d, the interpreter the ABI step asked (%s, INFERA_PYTHON) CPython 3.%d: the engine patches follow 3.%d, the payload's trees were chosen for 3.%d; set INFERA_PYTHON to %s",
+			loc.Interpreter, loc.PyMinor, in.Python, in.PyMinor, loc.PyMinor, in.PyMinor, loc.Interpreter))
+	}
+	return loc.PyMinor
+}
+
+// prefixOf is where the worker's interpreter keeps bytecode instead of
+// __pycache__ (the probe's sys.pycache_prefix; a relative one is taken
+// from the worker's working directory, as its imports take it), and the
+// uid the worker runs as.
+func prefixOf(loc *Location, w *launch.Outcome) pycachePrefix {
+	pp := pycachePrefix{Root: loc.PycachePrefix, Owner: -1}
+	if pp.Root != "" && !filepath.IsAbs(pp.Root) {
+		pp.Root = filepath.Join(w.Cwd, pp.Root)
+	}
+	if w.User != nil {
+		pp.Owner = w.User.UID
+	}
+	return pp
 }
 
 // editedEnv is env with env(1)'s edits applied, for the probe.

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -207,44 +206,16 @@ func agrees(t *testing.T, real realAnswer, a *Answer, ctx string) {
 	}
 }
 
-// cpythons are the interpreters the differential tests run against:
-// Debian's python3 and pyenv's 3.10 to 3.13, by version, each with its
-// path (links resolved), or the reason it is absent.
-type cpython struct {
-	name, exe, absent string
-}
-
-func cpythons() []cpython {
-	out := []cpython{{name: "debian-python3"}}
-	if real, err := filepath.EvalSymlinks("/usr/bin/python3"); err == nil {
-		out[0].exe = real
-	} else {
-		out[0].absent = "Debian's /usr/bin/python3 is missing (apt-get install python3)"
-	}
-	for _, minor := range []string{"3.10", "3.11", "3.12", "3.13"} {
-		c := cpython{name: "pyenv-" + minor}
-		m, _ := filepath.Glob("/root/.pyenv/versions/" + minor + ".*/bin/python" + minor)
-		sort.Strings(m)
-		if len(m) == 0 {
-			c.absent = "no pyenv CPython " + minor + " (/root/.pyenv/versions/" + minor + ".N; pyenv install " + minor + ")"
-		} else {
-			c.exe = m[len(m)-1]
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
 // forEachCPython runs f for every interpreter of cpythons, as a subtest
 // named for it; an absent one is skipped with its reason (a failure
 // under INFERA_REQUIRE_FIXTURES=1).
 func forEachCPython(t *testing.T, f func(t *testing.T, exe string)) {
-	for _, c := range cpythons() {
-		t.Run(c.name, func(t *testing.T) {
-			if c.absent != "" {
-				needFixture(t, "%s", c.absent)
+	for _, c := range fixture.CPythons() {
+		t.Run(c.Name, func(t *testing.T) {
+			if c.Absent != "" {
+				needFixture(t, "%s", c.Absent)
 			}
-			f(t, c.exe)
+			f(t, c.Exe)
 		})
 	}
 }

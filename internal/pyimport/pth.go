@@ -1,7 +1,6 @@
 package pyimport
 
 import (
-	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -18,29 +17,35 @@ func pyRStrip(s string) string { return strings.TrimRightFunc(s, pySpace) }
 func pyStrip(s string) string  { return strings.TrimFunc(s, pySpace) }
 
 // pthLines are the lines of a .pth file as site.addpackage of CPython
-// version ("3.X") reads them, each without its line ending:
+// version ("3.X") reads them, its bytes that are not ASCII decoded as k
+// says (see pthCodec), each line without its line ending:
 //
-//   - up to 3.12, through a text stream in the locale's encoding with
-//     universal newlines: lines end at \n, \r\n or a bare \r. A file
-//     with a byte outside ASCII is read in an encoding this does not know
-//     (the locale's), which is an error;
+//   - up to 3.12, through a text stream with universal newlines: lines
+//     end at \n, \r\n or a bare \r. Bytes outside ASCII are read as
+//     UTF-8 in the UTF-8 Mode of 3.10 (a BOM kept, as a character of
+//     the first line); otherwise in the locale's encoding, which is an
+//     error (the start fails, or the encoding is not known here);
 //   - from 3.13, the bytes decoded as utf-8-sig (a UTF-8 BOM dropped), and
 //     str.splitlines: lines end also at \v, \f, U+001C to U+001E, NEL,
 //     U+2028 and U+2029. Bytes that are not UTF-8 are decoded in the
 //     locale's encoding instead, which is an error.
-func pthLines(data []byte, version string) ([]string, error) {
+func pthLines(data []byte, version string, k pthCodec) ([]string, error) {
 	text := string(data)
 	if !versionAtLeast(version, 13) {
 		for i := 0; i < len(data); i++ {
 			if data[i] >= 0x80 {
-				return nil, fmt.Errorf("byte %d is not ASCII: CPython %s decodes .pth files in the locale's encoding", i, version)
+				if _, err := k.decode(version, i, utf8.Valid(data)); err != nil {
+					return nil, err
+				}
+				break
 			}
 		}
 		return splitLines(text, func(r rune) bool { return r == '\n' || r == '\r' }), nil
 	}
 	text = strings.TrimPrefix(text, "\ufeff")
 	if !utf8.ValidString(text) {
-		return nil, fmt.Errorf("it is not UTF-8: CPython %s then decodes it in the locale's encoding", version)
+		_, err := k.decode(version, 0, false)
+		return nil, err
 	}
 	return splitLines(text, func(r rune) bool {
 		switch r {

@@ -103,7 +103,10 @@ func resolve(q Query, names []string, a *Answer) error {
 	if err := modelled(c, env, in.Version); err != nil {
 		return err
 	}
-	s := &state{fs: hostFS, in: in, cwd: q.Cwd}
+	s := &state{fs: hostFS, in: in, cwd: q.Cwd, codec: codecOf(c, env)}
+	if s.codec.invalid != nil {
+		return s.codec.invalid
+	}
 	if err := s.build(c, env, q); err != nil {
 		return err
 	}
@@ -133,9 +136,9 @@ var harmlessX = []string{"faulthandler", "showrefcount", "tracemalloc", "importt
 // modelled fails for a command whose start this resolver does not model
 // for CPython version: an option the version does not have, a -X option
 // outside harmlessX, a bytecode cache prefix (PYTHONPYCACHEPREFIX, read
-// unless -E or -I, or -X pycache_prefix), under which bytecode the patch
-// step does not see, unchecked-hash bytecode among it, may shadow a
-// patched module.
+// unless -E or -I, or -X pycache_prefix): the probe then reports the
+// prefix the interpreter holds (sys.pycache_prefix), whose tree the patch
+// step checks for bytecode that would shadow a patched module.
 func modelled(c Command, env Env, version string) error {
 	if c.optP && !versionAtLeast(version, 11) {
 		return fmt.Errorf("-P is not an option of CPython %s: the worker exits at once (Unknown option: -P)", version)
@@ -144,13 +147,13 @@ func modelled(c Command, env Env, version string) error {
 		name, _, _ := strings.Cut(x, "=")
 		switch {
 		case name == "pycache_prefix":
-			return fmt.Errorf("-X %s puts the bytecode cache under a prefix, where bytecode the patch step does not see may shadow a patched module", x)
+			return fmt.Errorf("-X %s puts the bytecode cache under a prefix, which only the interpreter reports (sys.pycache_prefix) for the patch step to check", x)
 		case !slices.Contains(harmlessX, name):
 			return fmt.Errorf("the interpreter option -X %s is not one this resolver models", x)
 		}
 	}
 	if v, ok := getenv(env, c.Flags, "PYTHONPYCACHEPREFIX"); ok && v != "" {
-		return fmt.Errorf("PYTHONPYCACHEPREFIX=%s puts the bytecode cache under a prefix, where bytecode the patch step does not see may shadow a patched module", v)
+		return fmt.Errorf("PYTHONPYCACHEPREFIX=%s puts the bytecode cache under a prefix, which only the interpreter reports (sys.pycache_prefix) for the patch step to check", v)
 	}
 	return nil
 }
@@ -178,6 +181,7 @@ type state struct {
 	files   *sitepath.Finder
 	entries map[string]pathEntry
 	cwdReal string
+	codec   pthCodec // how .pth bytes outside ASCII are decoded (codecOf)
 }
 
 // pathEntry is a sys.path entry on this machine: its path there, whether
@@ -447,7 +451,7 @@ func (s *state) pth(dir, name string) error {
 	if err != nil {
 		return s.doubt(fmt.Errorf("reading a .pth file: %w", err))
 	}
-	lines, err := pthLines(data, s.in.Version)
+	lines, err := pthLines(data, s.in.Version, s.codec)
 	if err != nil {
 		return s.doubt(fmt.Errorf("the .pth file %s: %w", file, err))
 	}
@@ -465,6 +469,17 @@ func (s *state) pth(dir, name string) error {
 				p = strings.TrimSuffix(dir, "/") + "/" + p
 			}
 			p = normpath(p)
+			// The site directory's own name round-trips (it was decoded
+			// from the system's bytes); the line's characters must encode.
+			if ok, err := s.codec.pathEncodes(pyRStrip(line)); !ok {
+				if err == nil {
+					continue // it cannot be encoded: os.path.exists says no
+				}
+				if err := s.doubt(err); err != nil {
+					return fmt.Errorf("the .pth file %s, line %d: %w", file, i+1, err)
+				}
+				// Noted (an offline lookup): taken as UTF-8 names it.
+			}
 			if !s.known[p] && s.fs.exists(p) {
 				s.add(p)
 			}

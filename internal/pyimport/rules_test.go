@@ -122,11 +122,12 @@ var ruleCases = map[string]ruleCase{
 	// str.rstrip strips U+001C to U+001F (ASCII, read alike everywhere).
 	"pth trailing U+001C": pthCase(map[string]string{"a.pth": "@/extra1\x1c\n@/extra2\x1f \t\n"}, always("")),
 	// White space outside ASCII: read in the locale's encoding up to 3.12.
-	"pth trailing NBSP": pthCase(map[string]string{"a.pth": "@/extra1\u00a0\n"}, below(13, "decodes .pth files in the locale's encoding")),
-	"pth BOM":           pthCase(map[string]string{"a.pth": "\ufeff@/extra1\n"}, below(13, "decodes .pth files in the locale's encoding")),
-	"pth not UTF-8": pthCase(map[string]string{"a.pth": "@/extra1\n#\xff\n"}, func(v string) string {
-		return map[bool]string{true: "is not UTF-8", false: "in the locale's encoding"}[versionAtLeast(v, 13)]
-	}),
+	// 3.10 reads them as UTF-8 in the UTF-8 Mode, which the C locale of
+	// these layouts (no locale variables) turns on; 3.11 and 3.12 in the
+	// locale's codeset, coerced to C.UTF-8 where that is installed.
+	"pth trailing NBSP":                  pthCase(map[string]string{"a.pth": "@/extra1\u00a0\n"}, byVersion("", "decodes .pth files in the locale's encoding", "")),
+	"pth BOM":                            pthCase(map[string]string{"a.pth": "\ufeff@/extra1\n"}, byVersion("", "decodes .pth files in the locale's encoding", "")),
+	"pth not UTF-8":                      pthCase(map[string]string{"a.pth": "@/extra1\n#\xff\n"}, byVersion("fails at start", "in the locale's encoding", "is not UTF-8")),
 	"pth comment, blank and import-like": pthCase(map[string]string{"a.pth": "#@/extra1\n \t\x0b\n importx\n@/extra2 \n"}, always("")),
 	// Python sorts names as str: a byte that is not UTF-8 becomes a
 	// surrogate, below U+1F600, whose UTF-8 bytes sort below 0xff.
