@@ -3,10 +3,71 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "80f795bb5fba2dd04cc8d122359246b12998e29adfaf6d4f74231ffbc32ca18e"
+const builtinDigest = "d182d15332425598dd3edf0225308d080b3edd256079fbc865aff7ce9a3e5cf1"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
+		{ID: "sglang-dsa-indexer-hip-dp-rows", Summary: "DSA indexer on ROCm: score the real row count on the aiter paged-MQA branch, so top-k's logits and lengths agree under DP attention", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/dsa-indexer-hip-dp-rows.toml",
+			Supersedes: []string{"patch_dsa_indexer_hip_dp_padded_rows.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "sgl-project/sglang#33059 (the seed's, open as of 2026-07-31; the more-rows half only: the fewer-rows half is filed nowhere)", State: "every revision of the indexer in the bytedance-iaas/sglang mirror through v0.5.18 and its GLM-5.2, DSA and DSpark branches passes the HIP branch q_fp8 uncut", Drop: "the HIP paged-MQA branch is given the real row count and top-k the lengths of the rows it scored, both ways, upstream"},
+			Variants: []Variant{
+				{Name: "aiter-backend", Versions: "",
+					Guards: []Guard{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Contains: "self.paged_mqa_logits_backend.is_aiter()", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        if self.paged_mqa_logits_backend.is_aiter():\n            logits = aiter_paged_mqa_logits(\n                q_fp8,\n                kv_cache_fp8,\n                weights,\n",
+							Replacement: "        if self.paged_mqa_logits_backend.is_aiter():\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): aiter sizes its logits\n            # from the q rows it is given, top-k its lengths from the real rows\n            # (q_offset); DP padding gives it more q rows, an idle DP rank under\n            # MTP draft-extend fewer: score the fewer of the two.\n            aiter_rows = min(q_offset, q_fp8.shape[0])\n            logits = aiter_paged_mqa_logits(\n                q_fp8[:aiter_rows],\n                kv_cache_fp8,\n                weights[:aiter_rows],\n",
+							Upstream:    "", LegacyMarker: "_p1v2_rows = min(_p1v2_real, _p1v2_padded)", LegacyScript: "patch_dsa_indexer_hip_dp_padded_rows.py", LegacyFrom: "seed", LegacyUnique: true, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states.\n        if not _is_hip and q_offset < q_fp8.shape[0]:\n",
+							Replacement: "        if self.paged_mqa_logits_backend.is_aiter() and q_fp8.shape[0] < q_offset:\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): fewer q rows than real\n            # ones: top-k the lengths of the rows aiter scored.\n            topk_result = metadata.topk_transform(\n                logits,\n                self.index_topk,\n                ke_offset=metadata.get_seqlens_expanded()[: q_fp8.shape[0]],\n            )\n        else:\n            topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states (on HIP too: aiter\n        # scored the real rows only).\n        if q_offset < q_fp8.shape[0]:\n",
+							Upstream:    "", LegacyMarker: "ke_offset=metadata.get_seqlens_expanded()[:_p1v2_rows],", LegacyScript: "patch_dsa_indexer_hip_dp_padded_rows.py", LegacyFrom: "seed", LegacyUnique: true, Site: "def _get_topk_paged(", SiteLines: 0},
+					},
+				},
+				{Name: "hip-branch", Versions: "",
+					Guards: []Guard{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Contains: "from aiter.ops.triton.pa_mqa_logits import deepgemm_fp8_paged_mqa_logits", Absent: false},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Contains: "q_offset = sum(metadata.get_dsa_extend_len_cpu())", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            batch_size, next_n, heads, _ = q_fp8.shape\n",
+							Replacement: "            # infera-exec(sglang-dsa-indexer-hip-dp-rows): the kernel sizes its\n            # logits from the q rows it is given, top-k its lengths from the real\n            # rows (q_offset): score the fewer of the two.\n            aiter_rows = min(q_offset, q_fp8.shape[0])\n            batch_size, next_n, heads, _ = q_fp8[:aiter_rows].shape\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8,\n                kv_cache_fp8,\n                weights,\n                logits,\n",
+							Replacement: "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8[:aiter_rows],\n                kv_cache_fp8,\n                weights[:aiter_rows],\n                logits,\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states.\n        if not _is_hip and q_offset < q_fp8.shape[0]:\n",
+							Replacement: "        if _is_hip and q_fp8.shape[0] < q_offset:\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): fewer q rows than real\n            # ones: top-k the lengths of the rows the kernel scored.\n            topk_result = metadata.topk_transform(\n                logits,\n                self.index_topk,\n                ke_offset=metadata.get_seqlens_expanded()[: q_fp8.shape[0]],\n            )\n        else:\n            topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states (on HIP too: the\n        # kernel scored the real rows only).\n        if q_offset < q_fp8.shape[0]:\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+					},
+				},
+				{Name: "hip-branch-nsa", Versions: "",
+					Guards: []Guard{
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Contains: "from aiter.ops.triton.pa_mqa_logits import deepgemm_fp8_paged_mqa_logits", Absent: false},
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Contains: "q_offset = sum(metadata.get_nsa_extend_len_cpu())", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            batch_size, next_n, heads, _ = q_fp8.shape\n",
+							Replacement: "            # infera-exec(sglang-dsa-indexer-hip-dp-rows): the kernel sizes its\n            # logits from the q rows it is given, top-k its lengths from the real\n            # rows (q_offset): score the fewer of the two.\n            aiter_rows = min(q_offset, q_fp8.shape[0])\n            batch_size, next_n, heads, _ = q_fp8[:aiter_rows].shape\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8,\n                kv_cache_fp8,\n                weights,\n                logits,\n",
+							Replacement: "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8[:aiter_rows],\n                kv_cache_fp8,\n                weights[:aiter_rows],\n                logits,\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states.\n        if not _is_hip and q_offset < q_fp8.shape[0]:\n",
+							Replacement: "        if _is_hip and q_fp8.shape[0] < q_offset:\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): fewer q rows than real\n            # ones: top-k the lengths of the rows the kernel scored.\n            topk_result = metadata.topk_transform(\n                logits,\n                self.index_topk,\n                ke_offset=metadata.get_seqlens_expanded()[: q_fp8.shape[0]],\n            )\n        else:\n            topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states (on HIP too: the\n        # kernel scored the real rows only).\n        if q_offset < q_fp8.shape[0]:\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+					},
+				},
+			},
+		},
 		{ID: "sglang-glm52-nextn-quark-exclude", Summary: "GLM-5.2 MTP on a quark checkpoint: decide the nextn layer's quantisation by its eh_proj exclude entry (backport of sglang#30265)", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/glm52-nextn-quark-exclude.toml",
 			Supersedes: []string{"patch_glm52_nextn_quark_exclude.py"},
 			Caveat:     "the probe changes for every model DeepseekV3ForCausalLMNextN serves on a quark checkpoint (as the seed's backport does): one whose exclude list names the bare MTP layer but not its eh_proj keeps a quantised nextn layer",
