@@ -289,7 +289,9 @@ func cmdMkpython(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // jsonpath FILE KEY.KEY... WANT: the JSON value at the path, compared as
-// its compact JSON text (strings without quotes).
+// its compact JSON text (strings without quotes). In an array a key is an
+// index, or id=VALUE: the element whose "id" is VALUE (a patch result
+// named by its id, wherever new built-in patches put it).
 func cmdJSONPath(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 3 {
 		ts.Fatalf("usage: jsonpath FILE PATH WANT")
@@ -303,6 +305,19 @@ func cmdJSONPath(ts *testscript.TestScript, neg bool, args []string) {
 		case map[string]any:
 			v = node[k]
 		case []any:
+			if id, ok := strings.CutPrefix(k, "id="); ok {
+				v = nil
+				for _, e := range node {
+					if m, isMap := e.(map[string]any); isMap && m["id"] == id {
+						v = m
+						break
+					}
+				}
+				if v == nil {
+					ts.Fatalf("%s: no element with id %s", args[1], id)
+				}
+				continue
+			}
 			i, err := strconv.Atoi(k)
 			if err != nil || i < 0 || i >= len(node) {
 				ts.Fatalf("%s: no element %s", args[1], k)
