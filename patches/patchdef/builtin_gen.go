@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "d182d15332425598dd3edf0225308d080b3edd256079fbc865aff7ce9a3e5cf1"
+const builtinDigest = "05bec89c39e72cbd53a0c1aae2865e9db1473bd907bdf98c4b400ae65e299a13"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -556,10 +556,10 @@ func builtinDefs() []*Definition {
 		{ID: "vllm-moriio-dsa-indexer-write", Summary: "MoRIIO connector before moriio_layout.py, WRITE mode: push the KV layers save_kv_layer never saw (DSA indexer) from wait_for_save", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/moriio-dsa-indexer-write.toml",
 			Supersedes: []string{"patch_moriio_dsa_write.py"},
 			Requires:   []string{"vllm-moriio-per-layer-offsets"},
-			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46290 (2026-06-23, \"Fix MoRIIO WRITE mode for mixed KV layouts\") on the layout connector", State: "fixed on main with the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has the MoRIIO connector without moriio_layout.py (the patch is not-applicable there)"},
+			Caveat:     "read from the code, not measured: before #46290 the WRITE engine computes a transfer's offsets once, for the first layer it writes (moriio_engine.py, _prepare_transfer_plan: request_info.transfer_offset), and reuses them for every layer, so the indexer layers this pushes may be written with the attention layer's offsets and sizes (the seed's script has the same gap)",
+			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46290 (2026-06-23, \"Fix MoRIIO WRITE mode for mixed KV layouts\") on the layout connector", State: "fixed on main with the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has a MoRIIO connector whose wait_for_save does nothing (the patch is not-applicable there)"},
 			Guards: []Guard{
-				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_layout.py", Contains: "", Absent: true},
-				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Contains: "    def _write_blocks_for_req(", Absent: false},
+				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Contains: "    def _write_blocks_for_req(", Absent: false, ContainsAny: []string{"    def wait_for_save(self):\n        pass\n", "    def wait_for_save(self):\n        # infera-exec(vllm-moriio-dsa-indexer-write)", "self.connector_worker.flush_aux_layer_writes(self._connector_metadata)"}},
 			},
 			Edits: []Edit{
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Count: 1, Optional: false,
@@ -687,20 +687,19 @@ func builtinDefs() []*Definition {
 		},
 		{ID: "vllm-moriio-per-layer-offsets", Summary: "MoRIIO connector before moriio_layout.py: transfer offsets from each layer's own KV cache shape, computed per layer", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/moriio-per-layer-offsets.toml",
 			Supersedes: []string{"patch_moriio_hetero.py"},
-			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46039 (moriio_layout.py, 2026-06-21) computes a transfer geometry per layer", State: "fixed on main by the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has the MoRIIO connector without moriio_layout.py (the patch is not-applicable there)"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46039 (moriio_layout.py, 2026-06-21) computes a transfer geometry per layer", State: "fixed on main by the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has the MoRIIO connector without moriio_layout.py (the patch reads upstream there)"},
 			Guards: []Guard{
-				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_layout.py", Contains: "", Absent: true},
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Contains: "    def _compute_block_transfer_offsets(", Absent: false},
 			},
 			Edits: []Edit{
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Count: 1, Optional: false,
 					Anchor:      "        assert self.kv_cache_shape is not None, \"KV caches shape not initialized\"\n        is_mla = len(self.kv_cache_shape) == 3\n        stride = self.kv_caches[layer_name].stride()\n        sz = self.kv_caches[layer_name].element_size()\n        if is_mla:\n            blknum, blksize, hs = self.kv_cache_shape\n            hn = 1\n            block_stride = stride[0]\n        else:\n            _, blknum, blksize, hn, hs = self.kv_cache_shape\n",
 					Replacement: "        assert self.kv_cache_shape is not None, \"KV caches shape not initialized\"\n        # infera-exec(vllm-moriio-per-layer-offsets): this layer's dims. GLM-5.1's\n        # attention and DSA indexer caches differ in head size, and kv_cache_shape\n        # is the first layer's.\n        _layer_shape = tuple(self.kv_caches[layer_name].shape)\n        is_mla = len(_layer_shape) == 3\n        stride = self.kv_caches[layer_name].stride()\n        sz = self.kv_caches[layer_name].element_size()\n        if is_mla:\n            blknum, blksize, hs = _layer_shape\n            hn = 1\n            block_stride = stride[0]\n        else:\n            _, blknum, blksize, hn, hs = _layer_shape\n",
-					Upstream:    "", LegacyMarker: "self.kv_cache_shape == first layer is wrong for the others", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					Upstream:    "kv_cache=self.kv_caches[layer_name],", LegacyMarker: "self.kv_cache_shape == first layer is wrong for the others", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: false, Site: "def _compute_block_transfer_offsets(", SiteLines: 0},
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Count: 1, Optional: false,
 					Anchor:      "        first_layer = list(self.layer_name_to_local_kv_cache_metadata.keys())[0]\n        offs = self._compute_block_transfer_offsets(\n            first_layer, local_block_ids, remote_block_ids, remote_moriio_meta\n        )\n\n        for layer_name in self.layer_name_to_local_kv_cache_metadata:\n            sess_idx = list(self.layer_name_to_local_kv_cache_metadata.keys()).index(\n                layer_name\n            )\n            # TODO : apply multi-session batch-read when moriio support it\n",
 					Replacement: "        # infera-exec(vllm-moriio-per-layer-offsets): offsets and sizes for each\n        # layer from its own shape (the same for every layer of a homogeneous model).\n        for layer_name in self.layer_name_to_local_kv_cache_metadata:\n            sess_idx = list(self.layer_name_to_local_kv_cache_metadata.keys()).index(\n                layer_name\n            )\n            offs = self._compute_block_transfer_offsets(\n                layer_name, local_block_ids, remote_block_ids, remote_moriio_meta\n            )\n            # TODO : apply multi-session batch-read when moriio support it\n",
-					Upstream:    "", LegacyMarker: "head_dim, so offsets/sizes computed for the first layer don't apply", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					Upstream:    "            offs = self._compute_block_transfer_offsets(\n                layer_name,", LegacyMarker: "head_dim, so offsets/sizes computed for the first layer don't apply", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: true, Site: "def _read_blocks(", SiteLines: 0},
 			},
 		},
 		{ID: "vllm-moriio-write-notify-prefill", Summary: "MoRIIO connector, WRITE mode: the decode notifies the prefill, not itself (is_producer=False)", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/moriio-write-notify-prefill.toml",
