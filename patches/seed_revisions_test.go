@@ -42,10 +42,11 @@ var moriioRevisions = []string{
 }
 
 // notCovered are the revisions a script changes that no definition
-// covers, and why.
-var notCovered = map[string]string{
-	"b91b7726e0 patch_moriio_dsa_write.py": "the first commit with moriio_layout.py (2026-06-21, #46039; #46290 fixed WRITE mode for mixed layouts two days later) still has the old wait_for_save; vllm-moriio-dsa-indexer-write is for the connector without moriio_layout.py",
-}
+// covers, and why (none now: b91b7726e0, the first commit with
+// moriio_layout.py, still has the empty wait_for_save that
+// vllm-moriio-dsa-indexer-write fills in, and its per-layer offsets are
+// upstream's there).
+var notCovered = map[string]string{}
 
 const moriioDir = "vllm/distributed/kv_transfer/kv_connector/v1/moriio"
 

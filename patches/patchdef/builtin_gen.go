@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "5c3472a07c7924794212cb76303c77c8663c111aa508d3b6387be9405909c5a7"
+const builtinDigest = "612507947dafe2bd790d5caa0303dca25dafb342bec155b153ce536ad8b320ac"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -282,6 +282,67 @@ func builtinDefs() []*Definition {
 					Anchor:      "                page_table, repeats=self.speculative_num_draft_tokens, dim=0\n            )\n        elif forward_batch.forward_mode.is_draft_extend_v2():\n            if forward_batch.extend_prefix_lens_cpu is None:\n                assert forward_batch.extend_prefix_lens is not None\n                forward_batch.extend_prefix_lens_cpu = (\n                    forward_batch.extend_prefix_lens.cpu().tolist()\n                )\n            if forward_batch.seq_lens_cpu is None:\n                forward_batch.seq_lens_cpu = forward_batch.seq_lens.cpu()\n                forward_batch.seq_lens_sum = int(forward_batch.seq_lens_cpu.sum())\n            assert (\n                forward_batch.extend_seq_lens_cpu is not None\n                and forward_batch.extend_seq_lens is not None\n                and forward_batch.extend_prefix_lens_cpu is not None\n            ), \"All of them must not be None\"\n\n            extend_seq_lens_cpu = forward_batch.extend_seq_lens_cpu\n            assert forward_batch.extend_seq_lens is not None\n\n            max_seqlen_q = 1\n",
 					Replacement: "                page_table, repeats=self.speculative_num_draft_tokens, dim=0\n            )\n        elif forward_batch.forward_mode.is_draft_extend_v2():\n            # No host mirrors are materialized here. Both would be D2H syncs on\n            # this same per-rank branch, so with only the max_seqlen_k fix above\n            # the DP group still deadlocks. Neither is read on this path:\n            # extend_prefix_lens_cpu and seq_lens_sum are consumed only inside\n            # the is_extend() arm below, and DRAFT_EXTEND_V2 is not is_extend()\n            # (include_draft_extend_v2 defaults to False). What this branch does\n            # need -- extend_seq_lens_cpu -- is already supplied by\n            # eagle_worker_common.prepare_for_draft_extend, on the same\n            # gpu_only branch and for this same reason.\n            assert (\n                forward_batch.extend_seq_lens_cpu is not None\n                and forward_batch.extend_seq_lens is not None\n            ), \"extend_seq_lens{,_cpu} must not be None for DRAFT_EXTEND_V2\"\n\n            extend_seq_lens_cpu = forward_batch.extend_seq_lens_cpu\n            assert forward_batch.extend_seq_lens is not None\n\n            # infera-exec(sglang-dsa-dp-sync): the seed's dsa_dp_sync.diff (sglang#33973) above:\n            # no device-to-host sync on this branch, which only some DP ranks take.\n            max_seqlen_q = 1\n",
 					Upstream:    "", LegacyMarker: "extend_seq_lens{,_cpu} must not be None for DRAFT_EXTEND_V2", LegacyScript: "dsa_dp_sync.diff", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+			},
+		},
+		{ID: "sglang-dsa-indexer-hip-dp-rows", Summary: "DSA indexer on ROCm: score the real row count on the aiter paged-MQA branch, so top-k's logits and lengths agree under DP attention", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/dsa-indexer-hip-dp-rows.toml",
+			Supersedes: []string{"patch_dsa_indexer_hip_dp_padded_rows.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "sgl-project/sglang#33059 (the seed's, open as of 2026-07-31; the more-rows half only: the fewer-rows half is filed nowhere)", State: "every revision of the indexer in the bytedance-iaas/sglang mirror through v0.5.18 and its GLM-5.2, DSA and DSpark branches passes the HIP branch q_fp8 uncut", Drop: "the HIP paged-MQA branch is given the real row count and top-k the lengths of the rows it scored, both ways, upstream"},
+			Variants: []Variant{
+				{Name: "aiter-backend", Versions: "",
+					Guards: []Guard{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Contains: "self.paged_mqa_logits_backend.is_aiter()", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        if self.paged_mqa_logits_backend.is_aiter():\n            logits = aiter_paged_mqa_logits(\n                q_fp8,\n                kv_cache_fp8,\n                weights,\n",
+							Replacement: "        if self.paged_mqa_logits_backend.is_aiter():\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): aiter sizes its logits\n            # from the q rows it is given, top-k its lengths from the real rows\n            # (q_offset); DP padding gives it more q rows, an idle DP rank under\n            # MTP draft-extend fewer: score the fewer of the two.\n            aiter_rows = min(q_offset, q_fp8.shape[0])\n            logits = aiter_paged_mqa_logits(\n                q_fp8[:aiter_rows],\n                kv_cache_fp8,\n                weights[:aiter_rows],\n",
+							Upstream:    "", LegacyMarker: "_p1v2_rows = min(_p1v2_real, _p1v2_padded)", LegacyScript: "patch_dsa_indexer_hip_dp_padded_rows.py", LegacyFrom: "seed", LegacyUnique: true, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states.\n        if not _is_hip and q_offset < q_fp8.shape[0]:\n",
+							Replacement: "        if self.paged_mqa_logits_backend.is_aiter() and q_fp8.shape[0] < q_offset:\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): fewer q rows than real\n            # ones: top-k the lengths of the rows aiter scored.\n            topk_result = metadata.topk_transform(\n                logits,\n                self.index_topk,\n                ke_offset=metadata.get_seqlens_expanded()[: q_fp8.shape[0]],\n            )\n        else:\n            topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states (on HIP too: aiter\n        # scored the real rows only).\n        if q_offset < q_fp8.shape[0]:\n",
+							Upstream:    "", LegacyMarker: "ke_offset=metadata.get_seqlens_expanded()[:_p1v2_rows],", LegacyScript: "patch_dsa_indexer_hip_dp_padded_rows.py", LegacyFrom: "seed", LegacyUnique: true, Site: "def _get_topk_paged(", SiteLines: 0},
+					},
+				},
+				{Name: "hip-branch", Versions: "",
+					Guards: []Guard{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Contains: "from aiter.ops.triton.pa_mqa_logits import deepgemm_fp8_paged_mqa_logits", Absent: false},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Contains: "q_offset = sum(metadata.get_dsa_extend_len_cpu())", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            batch_size, next_n, heads, _ = q_fp8.shape\n",
+							Replacement: "            # infera-exec(sglang-dsa-indexer-hip-dp-rows): the kernel sizes its\n            # logits from the q rows it is given, top-k its lengths from the real\n            # rows (q_offset): score the fewer of the two.\n            aiter_rows = min(q_offset, q_fp8.shape[0])\n            batch_size, next_n, heads, _ = q_fp8[:aiter_rows].shape\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8,\n                kv_cache_fp8,\n                weights,\n                logits,\n",
+							Replacement: "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8[:aiter_rows],\n                kv_cache_fp8,\n                weights[:aiter_rows],\n                logits,\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/dsa/dsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states.\n        if not _is_hip and q_offset < q_fp8.shape[0]:\n",
+							Replacement: "        if _is_hip and q_fp8.shape[0] < q_offset:\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): fewer q rows than real\n            # ones: top-k the lengths of the rows the kernel scored.\n            topk_result = metadata.topk_transform(\n                logits,\n                self.index_topk,\n                ke_offset=metadata.get_seqlens_expanded()[: q_fp8.shape[0]],\n            )\n        else:\n            topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states (on HIP too: the\n        # kernel scored the real rows only).\n        if q_offset < q_fp8.shape[0]:\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+					},
+				},
+				{Name: "hip-branch-nsa", Versions: "",
+					Guards: []Guard{
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Contains: "from aiter.ops.triton.pa_mqa_logits import deepgemm_fp8_paged_mqa_logits", Absent: false},
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Contains: "q_offset = sum(metadata.get_nsa_extend_len_cpu())", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            batch_size, next_n, heads, _ = q_fp8.shape\n",
+							Replacement: "            # infera-exec(sglang-dsa-indexer-hip-dp-rows): the kernel sizes its\n            # logits from the q rows it is given, top-k its lengths from the real\n            # rows (q_offset): score the fewer of the two.\n            aiter_rows = min(q_offset, q_fp8.shape[0])\n            batch_size, next_n, heads, _ = q_fp8[:aiter_rows].shape\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8,\n                kv_cache_fp8,\n                weights,\n                logits,\n",
+							Replacement: "            deepgemm_fp8_paged_mqa_logits(\n                q_fp8[:aiter_rows],\n                kv_cache_fp8,\n                weights[:aiter_rows],\n                logits,\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+						{File: "srt/layers/attention/nsa/nsa_indexer.py", Count: 1, Optional: false,
+							Anchor:      "        topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states.\n        if not _is_hip and q_offset < q_fp8.shape[0]:\n",
+							Replacement: "        if _is_hip and q_fp8.shape[0] < q_offset:\n            # infera-exec(sglang-dsa-indexer-hip-dp-rows): fewer q rows than real\n            # ones: top-k the lengths of the rows the kernel scored.\n            topk_result = metadata.topk_transform(\n                logits,\n                self.index_topk,\n                ke_offset=metadata.get_seqlens_expanded()[: q_fp8.shape[0]],\n            )\n        else:\n            topk_result = metadata.topk_transform(logits, self.index_topk)\n        # Restore possible padding exist in the hidden states (on HIP too: the\n        # kernel scored the real rows only).\n        if q_offset < q_fp8.shape[0]:\n",
+							Upstream:    "", LegacyMarker: "", LegacyScript: "", LegacyFrom: "", LegacyUnique: false, Site: "def _get_topk_paged(", SiteLines: 0},
+					},
+				},
 			},
 		},
 		{ID: "sglang-dsa-page-table-rows", Summary: "DSA decode under MTP: one page-table row per top-k row at both transform_index_page_table_decode calls (the seed's dsa_page_table_rows.diff)", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/dsa-page-table-rows.toml",
@@ -1069,10 +1130,10 @@ func builtinDefs() []*Definition {
 		{ID: "vllm-moriio-dsa-indexer-write", Summary: "MoRIIO connector before moriio_layout.py, WRITE mode: push the KV layers save_kv_layer never saw (DSA indexer) from wait_for_save", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/moriio-dsa-indexer-write.toml",
 			Supersedes: []string{"patch_moriio_dsa_write.py"},
 			Requires:   []string{"vllm-moriio-per-layer-offsets"},
-			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46290 (2026-06-23, \"Fix MoRIIO WRITE mode for mixed KV layouts\") on the layout connector", State: "fixed on main with the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has the MoRIIO connector without moriio_layout.py (the patch is not-applicable there)"},
+			Caveat:     "read from the code, not measured: before #46290 the WRITE engine computes a transfer's offsets once, for the first layer it writes (moriio_engine.py, _prepare_transfer_plan: request_info.transfer_offset), and reuses them for every layer, so the indexer layers this pushes may be written with the attention layer's offsets and sizes (the seed's script has the same gap)",
+			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46290 (2026-06-23, \"Fix MoRIIO WRITE mode for mixed KV layouts\") on the layout connector", State: "fixed on main with the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has a MoRIIO connector whose wait_for_save does nothing (the patch is not-applicable there)"},
 			Guards: []Guard{
-				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_layout.py", Contains: "", Absent: true},
-				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Contains: "    def _write_blocks_for_req(", Absent: false},
+				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Contains: "    def _write_blocks_for_req(", Absent: false, ContainsAny: []string{"    def wait_for_save(self):\n        pass\n", "    def wait_for_save(self):\n        # infera-exec(vllm-moriio-dsa-indexer-write)", "self.connector_worker.flush_aux_layer_writes(self._connector_metadata)"}},
 			},
 			Edits: []Edit{
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Count: 1, Optional: false,
@@ -1200,20 +1261,19 @@ func builtinDefs() []*Definition {
 		},
 		{ID: "vllm-moriio-per-layer-offsets", Summary: "MoRIIO connector before moriio_layout.py: transfer offsets from each layer's own KV cache shape, computed per layer", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/moriio-per-layer-offsets.toml",
 			Supersedes: []string{"patch_moriio_hetero.py"},
-			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46039 (moriio_layout.py, 2026-06-21) computes a transfer geometry per layer", State: "fixed on main by the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has the MoRIIO connector without moriio_layout.py (the patch is not-applicable there)"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "vllm-project/vllm#46039 (moriio_layout.py, 2026-06-21) computes a transfer geometry per layer", State: "fixed on main by the layout refactor; AMD ROCm images v0.20.2 to v0.22.1 carry the connector before it", Drop: "no supported engine image has the MoRIIO connector without moriio_layout.py (the patch reads upstream there)"},
 			Guards: []Guard{
-				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_layout.py", Contains: "", Absent: true},
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Contains: "    def _compute_block_transfer_offsets(", Absent: false},
 			},
 			Edits: []Edit{
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Count: 1, Optional: false,
 					Anchor:      "        assert self.kv_cache_shape is not None, \"KV caches shape not initialized\"\n        is_mla = len(self.kv_cache_shape) == 3\n        stride = self.kv_caches[layer_name].stride()\n        sz = self.kv_caches[layer_name].element_size()\n        if is_mla:\n            blknum, blksize, hs = self.kv_cache_shape\n            hn = 1\n            block_stride = stride[0]\n        else:\n            _, blknum, blksize, hn, hs = self.kv_cache_shape\n",
 					Replacement: "        assert self.kv_cache_shape is not None, \"KV caches shape not initialized\"\n        # infera-exec(vllm-moriio-per-layer-offsets): this layer's dims. GLM-5.1's\n        # attention and DSA indexer caches differ in head size, and kv_cache_shape\n        # is the first layer's.\n        _layer_shape = tuple(self.kv_caches[layer_name].shape)\n        is_mla = len(_layer_shape) == 3\n        stride = self.kv_caches[layer_name].stride()\n        sz = self.kv_caches[layer_name].element_size()\n        if is_mla:\n            blknum, blksize, hs = _layer_shape\n            hn = 1\n            block_stride = stride[0]\n        else:\n            _, blknum, blksize, hn, hs = _layer_shape\n",
-					Upstream:    "", LegacyMarker: "self.kv_cache_shape == first layer is wrong for the others", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					Upstream:    "kv_cache=self.kv_caches[layer_name],", LegacyMarker: "self.kv_cache_shape == first layer is wrong for the others", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: false, Site: "def _compute_block_transfer_offsets(", SiteLines: 0},
 				{File: "distributed/kv_transfer/kv_connector/v1/moriio/moriio_connector.py", Count: 1, Optional: false,
 					Anchor:      "        first_layer = list(self.layer_name_to_local_kv_cache_metadata.keys())[0]\n        offs = self._compute_block_transfer_offsets(\n            first_layer, local_block_ids, remote_block_ids, remote_moriio_meta\n        )\n\n        for layer_name in self.layer_name_to_local_kv_cache_metadata:\n            sess_idx = list(self.layer_name_to_local_kv_cache_metadata.keys()).index(\n                layer_name\n            )\n            # TODO : apply multi-session batch-read when moriio support it\n",
 					Replacement: "        # infera-exec(vllm-moriio-per-layer-offsets): offsets and sizes for each\n        # layer from its own shape (the same for every layer of a homogeneous model).\n        for layer_name in self.layer_name_to_local_kv_cache_metadata:\n            sess_idx = list(self.layer_name_to_local_kv_cache_metadata.keys()).index(\n                layer_name\n            )\n            offs = self._compute_block_transfer_offsets(\n                layer_name, local_block_ids, remote_block_ids, remote_moriio_meta\n            )\n            # TODO : apply multi-session batch-read when moriio support it\n",
-					Upstream:    "", LegacyMarker: "head_dim, so offsets/sizes computed for the first layer don't apply", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					Upstream:    "            offs = self._compute_block_transfer_offsets(\n                layer_name,", LegacyMarker: "head_dim, so offsets/sizes computed for the first layer don't apply", LegacyScript: "patch_moriio_hetero.py", LegacyFrom: "seed", LegacyUnique: true, Site: "def _read_blocks(", SiteLines: 0},
 			},
 		},
 		{ID: "vllm-moriio-write-notify-prefill", Summary: "MoRIIO connector, WRITE mode: the decode notifies the prefill, not itself (is_producer=False)", Package: "vllm", Distribution: "vllm", Versions: "", Required: false, Source: "builtin:vllm/moriio-write-notify-prefill.toml",
