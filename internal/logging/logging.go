@@ -6,6 +6,7 @@ package logging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -289,3 +290,28 @@ func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return &recordHandler{rec: h.rec, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
 }
 func (h *recordHandler) WithGroup(string) slog.Handler { return h }
+
+// TextBound is the most characters a text line should have, its prefix
+// included (docs/logging.md): a message says what, which file or value,
+// and the fix in a few words; the rest goes into the record's detail
+// field, which JSON and logfmt lines and the report keep. A test of the
+// stories holds every line to it (cmd/infera-exec's boundedT).
+const TextBound = 200
+
+// Briefer is an error whose text line is shorter than its message:
+// Brief says what, which file or value, and the fix in a few words. The
+// termination log and the report keep the whole message.
+type Briefer interface{ Brief() string }
+
+// ErrorRecord is the message and fields of the record that logs err:
+// the brief of the first error in its chain that has one, with the whole
+// message as the detail field; else the message itself.
+func ErrorRecord(err error) (msg string, attrs []any) {
+	var b Briefer
+	if errors.As(err, &b) {
+		if brief := b.Brief(); brief != "" && brief != err.Error() {
+			return brief, []any{"detail", err.Error()}
+		}
+	}
+	return err.Error(), nil
+}
