@@ -97,7 +97,7 @@ func runRules(in *Facts, skip []string) []Result {
 		switch v.Outcome {
 		case rules.Holds:
 			res.Status, res.Severity = Fail, Severity(r.Severity)
-			res.Seen, res.Why, res.Do = strings.Join(v.Read, "; "), r.Message, r.Fix
+			res.Seen, res.Why, res.Do, res.Fix = strings.Join(v.Read, "; "), r.Message, r.Fix, r.Fix
 		case rules.DoesNot:
 			res.Status, res.Seen = Pass, strings.Join(v.Read, "; ")
 		case rules.NotFor:
