@@ -304,14 +304,35 @@ const TextBound = 200
 type Briefer interface{ Brief() string }
 
 // ErrorRecord is the message and fields of the record that logs err:
-// the brief of the first error in its chain that has one, with the whole
-// message as the detail field; else the message itself.
+// its message with the text of the first error in its chain that has a
+// brief replaced by that brief (what wraps it keeps its words), and the
+// whole message as the detail field; else the message itself.
 func ErrorRecord(err error) (msg string, attrs []any) {
 	var b Briefer
-	if errors.As(err, &b) {
-		if brief := b.Brief(); brief != "" && brief != err.Error() {
-			return brief, []any{"detail", err.Error()}
-		}
+	full := err.Error()
+	if !errors.As(err, &b) {
+		return full, nil
 	}
-	return err.Error(), nil
+	brief := b.Brief()
+	if inner, ok := b.(error); ok && brief != "" {
+		brief = strings.Replace(full, inner.Error(), brief, 1)
+	}
+	if brief == "" || brief == full {
+		return full, nil
+	}
+	return brief, []any{"detail", full}
 }
+
+// WithBrief is err with brief as its text line (Briefer): for an error
+// whose message ends in a list or a reason the text line leaves to the
+// record's detail.
+func WithBrief(err error, brief string) error { return &briefError{err, brief} }
+
+type briefError struct {
+	err   error
+	brief string
+}
+
+func (e *briefError) Error() string { return e.err.Error() }
+func (e *briefError) Unwrap() error { return e.err }
+func (e *briefError) Brief() string { return e.brief }
