@@ -13,6 +13,7 @@ import (
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/report"
@@ -96,6 +97,8 @@ func guarded(cfg config.Config, log *slog.Logger) error {
 	euid := os.Geteuid()
 	msg := fmt.Sprintf("payload root %s (from %s) can be changed by another uid than root and %d: %s; that uid could replace what the worker imports and loads. Make the payload root and every directory above it owned by root (or uid %d) and not writable by group or others (chmod go-w), or install the payload with --install",
 		cfg.PayloadRoot, cfg.PayloadRootFrom, euid, se.Reason(), euid)
+	// The text line: what, where, and the fix in a few words.
+	what := fmt.Sprintf("payload root %s can be changed by another uid: %s", cfg.PayloadRoot, se.Reason())
 	var by []string
 	if len(cfg.RequirePatches) > 0 {
 		by = append(by, "INFERA_REQUIRE_PATCHES")
@@ -104,9 +107,10 @@ func guarded(cfg config.Config, log *slog.Logger) error {
 		by = append(by, "INFERA_REQUIRE_NATIVE")
 	}
 	if len(by) > 0 {
-		return &Refusal{fmt.Errorf("%s (refused: %s is set, and such a payload cannot keep its promise)", msg, strings.Join(by, " and "))}
+		return &Refusal{logging.WithBrief(fmt.Errorf("%s (refused: %s is set, and such a payload cannot keep its promise)", msg, strings.Join(by, " and ")),
+			fmt.Sprintf("%s; refused: %s is set", what, strings.Join(by, " and ")))}
 	}
-	log.Warn(msg)
+	log.Warn(what+"; chmod go-w it and the directories above, or --install it", "detail", msg)
 	return nil
 }
 
