@@ -270,7 +270,8 @@ func (p *pass) writeReport() {
 	p.rep.Resources = report.ReadResources()
 	where, err := report.Write(p.rep, p.cfg.ReportPath, p.state, p.noState)
 	if err != nil {
-		p.log.Warn("report not written: " + err.Error())
+		msg, detail := logging.ErrorRecord(err)
+		p.log.With(detail...).Warn("report not written: " + msg)
 		return
 	}
 	p.log.Debug("report written to " + where)
