@@ -123,7 +123,14 @@ func choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payl
 	}
 	sel, err := pl.Select(f)
 	if err != nil {
-		return pl, nil, fmt.Errorf("%w (payload root from %s%s)", err, from, rootHint(root, pl))
+		hint, brief := rootHint(root, pl)
+		full := fmt.Errorf("%w (payload root from %s%s)", err, from, hint)
+		if brief == "" {
+			return pl, nil, full
+		}
+		// The text line: the payload, what it lacks, the fix in a few words.
+		msg, _ := logging.ErrorRecord(err)
+		return pl, nil, logging.WithBrief(full, msg+" ("+brief+")")
 	}
 	if img.IndexFile == "" {
 		if _, err := os.Stat(filepath.Join(root, IndexName)); err == nil {
@@ -189,15 +196,19 @@ func BinDir(root string) string { return filepath.Join(root, "bin") }
 // rootHint says how to point infera-exec at its payload when the root it
 // used holds no payload at all: the binary copied out of its payload, or
 // PAYLOAD_ROOT naming the payload's bin/ directory.
-func rootHint(root string, pl *Payload) string {
+// brief is the same in a few words, for the text line.
+func rootHint(root string, pl *Payload) (hint, brief string) {
 	if len(pl.PyTrees) > 0 || len(pl.NativeTrees) > 0 {
-		return ""
+		return "", ""
 	}
-	hint := "; it holds no payload trees"
+	hint = "; it holds no payload trees"
 	if filepath.Base(root) == "bin" {
 		hint += "; it is a bin/ directory: the payload root is its parent, " + filepath.Dir(root)
+		brief = "a bin/ directory: set PAYLOAD_ROOT to its parent"
+	} else {
+		brief = "set PAYLOAD_ROOT, or run the payload's bin/ copy"
 	}
-	return hint + "; run infera-exec from its payload's bin/ (the root is then found from the binary), or set PAYLOAD_ROOT to the directory that holds bin/ and the py3XX/ trees"
+	return hint + "; run infera-exec from its payload's bin/ (the root is then found from the binary), or set PAYLOAD_ROOT to the directory that holds bin/ and the py3XX/ trees", brief
 }
 
 // Fields and WriteText render the outcome in the report and --explain.
