@@ -97,7 +97,7 @@ func (e *Unavailable) Brief() string {
 			fmt.Fprintf(&b, "; %s: declared, but its files do not load here", m)
 		}
 		if m == "hipfile" && e.SGLang {
-			b.WriteString("; hipfile is vLLM-only by design")
+			b.WriteString("; hipfile is vLLM-only")
 		}
 	}
 	return b.String()
