@@ -17,6 +17,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/internal/statedir"
 )
@@ -114,6 +115,9 @@ func Swap(ctx context.Context, o Options) *Result {
 	}
 	if err != nil {
 		r.State, r.Summary = Refused, err.Error()
+		if msg, _ := logging.ErrorRecord(err); msg != r.Summary {
+			r.brief = msg
+		}
 		return r
 	}
 	// The host file is read once; every check below is made on that copy

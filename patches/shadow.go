@@ -69,7 +69,8 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 		}
 		switch {
 		case ignores != "":
-			log.Warn(fmt.Sprintf("%s at %s: %s, and a shadow tree would not be in force: %s; its patches are tried in place", name, pkg.Dir, why, ignores))
+			log.Warn(fmt.Sprintf("%s at %s: %s; no shadow tree: the worker reads no PYTHONPATH; its patches are tried in place", name, pkg.Dir, short),
+				"detail", fmt.Sprintf("%s, and a shadow tree would not be in force: %s", why, ignores))
 			continue
 		case pkg.Namespace || len(pkg.Dirs) > 1:
 			log.Warn(fmt.Sprintf("%s at %s: %s, and a namespace package of several directories gets no shadow tree; its patches are tried in place", name, pkg.Dir, why))
