@@ -16,6 +16,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/linkchain"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/internal/procgroup"
 )
@@ -140,7 +141,12 @@ func Interpreter(name, pathList, dir string) (string, error) {
 	if err != nil {
 		// %v: the lookup's 126/127 are the worker's codes, not the
 		// interpreter's, which is configuration (78).
-		return "", fmt.Errorf("python interpreter (INFERA_PYTHON): %v; install it or set INFERA_PYTHON to its path", err)
+		const say = "python interpreter (INFERA_PYTHON): %v; install it or set INFERA_PYTHON to its path"
+		full := fmt.Errorf(say, err)
+		if b, ok := err.(logging.Briefer); ok && b.Brief() != "" { // the text line without every PATH directory
+			return "", logging.WithBrief(full, fmt.Sprintf(say, b.Brief()))
+		}
+		return "", full
 	}
 	return path, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/report"
 )
@@ -169,7 +170,9 @@ func checkOverride(ctx context.Context, in Input, o *Outcome) error {
 			Dir: in.Config.WorkDir(), Timeout: in.Config.PythonTimeoutDuration()})
 	}
 	if perr != nil {
-		in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY, not checked against the interpreter (%v); for debugging only", set, perr), "event", "abi-override")
+		msg, _ := logging.ErrorRecord(perr)
+		in.Log.Warn(fmt.Sprintf("INFERA_ABI_FAMILY=%s (for debugging only), not checked: %s", o.Override, msg), "event", "abi-override",
+			"detail", fmt.Sprintf("not checked against the interpreter: %v", perr))
 		return nil
 	}
 	o.Python.Interpreter, o.Python.Path, o.Python.Chain = seen.Python.Interpreter, seen.Python.Path, seen.Python.Chain
@@ -177,20 +180,27 @@ func checkOverride(ctx context.Context, in Input, o *Outcome) error {
 		o.Detected = seen.Name()
 	}
 	if seen.Python.Major != o.Python.Major || seen.Python.Minor != o.Python.Minor {
-		return &Error{fmt.Errorf("INFERA_ABI_FAMILY=%s picks the %s tree, but the interpreter %s is CPython %s (%s): the packages of a %s tree do not import under it; unset INFERA_ABI_FAMILY to detect the family, or set it to %s",
-			o.Override, o.Python.Tree(), seen.Python.Path, seen.Python.Version(), seen.Python.DecidedBy, o.Python.Tree(), overrideFor(o.Family, seen.Python))}
+		return &Error{logging.WithBrief(fmt.Errorf("INFERA_ABI_FAMILY=%s picks the %s tree, but the interpreter %s is CPython %s (%s): the packages of a %s tree do not import under it; unset INFERA_ABI_FAMILY to detect the family, or set it to %s",
+			o.Override, o.Python.Tree(), seen.Python.Path, seen.Python.Version(), seen.Python.DecidedBy, o.Python.Tree(), overrideFor(o.Family, seen.Python)),
+			fmt.Sprintf("INFERA_ABI_FAMILY=%s picks the %s tree, but the interpreter %s is CPython %s; unset it, or set it to %s",
+				o.Override, o.Python.Tree(), seen.Python.Path, seen.Python.Version(), overrideFor(o.Family, seen.Python)))}
 	}
-	detected := "the container's ROCm is not known: " + fmt.Sprint(rerr)
+	// The text line says what the container is and what that means; the
+	// record's detail how it was decided.
+	detected, short := "the container's ROCm is not known: "+fmt.Sprint(rerr), "the container's ROCm is not known"
 	if rerr == nil {
 		detected = "the container is " + seen.Name()
+		short = detected
 		switch {
 		case rocm.Found && (!o.ROCm.Found || rocm.Major != o.ROCm.Major):
 			detected += fmt.Sprintf(" (ROCm %d from %s): a native tree built for another ROCm may not load", rocm.Major, rocm.DecidedBy)
+			short += ": a native tree built for another ROCm may not load"
 		case !rocm.Found && o.ROCm.Found:
 			detected += fmt.Sprintf(" (no libamdhip64 in %s): a native tree for ROCm %d needs its HIP runtime", strings.Join(rocm.Searched, ", "), o.ROCm.Major)
+			short += fmt.Sprintf(" (no libamdhip64): a native tree for ROCm %d needs its HIP runtime", o.ROCm.Major)
 		}
 	}
-	in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; %s; for debugging only", set, detected), "event", "abi-override")
+	in.Log.Warn(fmt.Sprintf("ABI family %s set by INFERA_ABI_FAMILY; %s; for debugging only", set, short), "event", "abi-override", "detail", detected)
 	return nil
 }
 

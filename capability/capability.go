@@ -84,32 +84,28 @@ type Unavailable struct {
 // ExitCode is EX_UNAVAILABLE.
 func (e *Unavailable) ExitCode() int { return 69 }
 
+// Brief is the refusal's text line (logging.Briefer): what is missing,
+// the trees available, and why in a few words; Error has the whole why.
+func (e *Unavailable) Brief() string {
+	var b strings.Builder
+	e.head(&b, true)
+	for _, m := range e.Missing {
+		if _, ok := e.Requirement.Sources[m]; ok {
+			fmt.Fprintf(&b, "; %s: implied by the worker's arguments", m)
+		}
+		if _, ok := e.Withdrawn[m]; ok {
+			fmt.Fprintf(&b, "; %s: declared, but its files do not load here", m)
+		}
+		if m == "hipfile" && e.SGLang {
+			b.WriteString("; hipfile is vLLM-only")
+		}
+	}
+	return b.String()
+}
+
 func (e *Unavailable) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "INFERA_REQUIRE_NATIVE=%s: ", e.Requirement.Raw)
-	if e.Tree == nil {
-		fmt.Fprintf(&b, "a native tree is required but %s", e.NoTreeWhy)
-		if len(e.Missing) > 0 {
-			fmt.Fprintf(&b, "; required: %s", strings.Join(e.Missing, " "))
-		}
-	} else {
-		word := "capability"
-		if len(e.Missing) > 1 {
-			word = "capabilities"
-		}
-		fmt.Fprintf(&b, "%s %s not provided by native tree %s (it provides: %s)",
-			word, strings.Join(e.Missing, " "), e.Tree.Dir, e.Tree.Caps)
-	}
-	b.WriteString("; trees available: ")
-	if len(e.Available) == 0 {
-		b.WriteString("none")
-	}
-	for i, t := range e.Available {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s [%s]", t.Name, t.Caps)
-	}
+	e.head(&b, false)
 	for _, m := range e.Missing {
 		if src, ok := e.Requirement.Sources[m]; ok {
 			fmt.Fprintf(&b, "; %s is required by INFERA_REQUIRE_NATIVE=auto because the worker was started with %s", m, src)
@@ -125,6 +121,39 @@ func (e *Unavailable) Error() string {
 		}
 	}
 	return b.String()
+}
+
+// head is what is missing, and the trees available; brief: the tree by
+// its name, not its directory.
+func (e *Unavailable) head(b *strings.Builder, brief bool) {
+	fmt.Fprintf(b, "INFERA_REQUIRE_NATIVE=%s: ", e.Requirement.Raw)
+	if e.Tree == nil {
+		fmt.Fprintf(b, "a native tree is required but %s", e.NoTreeWhy)
+		if len(e.Missing) > 0 && !brief {
+			fmt.Fprintf(b, "; required: %s", strings.Join(e.Missing, " "))
+		}
+	} else {
+		word := "capability"
+		if len(e.Missing) > 1 {
+			word = "capabilities"
+		}
+		if brief { // what the tree has is in the list of trees available
+			fmt.Fprintf(b, "native tree %s lacks %s", e.Tree.Name, strings.Join(e.Missing, " "))
+		} else {
+			fmt.Fprintf(b, "%s %s not provided by native tree %s (it provides: %s)",
+				word, strings.Join(e.Missing, " "), e.Tree.Dir, e.Tree.Caps)
+		}
+	}
+	b.WriteString("; trees available: ")
+	if len(e.Available) == 0 {
+		b.WriteString("none")
+	}
+	for i, t := range e.Available {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(b, "%s [%s]", t.Name, t.Caps)
+	}
 }
 
 // Check verifies req against the selected tree (nil when there is none;

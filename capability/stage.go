@@ -137,18 +137,23 @@ func decide(in Input, t trees) (*Outcome, error) {
 		if t.Tree != nil && t.Tree.Caps.Has(i.Capability) {
 			continue
 		}
-		where := "there is no native tree (" + t.NoTreeWhy + ")"
+		// The text line says where in a few words; the record's detail why.
+		where, short := "there is no native tree ("+t.NoTreeWhy+")", "there is no native tree"
 		if t.Tree != nil {
 			where = fmt.Sprintf("native tree %s does not provide it (it provides: %s)", t.Tree.Name, t.Tree.Caps)
+			short = t.Tree.Name + " lacks it"
 		}
 		if i.Optional {
-			in.Log.Info(fmt.Sprintf("note: %s: GPU-direct L3 will stay off (the engine falls back to POSIX I/O) without %s, and %s; set %s=1 with a tree that has it to require it", i.Source, i.Capability, where, KvdAISVar), "event", "capability", "capability", i.Capability)
+			in.Log.Info(fmt.Sprintf("note: %s: GPU-direct L3 stays off without %s (%s)", i.Source, i.Capability, short),
+				"event", "capability", "capability", i.Capability,
+				"detail", fmt.Sprintf("the engine falls back to POSIX I/O without %s, and %s; set %s=1 with a tree that has it to require it", i.Capability, where, KvdAISVar))
 			continue
 		}
 		if req.Auto {
 			continue
 		}
-		in.Log.Warn(fmt.Sprintf("the worker's arguments imply %s (%s) but %s; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead", i.Capability, i.Source, where), "event", "capability", "capability", i.Capability)
+		in.Log.Warn(fmt.Sprintf("%s implied by %s but %s; INFERA_REQUIRE_NATIVE=auto refuses", i.Capability, i.Source, short),
+			"event", "capability", "capability", i.Capability, "detail", where+"; set INFERA_REQUIRE_NATIVE=auto to refuse to start instead")
 	}
 	return o, nil
 }

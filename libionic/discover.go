@@ -26,6 +26,7 @@ import (
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
+	"github.com/infera/infera-exec/internal/logging"
 )
 
 // Container is how the container's libibverbs will find the provider.
@@ -92,7 +93,8 @@ func Discover(root, name string) (*Container, *elfload.Object, error) {
 		}
 	}
 	if c.Libibverbs == "" {
-		return c, nil, fmt.Errorf("the container has no libibverbs.so.1 (searched %s): nothing would load an RDMA provider", strings.Join(c.LibDirs, ", "))
+		return c, nil, logging.WithBrief(fmt.Errorf("the container has no libibverbs.so.1 (searched %s): nothing would load an RDMA provider", strings.Join(c.LibDirs, ", ")),
+			"the container has no libibverbs.so.1: nothing would load an RDMA provider")
 	}
 	chain, err := linkchain.FollowIn(root, in(root, c.Libibverbs))
 	if err != nil {

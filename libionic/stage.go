@@ -125,14 +125,18 @@ func run(ctx context.Context, opt Options, log *slog.Logger) *Outcome {
 			log.Info(fmt.Sprintf("created %s for the host libionic build", f), "event", "libionic", "file", f)
 		}
 	case Unchanged, Planned, Fallback:
-		log.Info("host libionic: " + res.Summary)
+		log.Info("host libionic: "+res.Brief(), "detail", res.Summary)
 	default: // refused, no-route
-		log.Warn("host libionic: " + res.Summary)
+		log.Warn("host libionic: "+res.Brief(), "detail", res.Summary)
 	}
 	for _, w := range res.Warnings {
 		log.Warn("host libionic: " + w)
 	}
-	for _, n := range res.Notes {
+	for i, n := range res.Notes {
+		if b, ok := res.noteBriefs[i]; ok {
+			log.Info("host libionic: "+b, "detail", n)
+			continue
+		}
 		log.Info("host libionic: " + n)
 	}
 	return o

@@ -17,6 +17,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/digest"
 	"github.com/infera/infera-exec/internal/elfload"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/rdma"
 	"github.com/infera/infera-exec/internal/statedir"
 )
@@ -70,6 +71,8 @@ type Result struct {
 	State        State             `json:"state"`
 	Route        string            `json:"route,omitempty"`
 	Summary      string            `json:"summary"`
+	brief        string            // Summary in a few words for the text line, when shorter (Brief)
+	noteBriefs   map[int]string    // likewise for Notes, by index
 	Host         string            `json:"host"`
 	HostSHA256   string            `json:"host_sha256,omitempty"`
 	HostABI      *ABIRange         `json:"host_abi_range,omitempty"`
@@ -112,6 +115,9 @@ func Swap(ctx context.Context, o Options) *Result {
 	}
 	if err != nil {
 		r.State, r.Summary = Refused, err.Error()
+		if msg, _ := logging.ErrorRecord(err); msg != r.Summary {
+			r.brief = msg
+		}
 		return r
 	}
 	// The host file is read once; every check below is made on that copy
@@ -154,6 +160,13 @@ func Swap(ctx context.Context, o Options) *Result {
 		}
 		r.State = Refused
 		r.Summary = fmt.Sprintf("host build %s would not load in this container (%s); keeping the container's provider", o.Host, strings.Join(failed, "; "))
+		var names []string
+		for _, ch := range checks {
+			if !ch.OK {
+				names = append(names, ch.Name)
+			}
+		}
+		r.brief = fmt.Sprintf("host build %s would not load in this container (failed: %s); keeping the container's provider", o.Host, strings.Join(names, ", "))
 		return r
 	}
 	r.HostSHA256 = digest.Bytes(data)
@@ -189,6 +202,9 @@ func Swap(ctx context.Context, o Options) *Result {
 		return r
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("in-place swap not possible: %v", err))
+	if errno := syscall.Errno(0); errors.As(err, &errno) {
+		r.noteBriefs = map[int]string{len(r.Notes) - 1: "in-place swap not possible: the library directory is not writable (" + errno.Error() + ")"}
+	}
 	return fallback(root, o, c, data, r)
 }
 
@@ -412,6 +428,7 @@ func fallback(root string, o Options, c *Container, data []byte, r *Result) *Res
 	if dir == "" {
 		r.State = NoRoute
 		r.Summary = fmt.Sprintf("cannot swap in the host build: the library directory is not writable and no fallback directory is usable (%s); starting with the container's provider", why)
+		r.brief = "cannot swap in the host build: the library directory is not writable, nor any fallback directory; starting with the container's provider"
 		return r
 	}
 	lib := filepath.Join(dir, "lib"+o.Name+".so.1")
@@ -538,4 +555,13 @@ func ProviderRange(root, name string) (min, max uint32, ok bool) {
 		return 0, 0, false
 	}
 	return elfload.ProviderABIRange(obj, name)
+}
+
+// Brief is Summary in a few words, for the text line; the record's
+// detail and the report have Summary.
+func (r *Result) Brief() string {
+	if r.brief == "" {
+		return r.Summary
+	}
+	return r.brief
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/lookpath"
 	"github.com/infera/infera-exec/internal/statedir"
 	"github.com/infera/infera-exec/report"
@@ -96,6 +97,8 @@ func guarded(cfg config.Config, log *slog.Logger) error {
 	euid := os.Geteuid()
 	msg := fmt.Sprintf("payload root %s (from %s) can be changed by another uid than root and %d: %s; that uid could replace what the worker imports and loads. Make the payload root and every directory above it owned by root (or uid %d) and not writable by group or others (chmod go-w), or install the payload with --install",
 		cfg.PayloadRoot, cfg.PayloadRootFrom, euid, se.Reason(), euid)
+	// The text line: what, where, and the fix in a few words.
+	what := fmt.Sprintf("payload root %s can be changed by another uid: %s", cfg.PayloadRoot, se.Reason())
 	var by []string
 	if len(cfg.RequirePatches) > 0 {
 		by = append(by, "INFERA_REQUIRE_PATCHES")
@@ -104,9 +107,10 @@ func guarded(cfg config.Config, log *slog.Logger) error {
 		by = append(by, "INFERA_REQUIRE_NATIVE")
 	}
 	if len(by) > 0 {
-		return &Refusal{fmt.Errorf("%s (refused: %s is set, and such a payload cannot keep its promise)", msg, strings.Join(by, " and "))}
+		return &Refusal{logging.WithBrief(fmt.Errorf("%s (refused: %s is set, and such a payload cannot keep its promise)", msg, strings.Join(by, " and ")),
+			fmt.Sprintf("%s; refused: %s is set", what, strings.Join(by, " and ")))}
 	}
-	log.Warn(msg)
+	log.Warn(what+"; chmod go-w it and the directories above, or --install it", "detail", msg)
 	return nil
 }
 
@@ -119,7 +123,14 @@ func choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payl
 	}
 	sel, err := pl.Select(f)
 	if err != nil {
-		return pl, nil, fmt.Errorf("%w (payload root from %s%s)", err, from, rootHint(root, pl))
+		hint, brief := rootHint(root, pl)
+		full := fmt.Errorf("%w (payload root from %s%s)", err, from, hint)
+		if brief == "" {
+			return pl, nil, full
+		}
+		// The text line: the payload, what it lacks, the fix in a few words.
+		msg, _ := logging.ErrorRecord(err)
+		return pl, nil, logging.WithBrief(full, msg+" ("+brief+")")
 	}
 	if img.IndexFile == "" {
 		if _, err := os.Stat(filepath.Join(root, IndexName)); err == nil {
@@ -185,15 +196,19 @@ func BinDir(root string) string { return filepath.Join(root, "bin") }
 // rootHint says how to point infera-exec at its payload when the root it
 // used holds no payload at all: the binary copied out of its payload, or
 // PAYLOAD_ROOT naming the payload's bin/ directory.
-func rootHint(root string, pl *Payload) string {
+// brief is the same in a few words, for the text line.
+func rootHint(root string, pl *Payload) (hint, brief string) {
 	if len(pl.PyTrees) > 0 || len(pl.NativeTrees) > 0 {
-		return ""
+		return "", ""
 	}
-	hint := "; it holds no payload trees"
+	hint = "; it holds no payload trees"
 	if filepath.Base(root) == "bin" {
 		hint += "; it is a bin/ directory: the payload root is its parent, " + filepath.Dir(root)
+		brief = "a bin/ directory: set PAYLOAD_ROOT to its parent"
+	} else {
+		brief = "set PAYLOAD_ROOT, or run the payload's bin/ copy"
 	}
-	return hint + "; run infera-exec from its payload's bin/ (the root is then found from the binary), or set PAYLOAD_ROOT to the directory that holds bin/ and the py3XX/ trees"
+	return hint + "; run infera-exec from its payload's bin/ (the root is then found from the binary), or set PAYLOAD_ROOT to the directory that holds bin/ and the py3XX/ trees", brief
 }
 
 // Fields and WriteText render the outcome in the report and --explain.

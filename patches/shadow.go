@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
@@ -55,17 +56,21 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 		if !pkg.Found || len(files) == 0 {
 			continue
 		}
-		why := "INFERA_PATCH_WRITE=shadow"
+		why, short := "INFERA_PATCH_WRITE=shadow", "INFERA_PATCH_WRITE=shadow"
 		if mode != config.PatchWriteShadow {
 			err := shadowtree.Blocked(pkg.Dir, files)
 			if err == nil {
 				continue
 			}
-			why = err.Error()
+			why, short = err.Error(), err.Error()
+			if errno := syscall.Errno(0); errors.As(err, &errno) {
+				short = errno.Error() // the text line's; the record's detail has the directory
+			}
 		}
 		switch {
 		case ignores != "":
-			log.Warn(fmt.Sprintf("%s at %s: %s, and a shadow tree would not be in force: %s; its patches are tried in place", name, pkg.Dir, why, ignores))
+			log.Warn(fmt.Sprintf("%s at %s: %s; no shadow tree: the worker reads no PYTHONPATH; its patches are tried in place", name, pkg.Dir, short),
+				"detail", fmt.Sprintf("%s, and a shadow tree would not be in force: %s", why, ignores))
 			continue
 		case pkg.Namespace || len(pkg.Dirs) > 1:
 			log.Warn(fmt.Sprintf("%s at %s: %s, and a namespace package of several directories gets no shadow tree; its patches are tried in place", name, pkg.Dir, why))
@@ -106,9 +111,9 @@ func planShadows(in Input, set *patchdef.Set, loc *Location, log *slog.Logger) *
 		sh.trees[name], sh.image[name] = tree, pkg.Dir
 		made := "made"
 		if tree.Reused {
-			made = "kept from an earlier start"
+			made = "an earlier start's"
 		}
-		log.Info(fmt.Sprintf("%s at %s: %s; its patches go into the shadow tree %s (%s)", name, pkg.Dir, why, tree.Root, made))
+		log.Info(fmt.Sprintf("%s at %s: %s; its patches go into the shadow tree %s (%s)", name, pkg.Dir, short, tree.Root, made), "detail", why)
 		for _, n := range tree.Notes {
 			log.Warn(fmt.Sprintf("%s: shadow tree %s: %s", name, tree.Root, n))
 		}

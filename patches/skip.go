@@ -8,6 +8,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/digest"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -31,7 +32,7 @@ func unknownID(variable, id string, set *patchdef.Set) error {
 	if c := closest.Name(id, known); c != "" {
 		msg += fmt.Sprintf(" (did you mean %s?)", c)
 	}
-	return fmt.Errorf("%s (known: %s)", msg, strings.Join(known, ", "))
+	return logging.WithBrief(fmt.Errorf("%s (known: %s)", msg, strings.Join(known, ", ")), msg)
 }
 
 // selectDefs checks the ids of require and skip against set. An unknown

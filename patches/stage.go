@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/distinfo"
@@ -89,9 +90,15 @@ func (e *ConfigError) ExitCode() int { return 78 }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
 // RequiredError is a required patch that is not in force.
-type RequiredError struct{ Err error }
+type RequiredError struct {
+	Err   error
+	brief string // the text line (Brief): the state and why in a few words
+}
 
 func (e *RequiredError) Error() string { return e.Err.Error() }
+
+// Brief is the refusal's text line (logging.Briefer); Error has the whole why.
+func (e *RequiredError) Brief() string { return e.brief }
 
 // ExitCode is EX_DATAERR: a required patch is not in force.
 func (e *RequiredError) ExitCode() int { return 65 }
@@ -140,7 +147,8 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		log.Warn("engine patches skipped: " + err.Error())
 		for _, d := range set.Defs {
 			if d.Required || require[d.ID] {
-				return o, &RequiredError{fmt.Errorf("required patch %s (%s) cannot be checked: %v", d.ID, d.Summary, err)}
+				return o, &RequiredError{fmt.Errorf("required patch %s (%s) cannot be checked: %v", d.ID, d.Summary, err),
+					fmt.Sprintf("required patch %s cannot be checked: the engine was not located (INFERA_PYTHON)", d.ID)}
 			}
 		}
 		return o, nil
@@ -193,9 +201,11 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		}
 		if r.Required && !r.Ok() && refusal == nil && !(in.DryRun && (r.State == patchdef.Pending || r.State == patchdef.Shadowed && !r.NotImported)) {
 			if r.Unvouched != "" {
-				refusal = &RequiredError{fmt.Errorf("required patch %s is %s for %s only, not vouched for the worker: %s", r.ID, r.State, loc.Interpreter, r.Unvouched)}
+				refusal = &RequiredError{fmt.Errorf("required patch %s is %s for %s only, not vouched for the worker: %s", r.ID, r.State, loc.Interpreter, r.Unvouched),
+					fmt.Sprintf("required patch %s is %s for %s only, not vouched for the worker", r.ID, r.State, loc.Interpreter)}
 			} else {
-				refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why)}
+				refusal = &RequiredError{fmt.Errorf("required patch %s is %s: %s", r.ID, r.State, r.Why),
+					fmt.Sprintf("required patch %s is %s: %s", r.ID, r.State, shortWhy(*r))}
 			}
 		}
 	}
@@ -370,60 +380,173 @@ func (loc *Location) fillVersions(dists map[string]string, cwd string) {
 	}
 }
 
+// logResult writes a patch's result: one short line per action, its
+// files named from the package's root (the line before names where that
+// is: "vllm 0.11.1 at DIR", or the shadow tree), every path, the summary
+// and the whole why in the record's fields (file, detail).
 func logResult(log *slog.Logger, r Result) {
 	log = log.With("event", "patch", "patch", r.ID, "state", string(r.State), "file", resultFiles(r)) // the fields of docs/logging.md
 	if r.Variant != "" {
 		r.Summary += "; variant " + r.Variant
 	}
+	why := log.With("detail", r.Why)
 	switch {
 	case r.Unvouched != "":
-		log.Warn(fmt.Sprintf("patch %s %s, not vouched for the worker: %s", r.ID, map[bool]string{true: "written", false: string(r.State)}[r.Action == "applied"], r.Unvouched))
+		log.With("detail", r.Unvouched).Warn(fmt.Sprintf("patch %s %s, not vouched for the worker (INFERA_PYTHON: its interpreter)", r.ID, map[bool]string{true: "written", false: string(r.State)}[r.Action == "applied"]))
 	case r.Action == "applied" && r.State == patchdef.Shadowed:
-		log.Warn(fmt.Sprintf("patch %s written but not in force: %s", r.ID, r.Why))
+		why.Warn(fmt.Sprintf("patch %s written but not in force: %s", r.ID, shortWhy(r)))
 	case r.Action == "applied":
 		var files []string
 		for _, e := range r.Edits {
-			if e.SHA256Before != e.SHA256After && !slices.Contains(files, e.Path) {
-				files = append(files, e.Path)
+			if e.SHA256Before != e.SHA256After && !slices.Contains(files, e.File) {
+				files = append(files, e.File)
 			}
 		}
 		from := ""
 		if r.Replayed {
-			from = ", as recorded"
+			from = " (as recorded)"
 		}
-		log.Info(fmt.Sprintf("patch %s applied to %s (%s%s)", r.ID, strings.Join(files, ", "), r.Summary, from))
-		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return e.Wrote }); lines != "" {
+		log.With("detail", r.Summary).Info(fmt.Sprintf("patch %s applied to %s%s", r.ID, strings.Join(files, ", "), from))
+		for _, lines := range perFile(r.Edits, func(e *EditResult) []patchdef.LineRange { return e.Wrote }) {
 			log.Info(fmt.Sprintf("patch %s wrote %s", r.ID, lines))
 		}
 	case r.Action == "would-apply":
 		log.Info(fmt.Sprintf("patch %s would be applied (%s)", r.ID, r.Summary))
 	case r.Action == "failed":
-		log.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, r.Why))
+		why.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, shortWhy(r)))
 	case r.State == patchdef.Applied && r.Shadow != "":
 		log.Info(fmt.Sprintf("patch %s already applied (in the shadow tree %s)", r.ID, r.Shadow))
 	case r.State == patchdef.Applied:
 		log.Info(fmt.Sprintf("patch %s already applied", r.ID))
-		if lines := fileLines(r.Edits, func(e *EditResult) []patchdef.LineRange { return plan.Found(e.At, "replacement", "legacy") }); lines != "" {
+		for _, lines := range perFile(r.Edits, func(e *EditResult) []patchdef.LineRange { return plan.Found(e.At, "replacement", "legacy") }) {
 			log.Info(fmt.Sprintf("patch %s found fixed at %s", r.ID, lines))
 		}
 	case r.State == patchdef.Upstream:
-		log.Info(fmt.Sprintf("patch %s not needed: fixed upstream (%s)", r.ID, r.Why))
+		why.Info(fmt.Sprintf("patch %s not needed: fixed upstream in %s", r.ID, editFiles(r, patchdef.Upstream)))
 	case r.Missing:
 		// The package is not there; its own line already said so.
 		log.Debug(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == patchdef.NotApplicable:
 		log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == patchdef.Drift:
-		log.Warn(fmt.Sprintf("patch %s not applied: drift in %s", r.ID, r.Why))
+		why.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, shortWhy(r)))
 	case r.State == patchdef.Shadowed:
-		log.Warn(fmt.Sprintf("patch %s not in force: %s", r.ID, r.Why))
+		why.Warn(fmt.Sprintf("patch %s not in force: %s", r.ID, shortWhy(r)))
 	case r.State == patchdef.Partial:
-		log.Warn(fmt.Sprintf("patch %s partial: %s", r.ID, r.Why))
+		why.Warn(fmt.Sprintf("patch %s partial: %s", r.ID, shortWhy(r)))
 	case r.State == patchdef.Skipped:
 		log.Info(fmt.Sprintf("patch %s skipped: INFERA_SKIP_PATCHES names it", r.ID))
 	default:
 		log.Info(fmt.Sprintf("patch %s is %s", r.ID, r.State))
 	}
+}
+
+// perFile is fileLines for each file of edits on its own, named from the
+// package's root: "a.py (lines 3-9)", one line each.
+func perFile(edits []EditResult, lines func(*EditResult) []patchdef.LineRange) []string {
+	var out []string
+	var files []string
+	for _, e := range edits {
+		if !slices.Contains(files, e.File) {
+			files = append(files, e.File)
+		}
+	}
+	for _, f := range files {
+		var of []EditResult
+		for _, e := range edits {
+			if e.File == f {
+				e.Path = "" // fileLines names it by File
+				of = append(of, e)
+			}
+		}
+		if l := fileLines(of, lines); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// editFiles is the files, from the package's root, of r's edits in
+// state (""; every state but applied), comma-separated; all of them when
+// none is.
+func editFiles(r Result, state patchdef.State) string {
+	var files, all []string
+	for _, e := range r.Edits {
+		if !slices.Contains(all, e.File) {
+			all = append(all, e.File)
+		}
+		in := e.State == state || (state == "" && e.State != patchdef.Applied)
+		if in && !slices.Contains(files, e.File) {
+			files = append(files, e.File)
+		}
+	}
+	if len(files) == 0 {
+		files = all
+	}
+	return strings.Join(files, ", ")
+}
+
+// shortWhy is Why in a few words, for the text lines of a patch not in
+// force (logResult, RequiredError.Brief): the files from the package's
+// root, what stands in the way, the fix; Why (the record's detail, the
+// report) has every path and count.
+func shortWhy(r Result) string {
+	switch {
+	case r.Action == "failed":
+		return failedBrief(r)
+	case r.State == patchdef.Drift:
+		return "drift in " + editFiles(r, patchdef.Drift) + " (its anchors do not match: --check shows where)"
+	case r.State == patchdef.Shadowed:
+		return loadsInstead(r)
+	case r.State == patchdef.Partial:
+		n, all := 0, 0
+		for _, e := range r.Edits {
+			all++
+			if e.State == patchdef.Applied {
+				n++
+			}
+		}
+		return fmt.Sprintf("left unpatched %s (%d of %d edits applied)", editFiles(r, ""), n, all)
+	}
+	return r.Why
+}
+
+// loadsInstead says in a few words what the worker imports instead of a
+// patched file (Why has the module and both paths).
+func loadsInstead(r Result) string {
+	if r.LoadsInstead == "" {
+		return "the worker imports another copy"
+	}
+	instead := r.LoadsInstead
+	for _, e := range r.Edits {
+		if root := strings.TrimSuffix(e.Path, e.File); root != e.Path && strings.HasPrefix(instead, root) {
+			instead = strings.TrimPrefix(instead, root)
+			break
+		}
+	}
+	return "the worker loads " + instead + ", not the patched file"
+}
+
+// failedBrief says in a few words why a pending patch was not written:
+// the files and the system's reason, and what to do for the causes that
+// are the deployment's (commit.Fix has the whole of it); else Why.
+func failedBrief(r Result) string {
+	var errno syscall.Errno
+	if err := r.WriteErr(); err == nil || !errors.As(err, &errno) {
+		return r.Why
+	}
+	var files []string
+	for _, f := range strings.Split(editFiles(r, patchdef.Pending), ", ") {
+		files = append(files, filepath.Base(f))
+	}
+	out := strings.Join(files, ", ") + " not written: " + errno.Error()
+	switch {
+	case errors.Is(errno, syscall.EROFS):
+		out += "; apply it at image build (--apply)"
+	case errors.Is(errno, syscall.EACCES), errors.Is(errno, syscall.EPERM):
+		out += "; run as the engine's owner"
+	}
+	return out
 }
 
 // resultFiles is the files a patch's edits are on, comma-separated.

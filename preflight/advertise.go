@@ -508,7 +508,17 @@ func (a *advCheck) result(engine workerargs.Engine, source string) Result {
 			"the entries that refer to it (for the pod's address: valueFrom "+
 			"fieldRef status.podIP).")
 	}
-	return fail(worst, strings.Join(seen, "; "), strings.Join(why, " "), strings.Join(do, " "))
+	r := fail(worst, strings.Join(seen, "; "), strings.Join(why, " "), strings.Join(do, " "))
+	switch { // the fix in a few words (Result.Line)
+	case len(targets) > 0:
+		r.Fix = "set " + advJoin(targets) + " to this pod's address"
+		if ip := a.in.Env["POD_IP"]; ip != "" && strings.HasPrefix(a.podIPHint(), "use ") {
+			r.Fix = "set " + advJoin(targets) + " to $(POD_IP) = " + ip
+		}
+	case len(undefined) > 0:
+		r.Fix = "define " + advJoin(undefined) + " in the container's env"
+	}
+	return r
 }
 
 // podIPHint suggests $(POD_IP) with its value when the pod has one.

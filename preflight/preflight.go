@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/infera/infera-exec/internal/rdma"
@@ -53,7 +54,31 @@ type Result struct {
 	// payload's), and what each fact it asked for looked at.
 	Rule string   `json:"rule,omitempty"`
 	Read []string `json:"read,omitempty"`
+
+	// Fix is the fix in a few words, for the text line (Line); Do is
+	// the whole of it. Brief, when set, is what the line says was seen,
+	// Seen without its inventory.
+	Fix   string `json:"-"`
+	Brief string `json:"-"`
 }
+
+// Line is the finding's text line, at most about logging.TextBound
+// characters: the check, what it saw and the fix in a few words; the
+// record's detail (Detail), --doctor and the report say why and the
+// whole fix.
+func (r Result) Line() string {
+	seen := r.Seen
+	if r.Brief != "" {
+		seen = r.Brief
+	}
+	if r.Fix == "" {
+		return fmt.Sprintf("preflight %s: %s", r.Name, seen)
+	}
+	return fmt.Sprintf("preflight %s: %s; %s", r.Name, seen, r.Fix)
+}
+
+// Detail is what Line leaves out: why it matters and the whole fix.
+func (r Result) Detail() string { return strings.TrimSpace(r.Why + " " + r.Do) }
 
 // Failed reports whether r failed with severity s.
 func (r Result) Failed(s Severity) bool { return r.Status == Fail && r.Severity == s }
@@ -116,6 +141,7 @@ type Facts struct {
 type Check struct {
 	Name string
 	What string // one line describing the check (docs/preflight.md has the full table)
+	Fix  string // its fix in a few words, for the text line (Result.Line)
 	Run  func(in *Facts) Result
 }
 
@@ -125,16 +151,19 @@ type Check struct {
 var Checks = []Check{
 	{
 		Name: "placeholders",
+		Fix:  "substitute them in the manifest",
 		What: "template placeholders such as <MODEL_DIR> left in the command or environment",
 		Run:  checkPlaceholders,
 	},
 	{
 		Name: "model-dir",
+		Fix:  "check the model volume and the path in the command",
 		What: "the model directory exists, holds readable weights, and loads within the readiness timeout from its filesystem",
 		Run:  checkModelDir,
 	},
 	{
 		Name: "advertise",
+		Fix:  "advertise this pod's routable address ($(POD_IP))",
 		What: "a prefill/decode worker advertises an address its peer on another node can reach",
 		Run:  checkAdvertise,
 	},
@@ -150,11 +179,13 @@ var Checks = []Check{
 	},
 	{
 		Name: "shm",
+		Fix:  "mount a memory emptyDir at /dev/shm (--shm-size=16g with Docker)",
 		What: "/dev/shm is large enough for NCCL/RCCL and the engines' IPC, and not mounted noexec",
 		Run:  checkShm,
 	},
 	{
 		Name: "nofile",
+		Fix:  "raise the runtime's nofile limit (--ulimit nofile=1048576)",
 		What: "the open-file hard limit is high enough for a router with many in-flight requests",
 		Run:  checkNofile,
 	},
@@ -186,6 +217,9 @@ func runChecks(in *Facts, skipList []string) (results []Result, unknown []string
 		start, passed := time.Now(), in.Probe.Passed()
 		r := c.Run(in)
 		r.Name = c.Name
+		if r.Fix == "" && r.Status == Fail {
+			r.Fix = c.Fix
+		}
 		r.TookMicros = time.Since(start).Microseconds()
 		r.DeadlinePassed = in.Probe.Passed() > passed
 		results = append(results, r)
@@ -244,8 +278,10 @@ func unanswered(in *Facts, what string, d *fsprobe.DeadlineError) Result {
 	if in.TimeoutError {
 		sev = Error
 	}
-	return fail(sev, what+" "+d.Error(),
+	r := fail(sev, what+" "+d.Error(),
 		"A filesystem whose server or daemon stopped answering blocks every "+
 			"access: the worker would hang on it without a message.",
 		d.Fix()+fmt.Sprintf(" The deadline is INFERA_PREFLIGHT_TIMEOUT (%s); INFERA_PREFLIGHT_ON_TIMEOUT=error refuses the start instead.", d.After))
+	r.Fix = "check the mount " + d.Mount.Point + " and its server"
+	return r
 }

@@ -65,23 +65,29 @@ func checkRDMA(in *Facts) Result {
 		}
 	}
 
-	// What was seen, whatever the verdict.
-	var seen []string
+	// What was seen, whatever the verdict; brief is it without the
+	// inventory, for the text line (Result.Brief).
+	var seen, brief []string
 	ibClass := filepath.Join(sysfs, "class/infiniband")
 	switch {
 	case len(inv.Devices) == 0:
 		seen = append(seen, "no RDMA device in "+ibClass)
+		brief = append(brief, seen[0])
 	case usable == 0:
-		seen = append(seen, fmt.Sprintf("%d RDMA device(s) in %s but none has a verbs device in %s: %s",
-			len(inv.Devices), ibClass, filepath.Join(sysfs, "class/infiniband_verbs"), strings.Join(devs, ", ")))
+		none := fmt.Sprintf("%d RDMA device(s) in %s but none has a verbs device in %s",
+			len(inv.Devices), ibClass, filepath.Join(sysfs, "class/infiniband_verbs"))
+		seen = append(seen, none+": "+strings.Join(devs, ", "))
+		brief = append(brief, none)
 	default:
 		seen = append(seen, fmt.Sprintf("%d RDMA device(s): %s", len(inv.Devices), strings.Join(devs, ", ")))
 	}
 	switch {
 	case !inv.DevDirFound:
 		seen = append(seen, devDir+" is missing")
+		brief = append(brief, devDir+" is missing")
 	case uverbsNodes == 0:
 		seen = append(seen, devDir+" has no uverbs device ("+rdmaEntries(inv.DevEntries)+")")
+		brief = append(brief, devDir+" has no uverbs device")
 	default:
 		seen = append(seen, devDir+": "+rdmaEntries(inv.DevEntries))
 	}
@@ -108,6 +114,12 @@ func checkRDMA(in *Facts) Result {
 	}
 	if len(badABI) > 0 {
 		seen = append([]string{"the provider does not cover " + strings.Join(badABI, "; ")}, seen...)
+		var names []string
+		for _, b := range badABI {
+			n, _, _ := strings.Cut(b, ": ")
+			names = append(names, n)
+		}
+		brief = append([]string{"the provider does not cover the kernel ABI of " + strings.Join(names, ", ")}, brief...)
 		why = append(why, "libibverbs skips a device whose kernel ABI its provider "+
 			"does not support (\"Driver ionic does not support the kernel ABI of "+
 			"...\"), so the worker sees no device and the transfer fails far from "+
@@ -119,10 +131,21 @@ func checkRDMA(in *Facts) Result {
 	}
 	if allowTCP {
 		seen = append(seen, AllowTCPVar+"=1: continuing without RDMA")
+		brief = append(brief, AllowTCPVar+"=1: continuing without RDMA")
 	} else {
 		do = append(do, "Set "+AllowTCPVar+"=1 only to accept a slow TCP transfer on purpose.")
 	}
-	return fail(sev, strings.Join(seen, "; "), strings.Join(why, " "), strings.Join(do, " "))
+	r := fail(sev, strings.Join(seen, "; "), strings.Join(why, " "), strings.Join(do, " "))
+	r.Brief = strings.Join(brief, "; ")
+	switch { // the fix in a few words (Result.Line)
+	case missing && len(badABI) > 0:
+		r.Fix = "give the pod the node's RDMA devices and libionic build"
+	case missing:
+		r.Fix = "give the pod the node's RDMA devices"
+	default:
+		r.Fix = "mount the node's libionic build (INFERA_HOST_LIBIONIC)"
+	}
+	return r
 }
 
 // rdmaDescribe is one device for Seen: name, vendor, verbs device, kernel

@@ -17,6 +17,7 @@ import (
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/closest"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/memcg"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/preflight/rules"
@@ -71,7 +72,7 @@ func checkSkips(skip []string, rs []*rules.Rule) error {
 		if c := closest.Name(s, known); c != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", c)
 		}
-		return &ConfigError{fmt.Errorf("%s (checks and rules: %s)", msg, strings.Join(known, ", "))}
+		return &ConfigError{logging.WithBrief(fmt.Errorf("%s (checks and rules: %s)", msg, strings.Join(known, ", ")), msg)}
 	}
 	return nil
 }
@@ -97,7 +98,7 @@ func runRules(in *Facts, skip []string) []Result {
 		switch v.Outcome {
 		case rules.Holds:
 			res.Status, res.Severity = Fail, Severity(r.Severity)
-			res.Seen, res.Why, res.Do = strings.Join(v.Read, "; "), r.Message, r.Fix
+			res.Seen, res.Why, res.Do, res.Fix = strings.Join(v.Read, "; "), r.Message, r.Fix, r.Fix
 		case rules.DoesNot:
 			res.Status, res.Seen = Pass, strings.Join(v.Read, "; ")
 		case rules.NotFor:

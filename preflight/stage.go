@@ -85,6 +85,11 @@ func (e *Refusal) Error() string {
 	return fmt.Sprintf("preflight %s: %s; %s %s (to start anyway: INFERA_PREFLIGHT_SKIP=%s)", r.Name, r.Seen, r.Why, r.Do, r.Name)
 }
 
+// Brief is the refusal's text line (logging.Briefer), Result.Line;
+// Error (the record's detail, the termination log and the report) says
+// why, the whole fix and how to start anyway.
+func (e *Refusal) Brief() string { return e.Result.Line() }
+
 // ExitCode is EX_CONFIG.
 func (e *Refusal) ExitCode() int { return 78 }
 
@@ -232,16 +237,23 @@ func (o *Outcome) log(log *slog.Logger) {
 		} else {
 			log = log.With("check", r.Name)
 		}
+		if r.Status == Fail {
+			detail := r.Detail() // why, and the whole fix: the text line has the fix in a few words
+			if r.Failed(Warn) {
+				detail += fmt.Sprintf(" (INFERA_PREFLIGHT_SKIP=%s silences it)", r.Name)
+			}
+			log = log.With("detail", detail)
+		}
 		switch {
 		case r.Failed(Error):
 			if !first {
-				log.Error(fmt.Sprintf("preflight %s: %s; %s %s", r.Name, r.Seen, r.Why, r.Do))
+				log.Error(r.Line())
 			}
 			first = false
 		case r.Failed(Warn):
-			log.Warn(fmt.Sprintf("preflight %s: %s; %s %s (INFERA_PREFLIGHT_SKIP=%s silences it)", r.Name, r.Seen, r.Why, r.Do, r.Name))
+			log.Warn(r.Line())
 		case r.Failed(Info):
-			log.Info(fmt.Sprintf("preflight %s: %s", r.Name, r.Seen))
+			log.Info(r.Line())
 		default:
 			log.Debug(fmt.Sprintf("preflight %s: %s: %s", r.Name, r.Status, r.Seen))
 		}

@@ -21,9 +21,15 @@ import (
 // ReadError is a last report that cannot be shown (--report): none
 // where the starts write it, or a file there that cannot be read or is
 // not a report. Exit code 66.
-type ReadError struct{ Msg string }
+type ReadError struct {
+	Msg   string
+	brief string // the text line, when shorter (Brief)
+}
 
 func (e *ReadError) Error() string { return e.Msg }
+
+// Brief is the text line (logging.Briefer); Error has the whole of it.
+func (e *ReadError) Brief() string { return e.brief }
 
 // ExitCode is EX_NOINPUT.
 func (e *ReadError) ExitCode() int { return 66 }
@@ -55,7 +61,7 @@ func Last(path, stateDir string) (string, []byte, error) {
 			continue
 		}
 		if err != nil {
-			return p, nil, &ReadError{fmt.Sprintf("report %s: %v", p, boundedread.BareErr(err))}
+			return p, nil, &ReadError{Msg: fmt.Sprintf("report %s: %v", p, boundedread.BareErr(err))}
 		}
 		data, err := ownedBy(f, p)
 		f.Close()
@@ -63,15 +69,17 @@ func Last(path, stateDir string) (string, []byte, error) {
 			return p, nil, err
 		}
 		if !beginsAsReport(bytes.NewReader(data)) || !json.Valid(data) {
-			return p, nil, &ReadError{fmt.Sprintf("report %s is not an infera-exec report (it does not begin with schema, tool and mode, or is not whole JSON)", p)}
+			return p, nil, &ReadError{Msg: fmt.Sprintf("report %s is not an infera-exec report (it does not begin with schema, tool and mode, or is not whole JSON)", p)}
 		}
 		return p, data, nil
 	}
 	why := "no start has written one there yet"
+	brief := fmt.Sprintf("no report at %s: %s", strings.Join(tried, " or "), why)
 	if path == "" {
 		why += " (INFERA_EXEC_REPORT=off writes none; INFERA_EXEC_STATE_DIR or INFERA_EXEC_REPORT moves it: give --report the same)"
+		brief += " (give --report the INFERA_EXEC_STATE_DIR the start had)"
 	}
-	return "", nil, &ReadError{fmt.Sprintf("no report at %s: %s", strings.Join(tried, " or "), why)}
+	return "", nil, &ReadError{fmt.Sprintf("no report at %s: %s", strings.Join(tried, " or "), why), brief}
 }
 
 // stored is what the text of a stored report shows: the head, the
@@ -115,7 +123,7 @@ type stored struct {
 func WriteStored(w io.Writer, path string, data []byte) error {
 	var r stored
 	if err := json.Unmarshal(data, &r); err != nil {
-		return &ReadError{fmt.Sprintf("report %s: %v", path, err)}
+		return &ReadError{Msg: fmt.Sprintf("report %s: %v", path, err)}
 	}
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	p("Report %s (schema %d)", path, r.Schema)
@@ -169,18 +177,18 @@ func WriteStored(w io.Writer, path string, data []byte) error {
 func ownedBy(f *os.File, p string) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, &ReadError{fmt.Sprintf("report %s: %v", p, err)}
+		return nil, &ReadError{Msg: fmt.Sprintf("report %s: %v", p, err)}
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
 		owner := "unknown"
 		if ok {
 			owner = fmt.Sprint(st.Uid)
 		}
-		return nil, &ReadError{fmt.Sprintf("report %s belongs to uid %s, not to this uid (%d): not shown as infera-exec's (run --report as the user the container starts as)", p, owner, os.Geteuid())}
+		return nil, &ReadError{Msg: fmt.Sprintf("report %s belongs to uid %s, not to this uid (%d): not shown as infera-exec's (run --report as the user the container starts as)", p, owner, os.Geteuid())}
 	}
 	data, err := boundedread.ReadAll(f, p, maxReport)
 	if err != nil {
-		return nil, &ReadError{fmt.Sprintf("report %s cannot be read: %v", p, err)}
+		return nil, &ReadError{Msg: fmt.Sprintf("report %s cannot be read: %v", p, err)}
 	}
 	return data, nil
 }

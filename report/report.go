@@ -324,7 +324,8 @@ const reportSize = 64 << 10
 func Write(r *Report, path, stateDir, noState string) (string, error) {
 	if path == "" {
 		if stateDir == "" {
-			return "", fmt.Errorf("no state directory (%s); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR", noState)
+			return "", logging.WithBrief(fmt.Errorf("no state directory (%s); set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR", noState),
+				"no state directory is usable; set INFERA_EXEC_REPORT to a file, or INFERA_EXEC_STATE_DIR")
 		}
 		path = filepath.Join(stateDir, Name)
 	}

@@ -104,28 +104,31 @@ func run(args, env []string, stdout, stderr io.Writer) int {
 	probe := fsprobe.New(cfg.PreflightTimeoutDuration()) // one for the run: a mount that did not answer is not asked again
 	warns = append(config.UnknownNames(e, overlay.EnvNamesAnswering(cfg.PayloadRoot, probe.AllAnswer)), warns...)
 	if noWorker {
-		// The modes that run no worker log plainly to stderr.
+		// The modes that run no worker print their result on stdout
+		// (text, or --json); their stderr is a log like a start's, in
+		// INFERA_EXEC_LOG's format, each record's step the mode.
+		log := modeLog(stderr, cfg, modeName(o))
 		for _, w := range warns {
-			fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
+			log.Warn(w)
 		}
 		if err != nil {
 			if o.Install != "" { // an init container's entrypoint
-				tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), modeLog(stderr, cfg, "install"))
+				tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), log)
 			}
-			return refuse(stderr, err)
+			return refuse(log, err)
 		}
-	}
-	switch {
-	case o.Doctor:
-		return runDoctor(cfg, o, e, probe, stdout, stderr)
-	case o.Install != "":
-		return runInstall(cfg, o.Install, o.Quiet, stderr)
-	case o.Check != "":
-		return runCheck(cfg, o.Check, o.JSON, stdout, stderr)
-	case o.Apply != "":
-		return runApply(cfg, o.Apply, o.JSON, stdout, stderr)
-	case o.Report:
-		return runReport(cfg, o.JSON, stdout, stderr)
+		switch {
+		case o.Doctor:
+			return runDoctor(cfg, o, e, probe, stdout, log)
+		case o.Install != "":
+			return runInstall(cfg, o.Install, o.Quiet, log)
+		case o.Check != "":
+			return runCheck(cfg, o.Check, o.JSON, stdout, log)
+		case o.Apply != "":
+			return runApply(cfg, o.Apply, o.JSON, stdout, log)
+		default:
+			return runReport(cfg, o.JSON, stdout, log)
+		}
 	}
 	// Only the start runs with the collector off (see collectLater):
 	// --install, --check and --doctor may read files of any size.

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 
 	"github.com/infera/infera-exec/capability"
 	"github.com/infera/infera-exec/config"
 	"github.com/infera/infera-exec/internal/environ"
 	"github.com/infera/infera-exec/internal/fsprobe"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/workerargs"
 	"github.com/infera/infera-exec/overlay"
 	"github.com/infera/infera-exec/patches"
@@ -26,10 +28,10 @@ type doctorResult struct {
 
 // runDoctor runs only the preflight checks, and prints them in 80 columns
 // (or JSON): exit 0, 1 (warnings only) or 78 (an error).
-func runDoctor(cfg config.Config, o config.Options, env *environ.Env, probe *fsprobe.Prober, stdout, stderr io.Writer) int {
+func runDoctor(cfg config.Config, o config.Options, env *environ.Env, probe *fsprobe.Prober, stdout io.Writer, log *slog.Logger) int {
 	out := preflight.Doctor(context.Background(), cfg, workerargs.Parse(o.Command), env, probe, patches.EngineOffline)
 	for _, w := range out.UnknownSkips() {
-		fmt.Fprintf(stderr, "infera-exec: warning: %s\n", w)
+		log.Warn(w)
 	}
 	res := doctorResult{Outcome: out} // and the payload's trees against this image
 	if probe.AllAnswer(cfg.PayloadRoot) == nil {
@@ -50,11 +52,10 @@ func runDoctor(cfg config.Config, o config.Options, env *environ.Env, probe *fsp
 
 // runInstall copies the payload this binary belongs to into dest: what the
 // overlay image's init container runs, so the image needs no shell.
-func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) int {
+func runInstall(cfg config.Config, dest string, quiet bool, log *slog.Logger) int {
 	if abs, err := filepath.Abs(dest); err == nil {
 		dest = abs
 	}
-	log := modeLog(stderr, cfg, "install") // text, JSON or logfmt (INFERA_EXEC_LOG)
 	say, progress := func(l string) { log.Info(l) }, (func(string))(nil)
 	if !quiet {
 		progress = say
@@ -65,7 +66,7 @@ func runInstall(cfg config.Config, dest string, quiet bool, stderr io.Writer) in
 	}
 	if err != nil {
 		tellKubelet(cfg.TerminationLog, exitCode(err), err.Error(), log)
-		return refuse(stderr, err)
+		return refuse(log, err)
 	}
 	for _, l := range append([]string{r.Summary()}, capability.InstalledAudit(r.Dest)...) {
 		say(l)
@@ -95,14 +96,15 @@ func printOffline(cfg config.Config, root string, rep *patches.CheckReport, asJS
 // or a site-packages directory, offline; exit 65 on drift (and on a patch
 // whose module loads from another file), 69 when the payload's trees do not
 // fit the image (capability.Unfit).
-func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
+func runCheck(cfg config.Config, root string, asJSON bool, stdout io.Writer, log *slog.Logger) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
-	fmt.Fprintf(stderr, "infera-exec: checking %s against the built-in patch definitions and those of the payload %s (%s)\n", root, cfg.PayloadRoot, cfg.PayloadRootFrom)
+	log.Info(fmt.Sprintf("checking %s against the built-in patch definitions and those of the payload %s", root, cfg.PayloadRoot),
+		"detail", "payload root from "+cfg.PayloadRootFrom)
 	rep, err := patches.CheckAnswering(root, cfg.PayloadRoot, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer)
 	if err != nil {
-		return refuse(stderr, err)
+		return refuse(log, err)
 	}
 	res := printOffline(cfg, root, rep, asJSON, stdout)
 	if rep.Drift || rep.Shadowed {
@@ -110,7 +112,7 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 	}
 	// The payload must fit the image: a file that does not load there, or a shadow, is 69.
 	if err := res.Audit.Failure(); err != nil {
-		return refuse(stderr, err)
+		return refuse(log, err)
 	}
 	return exitOK
 }
@@ -120,24 +122,25 @@ func runCheck(cfg config.Config, root string, asJSON bool, stdout, stderr io.Wri
 // plans, states and transactions), and then reports as runCheck does, with
 // runCheck's exit codes; 65 also when a patch that is pending could not be
 // written.
-func runApply(cfg config.Config, root string, asJSON bool, stdout, stderr io.Writer) int {
+func runApply(cfg config.Config, root string, asJSON bool, stdout io.Writer, log *slog.Logger) int {
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
-	fmt.Fprintf(stderr, "infera-exec: applying the built-in patch definitions and those of the payload %s (%s) to %s\n", cfg.PayloadRoot, cfg.PayloadRootFrom, root)
+	log.Info(fmt.Sprintf("applying the built-in patch definitions and those of the payload %s to %s", cfg.PayloadRoot, root),
+		"detail", "payload root from "+cfg.PayloadRootFrom)
 	rep, err := patches.ApplyAnswering(root, cfg.PayloadRoot, fsprobe.New(cfg.PreflightTimeoutDuration()).AllAnswer, cfg.PatchLockTimeoutDuration())
 	if err != nil {
-		return refuse(stderr, err)
+		return refuse(log, err)
 	}
 	res := printOffline(cfg, root, rep, asJSON, stdout)
 	for _, f := range rep.Failed {
-		fmt.Fprintf(stderr, "infera-exec: error: patch %s not written: %s\n", f.ID, f.Why)
+		log.Error(fmt.Sprintf("patch %s not written: %s", f.ID, f.Why), "event", "patch", "patch", f.ID)
 	}
 	if rep.Drift || rep.Shadowed || len(rep.Failed) > 0 {
 		return exitPatch
 	}
 	if err := res.Audit.Failure(); err != nil {
-		return refuse(stderr, err)
+		return refuse(log, err)
 	}
 	return exitOK
 }
@@ -152,17 +155,20 @@ func printResult(w io.Writer, asJSON bool, v any, text func()) {
 	fmt.Fprintf(w, "%s\n", b)
 }
 
-// refuse prints a mode's refusal and returns its exit code.
-func refuse(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "infera-exec: error: %v\n", err)
-	return exitCode(err)
+// refuse logs a mode's refusal and returns its exit code: a short line,
+// the whole reason in the record's detail (logging.ErrorRecord).
+func refuse(log *slog.Logger, err error) int {
+	code := exitCode(err)
+	msg, detail := logging.ErrorRecord(err)
+	log.With(detail...).Error(msg, "event", "refused", "exit_code", code)
+	return code
 }
 
 // runReport prints the last report the starts wrote (report.Last), as
 // text or as the JSON document it is: kubectl exec POD --
 // /overlay/bin/infera-exec --report, in an image without a shell or cat.
 // Exit 0, or 66 when there is none or it cannot be read.
-func runReport(cfg config.Config, asJSON bool, stdout, stderr io.Writer) int {
+func runReport(cfg config.Config, asJSON bool, stdout io.Writer, log *slog.Logger) int {
 	path := cfg.ReportPath
 	if cfg.ReportOff {
 		path = ""
@@ -174,7 +180,23 @@ func runReport(cfg config.Config, asJSON bool, stdout, stderr io.Writer) int {
 		err = report.WriteStored(stdout, where, data)
 	}
 	if err != nil {
-		return refuse(stderr, err)
+		return refuse(log, err)
 	}
 	return exitOK
+}
+
+// modeName is the step of a mode's records: doctor, install, check,
+// apply or report.
+func modeName(o config.Options) string {
+	switch {
+	case o.Doctor:
+		return "doctor"
+	case o.Install != "":
+		return "install"
+	case o.Check != "":
+		return "check"
+	case o.Apply != "":
+		return "apply"
+	}
+	return "report"
 }

@@ -243,7 +243,8 @@ func (p *pass) finish(code int, result report.Result, err error) int {
 	if err != nil {
 		p.rep.Outcome.Reason = err.Error()
 		if !p.dry {
-			p.log.Error(err.Error(), "event", "refused", "exit_code", code)
+			msg, detail := logging.ErrorRecord(err) // a short line; the whole reason in detail, the report and the termination log
+			p.log.With(detail...).Error(msg, "event", "refused", "exit_code", code)
 		}
 	}
 	if !p.dry {
@@ -269,7 +270,8 @@ func (p *pass) writeReport() {
 	p.rep.Resources = report.ReadResources()
 	where, err := report.Write(p.rep, p.cfg.ReportPath, p.state, p.noState)
 	if err != nil {
-		p.log.Warn("report not written: " + err.Error())
+		msg, detail := logging.ErrorRecord(err)
+		p.log.With(detail...).Warn("report not written: " + msg)
 		return
 	}
 	p.log.Debug("report written to " + where)

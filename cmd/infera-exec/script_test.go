@@ -184,7 +184,7 @@ func TestScripts(t *testing.T) {
 	if err := fixture.Trees("../../patches/testdata/trees", trees); err != nil {
 		t.Fatal(err)
 	}
-	testscript.Run(t, testscript.Params{
+	params := testscript.Params{
 		Dir:                 "testdata/script",
 		WorkdirRoot:         root,
 		RequireExplicitExec: true,
@@ -254,7 +254,11 @@ func TestScripts(t *testing.T) {
 			"envfile":  cmdEnvfile,
 			"mkrdma":   cmdMkrdma,
 		},
-	})
+	}
+	if d, ok := t.Deadline(); ok {
+		params.Deadline = d
+	}
+	testscript.RunT(boundedT{t}, params)
 }
 
 // mkrocm DIR MAJOR FULL: a ROCm lib directory with the real symlink chain

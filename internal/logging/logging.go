@@ -6,6 +6,7 @@ package logging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -289,3 +290,49 @@ func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return &recordHandler{rec: h.rec, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
 }
 func (h *recordHandler) WithGroup(string) slog.Handler { return h }
+
+// TextBound is the most characters a text line should have, its prefix
+// included (docs/logging.md): a message says what, which file or value,
+// and the fix in a few words; the rest goes into the record's detail
+// field, which JSON and logfmt lines and the report keep. A test of the
+// stories holds every line to it (cmd/infera-exec's boundedT).
+const TextBound = 200
+
+// Briefer is an error whose text line is shorter than its message:
+// Brief says what, which file or value, and the fix in a few words. The
+// termination log and the report keep the whole message.
+type Briefer interface{ Brief() string }
+
+// ErrorRecord is the message and fields of the record that logs err:
+// its message with the text of the first error in its chain that has a
+// brief replaced by that brief (what wraps it keeps its words), and the
+// whole message as the detail field; else the message itself.
+func ErrorRecord(err error) (msg string, attrs []any) {
+	var b Briefer
+	full := err.Error()
+	if !errors.As(err, &b) {
+		return full, nil
+	}
+	brief := b.Brief()
+	if inner, ok := b.(error); ok && brief != "" {
+		brief = strings.Replace(full, inner.Error(), brief, 1)
+	}
+	if brief == "" || brief == full {
+		return full, nil
+	}
+	return brief, []any{"detail", full}
+}
+
+// WithBrief is err with brief as its text line (Briefer): for an error
+// whose message ends in a list or a reason the text line leaves to the
+// record's detail.
+func WithBrief(err error, brief string) error { return &briefError{err, brief} }
+
+type briefError struct {
+	err   error
+	brief string
+}
+
+func (e *briefError) Error() string { return e.err.Error() }
+func (e *briefError) Unwrap() error { return e.err }
+func (e *briefError) Brief() string { return e.brief }

@@ -29,6 +29,7 @@ type Error struct {
 	Name   string
 	Code   int
 	Reason string
+	path   string // the PATH searched, when the name was not found there
 }
 
 // ExitCode is the shell's code for the command: 126 or 127.
@@ -39,6 +40,15 @@ func (e *Error) Error() string {
 		return e.Reason // the reason already names the path
 	}
 	return e.Name + ": " + e.Reason
+}
+
+// Brief is Error for a text log line (logging.Briefer): a name not
+// found says how many PATH directories were searched, not each one.
+func (e *Error) Brief() string {
+	if e.path == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s: not found in the %d directories of PATH", e.Name, len(strings.Split(e.path, ":")))
 }
 
 // DefaultPath is used when PATH is unset, as glibc's execvp does.
@@ -83,7 +93,7 @@ func Command(name, pathList, cwd string) (string, error) {
 	if denied != nil {
 		return "", &Error{Name: name, Code: CodeNotExecutable, Reason: denied.Error()}
 	}
-	return "", &Error{Name: name, Code: CodeNotFound, Reason: "not found in PATH=" + pathList}
+	return "", &Error{Name: name, Code: CodeNotFound, Reason: "not found in PATH=" + pathList, path: pathList}
 }
 
 var errNotExist = errors.New("no such file")

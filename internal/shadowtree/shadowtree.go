@@ -340,12 +340,12 @@ func Blocked(dir string, files []string) error {
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 				continue
 			}
-			return fmt.Errorf("%s cannot be written in place: %v", p, err)
+			return fmt.Errorf("%s cannot be written in place: %w", p, err)
 		}
 		d := filepath.Dir(p)
 		if err := unix.Access(d, unix.W_OK); err != nil {
 			if errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-				return fmt.Errorf("%s cannot be written in place: %v", d, err)
+				return fmt.Errorf("%s cannot be written in place: %w", d, err)
 			}
 			continue
 		}

@@ -89,6 +89,9 @@ type EditResult struct {
 // marker that matches outside its edit's site: 78); nil when it can.
 func (r *Result) Refused() error { return r.refuse }
 
+// WriteErr is why the patch's write was abandoned (Action "failed"), or nil.
+func (r *Result) WriteErr() error { return r.err }
+
 // DecideAgain clears what a decision put in r, keeping what the
 // definition and the package say, for Decide to decide it afresh.
 func (r *Result) DecideAgain() {

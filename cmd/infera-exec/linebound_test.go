@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/infera/infera-exec/internal/logging"
+)
+
+// boundedT runs the stories and holds every text line infera-exec writes
+// in them (warnings, errors, refusals, --verbose's debug lines, on
+// stderr or wherever a story copied them) to logging.TextBound
+// (docs/logging.md): testscript hands the whole log of a story, every
+// command's output in it, to Log once the story has run. The story's
+// own directory is written $WORK there, as long as a container's
+// /overlay, which is what the bound is about; the rest of a path is
+// counted.
+type boundedT struct{ *testing.T }
+
+func (t boundedT) Run(name string, f func(testscript.T)) {
+	t.T.Run(name, func(t *testing.T) { f(boundedT{t}) })
+}
+
+// Verbose keeps every command's output in the log testscript hands to
+// Log; Log shows it only as go test would (-v, or a failed story).
+func (t boundedT) Verbose() bool { return true }
+
+func (t boundedT) Log(args ...any) {
+	s := fmt.Sprint(args...)
+	for _, l := range longLines(s) {
+		t.Errorf("text log line over %d characters (%d): shorten the message where it is written, the detail in its record's fields (docs/logging.md):\n%s", logging.TextBound, utf8.RuneCountInString(l), l)
+	}
+	if testing.Verbose() || t.Failed() {
+		t.T.Log(s)
+	}
+}
+
+// notYetShort are the messages still over the bound, by their text
+// after the prefix, with where each is written: the stories hold every
+// other line to it. Shortening one takes it off this list.
+var notYetShort = []struct {
+	text  *regexp.Regexp
+	where string
+}{
+	{regexp.MustCompile(`^debug: engine located `), "patches (locate): the resolver's and the probe's account, --verbose only"},
+	{regexp.MustCompile(`^environment: PYTHONPATH \+= `), "launch: every directory the payload adds, as v0.2.2 said it"},
+	{regexp.MustCompile(`^error: ROCm HIP runtime `), "abi/rocm.go: the symlink chain's error names the library twice"},
+	{regexp.MustCompile(`^error: patch definition \S+: \S+: variants `), "patches/patchdef: a payload definition whose variants overlap"},
+	{regexp.MustCompile(`^error: payload file \S+ does not match the payload index`), "overlay: both sizes and the hash"},
+	{regexp.MustCompile(`^error: payload \S+: (no python tree matches|not readable by uid)`), "overlay: a payload.toml that matches no tree, a payload the worker's uid cannot read"},
+	{regexp.MustCompile(`^error: the payload \S+ does not fit the image `), "capability (audit): --check's and --apply's verdict on the payload against an image"},
+	{regexp.MustCompile(`^error: INFERA_REQUIRE_NATIVE=\S+: (a native tree is required but the container has no ROCm|native tree \S+ lacks hipfile; .*; hipfile is vLLM-only$)`), "capability: a refusal naming the trees available, a few characters over"},
+	{regexp.MustCompile(`^error: \./\S+: .* \(looked up in the worker's working directory`), "launch: a relative command not found in the working directory, said with both directories"},
+	{regexp.MustCompile(`^patch \S+ not applicable: \S+ has no "`), "patches/plan.go: a variant's not-applicable reason quotes the anchor it looked for"},
+	{regexp.MustCompile(`^warning: capability \S+ of tree \S+ not granted: `), "capability: a native file that does not load, with the library it needs and every directory searched"},
+}
+
+// longLines are the text lines of infera-exec in log over the bound,
+// but those of notYetShort. The lines that quote the worker's command
+// (exec, the init's start) are measured without it: its length is the
+// operator's.
+func longLines(log string) []string {
+	var out []string
+lines:
+	for _, l := range strings.Split(log, "\n") {
+		l = strings.TrimLeft(l, " \t")
+		if !strings.HasPrefix(l, logging.Prefix) {
+			continue
+		}
+		for _, k := range notYetShort {
+			if k.text.MatchString(l[len(logging.Prefix):]) {
+				continue lines
+			}
+		}
+		n := utf8.RuneCountInString(l)
+		for _, q := range []string{logging.Prefix + "exec ", logging.Prefix + "init: starting "} {
+			if strings.HasPrefix(l, q) {
+				n = len(q) // the command quoted; what follows it is measured below
+				if i := strings.LastIndex(l, " ("); i > 0 {
+					n += utf8.RuneCountInString(l[i:])
+				}
+			}
+		}
+		if n > logging.TextBound {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// The check itself: a long line is found wherever it is in a story's
+// log, a short one or another program's is not, and an exec line's
+// command does not count.
+func TestLongLinesFound(t *testing.T) {
+	long := logging.Prefix + "warning: " + strings.Repeat("x", logging.TextBound)
+	short := logging.Prefix + "warning: " + strings.Repeat("x", logging.TextBound-len(logging.Prefix)-len("warning: "))
+	log := "> exec infera-exec python3\n[stderr]\n" + short + "\n    " + long + "\nsandbox: " + long + "\n" +
+		logging.Prefix + "exec python3 -c '" + strings.Repeat("y", 300) + "' (/usr/bin/python3) in /\n"
+	if got := longLines(log); len(got) != 1 || got[0] != long {
+		t.Fatalf("longLines found %q, want only the long infera-exec line", got)
+	}
+}
