@@ -15,6 +15,7 @@ import (
 
 	"github.com/infera/infera-exec/internal/elfload"
 	"github.com/infera/infera-exec/internal/linkchain"
+	"github.com/infera/infera-exec/internal/logging"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,7 +119,13 @@ func (r *ROCm) decide(cands []string) error {
 	chain, err := linkchain.Follow(r.Library)
 	r.Chain = chain
 	if err != nil {
-		return fmt.Errorf("ROCm HIP runtime %s: %w; fix the image, point ROCM_PATH at a working ROCm, or set INFERA_ABI_FAMILY", r.Library, err)
+		full := fmt.Errorf("ROCm HIP runtime %s: %w; fix the image, point ROCM_PATH at a working ROCm, or set INFERA_ABI_FAMILY", r.Library, err)
+		reason := err.Error()
+		var le *linkchain.Error
+		if errors.As(err, &le) {
+			reason = le.Reason() // the library is named once
+		}
+		return logging.WithBrief(full, fmt.Sprintf("ROCm HIP runtime %s: %s; fix the image, ROCM_PATH or INFERA_ABI_FAMILY", r.Library, reason))
 	}
 	final := chain[len(chain)-1]
 	if fi, err := os.Stat(final); err != nil {

@@ -77,7 +77,8 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		return o, &Refusal{err}
 	}
 	o.Edits = o.Selection.Env()
-	in.Log.Info(o.Selection.EnvSummary())
+	line, all := o.Selection.EnvSummary(cfg.PayloadRoot)
+	in.Log.Info(line, "detail", all)
 	return o, nil
 }
 
@@ -176,18 +177,34 @@ func WorkerPath(env *environ.Env, root string) string {
 // payload's directories are added to it rather than replacing it.
 func pathDefault() environ.Edit { return environ.SetDefault("PATH", lookpath.DefaultPath) }
 
-// EnvSummary is the log line for Env.
-func (s *Selection) EnvSummary() string {
-	var parts []string
+// EnvSummary is the log line for Env, the directories under root named
+// from it (root said once at the end), and the same with every
+// directory whole for the record's detail.
+func (s *Selection) EnvSummary(root string) (line, detail string) {
+	var short, whole []string
+	under := false
 	for _, v := range []struct {
 		name string
 		dirs []string
 	}{{"PYTHONPATH", s.PythonPath}, {"LD_LIBRARY_PATH", s.LibraryPath}, {"PATH", s.Path}} {
-		if len(v.dirs) > 0 {
-			parts = append(parts, v.name+" += "+strings.Join(v.dirs, ":"))
+		if len(v.dirs) == 0 {
+			continue
 		}
+		var rel []string
+		for _, d := range v.dirs {
+			if r, err := filepath.Rel(root, d); err == nil && root != "" && filepath.IsLocal(r) {
+				d, under = r, true
+			}
+			rel = append(rel, d)
+		}
+		short = append(short, v.name+" += "+strings.Join(rel, ":"))
+		whole = append(whole, v.name+" += "+strings.Join(v.dirs, ":"))
 	}
-	return "environment: " + strings.Join(parts, "; ")
+	line, detail = "environment: "+strings.Join(short, "; "), "environment: "+strings.Join(whole, "; ")
+	if under {
+		line += " (in " + root + ")"
+	}
+	return line, detail
 }
 
 // BinDir is the payload's bin/, which goes first on the worker's PATH.

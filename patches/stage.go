@@ -427,7 +427,7 @@ func logResult(log *slog.Logger, r Result) {
 		// The package is not there; its own line already said so.
 		log.Debug(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
 	case r.State == patchdef.NotApplicable:
-		log.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, r.Why))
+		why.Info(fmt.Sprintf("patch %s not applicable: %s", r.ID, plan.Brief(r.Why)))
 	case r.State == patchdef.Drift:
 		why.Warn(fmt.Sprintf("patch %s not applied: %s", r.ID, shortWhy(r)))
 	case r.State == patchdef.Shadowed:

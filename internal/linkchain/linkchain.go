@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // maxHops matches the kernel's limit for nested symlinks (ELOOP).
@@ -20,6 +21,15 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Err.Error() }
+
+// Reason is the error without the path it starts with (the chain's
+// first), for a caller that has named that path already.
+func (e *Error) Reason() string {
+	if len(e.Chain) > 0 {
+		return strings.TrimPrefix(e.Error(), e.Chain[0]+": ")
+	}
+	return e.Error()
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // ErrLoop is wrapped by Follow when the chain does not end.

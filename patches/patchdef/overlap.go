@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/infera/infera-exec/internal/logging"
 )
 
 // checkOverlap refuses a definition two of whose variants can match the
@@ -33,7 +35,8 @@ func (d *Definition) checkOverlap() error {
 				continue
 			}
 			if matchesAll(b, files) {
-				return fmt.Errorf("%s: variants %s and %s overlap: a file with %s's anchors also matches %s's, so the order of the variants would decide which is applied", d.ID, a.Name, b.Name, a.Name, b.Name)
+				return logging.WithBrief(fmt.Errorf("%s: variants %s and %s overlap: a file with %s's anchors also matches %s's, so the order of the variants would decide which is applied", d.ID, a.Name, b.Name, a.Name, b.Name),
+					fmt.Sprintf("%s: variants %s and %s overlap: %s's anchors also match %s's", d.ID, a.Name, b.Name, a.Name, b.Name))
 			}
 		}
 	}

@@ -480,10 +480,24 @@ func guardsHold(guards []patchdef.Guard, pkg Package, files *Files) (string, pat
 		case !t.exists:
 			return fmt.Sprintf("%s is absent: the code this fix is about does not exist here", g.File), patchdef.NotApplicable
 		case !g.Holds(t.indexed().count):
-			return fmt.Sprintf("%s has no %s: the code this fix is about does not exist here", g.File, g.What()), patchdef.NotApplicable
+			return fmt.Sprintf("%s has no %s%s", g.File, g.What(), noCode), patchdef.NotApplicable
 		}
 	}
 	return "", ""
+}
+
+// noCode ends the why of a guard whose text is not in its file.
+const noCode = ": the code this fix is about does not exist here"
+
+// Brief is a not-applicable why in a few words, for a text line: a
+// guard's "FILE has no TEXT: ..." is "FILE lacks the code this fix is
+// about", the text it looks for left to the why (the record's detail,
+// the report); another why is its own brief.
+func Brief(why string) string {
+	if i := strings.Index(why, " has no "); i > 0 && strings.HasSuffix(why, noCode) {
+		return why[:i] + " lacks the code this fix is about"
+	}
+	return why
 }
 
 // partialWhy names the files where the fix is in force and those it
