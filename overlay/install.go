@@ -23,6 +23,7 @@ import (
 	"github.com/infera/infera-exec/internal/beneath"
 	"github.com/infera/infera-exec/internal/boundedread"
 	"github.com/infera/infera-exec/internal/fileid"
+	"github.com/infera/infera-exec/internal/logging"
 	"github.com/infera/infera-exec/internal/progress"
 	"github.com/infera/infera-exec/internal/statedir"
 )
@@ -643,10 +644,17 @@ func (in *installer) copyChecked(sfd int, name string, e Entry, buf []byte) erro
 		return destErr(fmt.Errorf("copy %s: %w", src, err))
 	}
 	if n != e.Size || got != e.SHA256 {
+		// The text line leaves the hashes to the record's detail.
 		if n > e.Size {
-			return fmt.Errorf("payload file %s %w: more than %d bytes, the index says %d bytes with SHA-256 %s (tampered or truncated; rebuild the payload)", src, errMismatch, e.Size, e.Size, e.SHA256)
+			return logging.WithBrief(fmt.Errorf("payload file %s %w: more than %d bytes, the index says %d bytes with SHA-256 %s (tampered or truncated; rebuild the payload)", src, errMismatch, e.Size, e.Size, e.SHA256),
+				fmt.Sprintf("payload file %s %v: more than the index's %d bytes (tampered or truncated; rebuild the payload)", src, errMismatch, e.Size))
 		}
-		return fmt.Errorf("payload file %s %w: %d bytes with SHA-256 %s, the index says %d bytes with %s (tampered or truncated; rebuild the payload)", src, errMismatch, n, got, e.Size, e.SHA256)
+		differs := fmt.Sprintf("%d bytes, the index says %d", n, e.Size)
+		if n == e.Size {
+			differs = "its SHA-256 is not the index's"
+		}
+		return logging.WithBrief(fmt.Errorf("payload file %s %w: %d bytes with SHA-256 %s, the index says %d bytes with %s (tampered or truncated; rebuild the payload)", src, errMismatch, n, got, e.Size, e.SHA256),
+			fmt.Sprintf("payload file %s %v: %s (tampered or truncated; rebuild the payload)", src, errMismatch, differs))
 	}
 	return nil
 }

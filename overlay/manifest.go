@@ -20,6 +20,7 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/logging"
 )
 
 // ManifestName describes a payload's trees, when present at its root;
@@ -268,7 +269,8 @@ func (p *Payload) selectManifest(f abi.Family, s *Selection) error {
 		s.Considered = append(s.Considered, c)
 	}
 	if pyTree == nil {
-		return &Error{p.ManifestFile, fmt.Errorf("no python tree matches CPython %s (%s); python trees: %s", py, f.Python.DecidedBy, listOrNone(why))}
+		return &Error{p.ManifestFile, logging.WithBrief(fmt.Errorf("no python tree matches CPython %s (%s); python trees: %s", py, f.Python.DecidedBy, listOrNone(why)),
+			fmt.Sprintf("no python tree matches CPython %s; python trees: %s (why not each: the record's detail)", py, listOrNone(p.PyTrees)))}
 	}
 	pp, _, bin := pyTree.searchDirs(p.Root)
 	s.PyTree = pp[0]

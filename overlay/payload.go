@@ -26,6 +26,7 @@ import (
 
 	"github.com/infera/infera-exec/abi"
 	"github.com/infera/infera-exec/internal/boundedread"
+	"github.com/infera/infera-exec/internal/logging"
 )
 
 // Payload is an opened payload root.
@@ -253,7 +254,8 @@ func readableDir(d string) error {
 				detail = fmt.Sprintf(" (mode %s, owner %d:%d)", fi.Mode().Perm(), st.Uid, st.Gid)
 			}
 		}
-		return fmt.Errorf("not readable by uid %d%s: %w; make the payload world-readable (chmod -R a+rX)", os.Getuid(), detail, err)
+		return logging.WithBrief(fmt.Errorf("not readable by uid %d%s: %w; make the payload world-readable (chmod -R a+rX)", os.Getuid(), detail, err),
+			fmt.Sprintf("not readable by uid %d%s; make the payload world-readable (chmod -R a+rX)", os.Getuid(), detail))
 	}
 	return nil
 }

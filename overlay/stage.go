@@ -115,23 +115,36 @@ func guarded(cfg config.Config, log *slog.Logger) error {
 	return nil
 }
 
+// briefed is full, the error err wrapped with where the payload root
+// came from, with the text line err's brief (the payload, what it
+// lacks), and the fix in a few words when hint says one; full itself
+// when err has no brief and there is no hint.
+func briefed(full, err error, hint string) error {
+	var b logging.Briefer
+	if hint == "" && !errors.As(err, &b) {
+		return full
+	}
+	msg, _ := logging.ErrorRecord(err)
+	if hint != "" {
+		msg += " (" + hint + ")"
+	}
+	return logging.WithBrief(full, msg)
+}
+
 // choose opens the payload at root (from says where that root came from)
 // and picks the trees for the family, then checks them against the image.
 func choose(root, from string, f abi.Family, img Image, log *slog.Logger) (*Payload, *Selection, error) {
+	// An error of the payload's own with a brief (Briefer) is said by
+	// that brief; where the payload root came from is then in the
+	// record's detail, as the rest of the reason.
 	pl, err := Open(root)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (payload root from %s)", err, from)
+		return nil, nil, briefed(fmt.Errorf("%w (payload root from %s)", err, from), err, "")
 	}
 	sel, err := pl.Select(f)
 	if err != nil {
 		hint, brief := rootHint(root, pl)
-		full := fmt.Errorf("%w (payload root from %s%s)", err, from, hint)
-		if brief == "" {
-			return pl, nil, full
-		}
-		// The text line: the payload, what it lacks, the fix in a few words.
-		msg, _ := logging.ErrorRecord(err)
-		return pl, nil, logging.WithBrief(full, msg+" ("+brief+")")
+		return pl, nil, briefed(fmt.Errorf("%w (payload root from %s%s)", err, from, hint), err, brief)
 	}
 	if img.IndexFile == "" {
 		if _, err := os.Stat(filepath.Join(root, IndexName)); err == nil {

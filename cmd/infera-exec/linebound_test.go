@@ -48,8 +48,6 @@ var notYetShort = []struct {
 	where string
 }{
 	{regexp.MustCompile(`^debug: engine located `), "patches (locate): the resolver's and the probe's account, --verbose only"},
-	{regexp.MustCompile(`^error: payload file \S+ does not match the payload index`), "overlay: both sizes and the hash"},
-	{regexp.MustCompile(`^error: payload \S+: (no python tree matches|not readable by uid)`), "overlay: a payload.toml that matches no tree, a payload the worker's uid cannot read"},
 	{regexp.MustCompile(`^error: the payload \S+ does not fit the image `), "capability (audit): --check's and --apply's verdict on the payload against an image"},
 	{regexp.MustCompile(`^error: INFERA_REQUIRE_NATIVE=\S+: (a native tree is required but the container has no ROCm|native tree \S+ lacks hipfile; .*; hipfile is vLLM-only$)`), "capability: a refusal naming the trees available, a few characters over"},
 	{regexp.MustCompile(`^error: \./\S+: .* \(looked up in the worker's working directory`), "launch: a relative command not found in the working directory, said with both directories"},
