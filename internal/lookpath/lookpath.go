@@ -30,6 +30,7 @@ type Error struct {
 	Code   int
 	Reason string
 	path   string // the PATH searched, when the name was not found there
+	brief  string // the reason for a text line, when shorter (HintRelative)
 }
 
 // ExitCode is the shell's code for the command: 126 or 127.
@@ -45,6 +46,9 @@ func (e *Error) Error() string {
 // Brief is Error for a text log line (logging.Briefer): a name not
 // found says how many PATH directories were searched, not each one.
 func (e *Error) Brief() string {
+	if e.brief != "" {
+		return e.brief
+	}
 	if e.path == "" {
 		return ""
 	}
@@ -145,6 +149,9 @@ func HintRelative(err error, name, cwd, startDir string) error {
 	hint := *e
 	hint.Reason = fmt.Sprintf("%s (looked up in the worker's working directory %s, INFERA_EXEC_CHDIR; it exists in %s, where infera-exec was started: give its absolute path %s, or set INFERA_EXEC_CHDIR=%s)",
 		e.Reason, cwd, startDir, there, startDir)
+	short := hint
+	short.Reason = fmt.Sprintf("%s (looked up in %s, the worker's working directory; it is in %s: give its absolute path or set INFERA_EXEC_CHDIR=%s)", e.Reason, cwd, startDir, startDir)
+	hint.brief = short.Error()
 	return &hint
 }
 
