@@ -105,10 +105,20 @@ func (a *Audit) Problems() bool {
 // another version. --check exits 69 for it (65, a drifted patch, first).
 type Unfit struct{ Audit *Audit }
 
-func (e *Unfit) Error() string {
+func (e *Unfit) Error() string { return e.say(false) }
+
+// Brief is the refusal's text line (logging.Briefer): the same counts in
+// fewer words; --check's own lines name each file and distribution.
+func (e *Unfit) Brief() string { return e.say(true) }
+
+func (e *Unfit) say(brief bool) string {
+	words := map[bool][3]string{
+		false: {"distributions shadow the image's", "trees hold files that do not load against it", "trees have capabilities not granted"},
+		true:  {"distributions shadow the image's", "trees have files that do not load", "trees lose capabilities"},
+	}[brief]
 	var what []string
 	if n := len(e.Audit.Shadows); n > 0 {
-		what = append(what, fmt.Sprintf("%d distributions shadow the image's", n))
+		what = append(what, fmt.Sprintf("%d %s", n, words[0]))
 	}
 	bad := 0
 	for _, v := range append(slices.Clone(e.Audit.Loads), e.Audit.PythonLoads...) {
@@ -117,10 +127,10 @@ func (e *Unfit) Error() string {
 		}
 	}
 	if bad > 0 {
-		what = append(what, fmt.Sprintf("%d trees hold files that do not load against it", bad))
+		what = append(what, fmt.Sprintf("%d %s", bad, words[1]))
 	}
 	if n := len(e.Audit.Withdrawn); n > 0 {
-		what = append(what, fmt.Sprintf("%d trees have capabilities not granted", n))
+		what = append(what, fmt.Sprintf("%d %s", n, words[2]))
 	}
 	return fmt.Sprintf("the payload %s does not fit the image %s: %s", e.Audit.Payload, e.Audit.Image, strings.Join(what, "; "))
 }

@@ -128,7 +128,11 @@ func (e *Unavailable) Error() string {
 func (e *Unavailable) head(b *strings.Builder, brief bool) {
 	fmt.Fprintf(b, "INFERA_REQUIRE_NATIVE=%s: ", e.Requirement.Raw)
 	if e.Tree == nil {
-		fmt.Fprintf(b, "a native tree is required but %s", e.NoTreeWhy)
+		why := e.NoTreeWhy
+		if i := strings.Index(why, " ("); brief && i > 0 {
+			why = why[:i] // what it looked in: the whole why
+		}
+		fmt.Fprintf(b, "a native tree is required but %s", why)
 		if len(e.Missing) > 0 && !brief {
 			fmt.Fprintf(b, "; required: %s", strings.Join(e.Missing, " "))
 		}

@@ -48,8 +48,6 @@ var notYetShort = []struct {
 	where string
 }{
 	{regexp.MustCompile(`^debug: engine located `), "patches (locate): the resolver's and the probe's account, --verbose only"},
-	{regexp.MustCompile(`^error: the payload \S+ does not fit the image `), "capability (audit): --check's and --apply's verdict on the payload against an image"},
-	{regexp.MustCompile(`^error: INFERA_REQUIRE_NATIVE=\S+: (a native tree is required but the container has no ROCm|native tree \S+ lacks hipfile; .*; hipfile is vLLM-only$)`), "capability: a refusal naming the trees available, a few characters over"},
 	{regexp.MustCompile(`^warning: capability \S+ of tree \S+ not granted: `), "capability: a native file that does not load, with the library it needs and every directory searched"},
 }
 
