@@ -227,6 +227,28 @@ func (e Evidence) Refusal() string {
 	return fmt.Sprintf("%s does not load: %s%s", files[0], strings.Join(first, "; "), more)
 }
 
+// RefusalBrief is Refusal in a few words, for a text line: the first
+// file and what it misses (elfload.ProblemBrief), without the paths and
+// directories searched (Refusal has them).
+func (e Evidence) RefusalBrief() string {
+	files := slices.Sorted(maps.Keys(e.DoesNotLoad))
+	if len(files) == 0 {
+		return ""
+	}
+	why := ""
+	if p := e.DoesNotLoad[files[0]]; len(p) > 0 {
+		why = elfload.ProblemBrief(p[0])
+		if len(p) > 1 {
+			why += fmt.Sprintf(" (and %d more)", len(p)-1)
+		}
+	}
+	more := ""
+	if len(files) > 1 {
+		more = fmt.Sprintf(" (and %d more files)", len(files)-1)
+	}
+	return fmt.Sprintf("%s does not load: %s%s", files[0], why, more)
+}
+
 // FirstFailure is the first file (by name) that does not load, and why.
 func (v *LoadVerdict) FirstFailure() string {
 	files := slices.Sorted(maps.Keys(v.Failed))

@@ -204,7 +204,7 @@ func checkLoads(log *slog.Logger, t trees, o *Outcome) []Evidence {
 		t.Tree.Caps, ev = ApplyLoads(t.Tree.Dir, ev, v)
 		for _, e := range ev {
 			if r := e.Refusal(); r != "" && before.Has(e.Capability) {
-				log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, t.Tree.Name, r), "event", "capability", "capability", e.Capability)
+				log.Warn(fmt.Sprintf("capability %s of tree %s not granted: %s", e.Capability, t.Tree.Name, e.RefusalBrief()), "event", "capability", "capability", e.Capability, "detail", r)
 			}
 		}
 	}

@@ -48,7 +48,6 @@ var notYetShort = []struct {
 	where string
 }{
 	{regexp.MustCompile(`^debug: engine located `), "patches (locate): the resolver's and the probe's account, --verbose only"},
-	{regexp.MustCompile(`^warning: capability \S+ of tree \S+ not granted: `), "capability: a native file that does not load, with the library it needs and every directory searched"},
 }
 
 // longLines are the text lines of infera-exec in log over the bound,

@@ -215,6 +215,21 @@ type item struct {
 	chain []item // the objects that loaded it, nearest last
 }
 
+// nowhere is what the problem of a library not found says after its name.
+const nowhere = ", which is nowhere the loader looks ("
+
+// ProblemBrief is a problem of Check in a few words, for a text line: a
+// library not found ("AT: needs N, which is nowhere the loader looks
+// (WHERE)") is "N not found"; another problem is itself.
+func ProblemBrief(p string) string {
+	if _, rest, ok := strings.Cut(p, ": needs "); ok {
+		if n, _, ok := strings.Cut(rest, nowhere); ok {
+			return n + " not found"
+		}
+	}
+	return p
+}
+
 // Check loads path as the loader would in the root: every library of its
 // DT_NEEDED closure must be found, of the same class and machine, and
 // define every symbol version its users need from it (GLIBC_2.x,
@@ -237,7 +252,7 @@ func (l *Loader) Check(path string) *LoadCheck {
 			switch n, isNeeded := strings.CutPrefix(ch.Name, "needed "); {
 			case ch.OK, impliedByMissing(ch, found):
 			case isNeeded && found[n].obj == nil && found[n].err == nil:
-				msg := fmt.Sprintf("%s: needs %s, which is nowhere the loader looks (%s)", it.at, n, l.where())
+				msg := fmt.Sprintf("%s: needs %s%s%s)", it.at, n, nowhere, l.where())
 				if len(found[n].skipped) > 0 {
 					msg += "; passed over " + strings.Join(found[n].skipped, ", ")
 				}
