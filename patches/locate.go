@@ -177,6 +177,20 @@ func (c cachedIdentity) holds(buf *fileid.Buffer) bool {
 	return ok
 }
 
+// notCertain starts the reason the interpreter was asked.
+const notCertain = "not certain without it: "
+
+// LocatedBrief is Located in a few words, for a text line: how it was
+// found, and whether it was because the answer was not certain without
+// the interpreter; the reason is Located's.
+func (l *Location) LocatedBrief() string {
+	how, why, _ := strings.Cut(l.Located, ": ")
+	if strings.HasPrefix(why, notCertain) {
+		how += ": " + strings.TrimSuffix(notCertain, ": ")
+	}
+	return how
+}
+
 // locate resolves names. It reuses the last answer when nothing that
 // decides import resolution has changed (see probeInputs), else runs the
 // interpreter once.
@@ -225,12 +239,12 @@ func (l *engineLocator) resolve(names []string, settings string, start time.Time
 		q.Argv, q.Path = []string{l.Python, "-c", ""}, l.Python
 		b := pyimport.Resolve(q, names)
 		if !b.Certain {
-			return nil, "not certain without it: " + a.Reason + "; and for the probe's own command: " + b.Reason
+			return nil, notCertain + a.Reason + "; and for the probe's own command: " + b.Reason
 		}
 		a, how = b, b.Reason+", as the probe asks it ("+a.Reason+")"
 	}
 	if !a.Certain {
-		return nil, "not certain without it: " + a.Reason
+		return nil, notCertain + a.Reason
 	}
 	loc := &Location{Interpreter: l.Python, SysPath: a.SysPath, SiteDirs: a.SiteDirs, Packages: map[string]Package{}, Located: "without starting Python: " + how}
 	if m, ok := strings.CutPrefix(a.Version, "3."); ok {

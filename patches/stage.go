@@ -154,7 +154,7 @@ func Run(ctx context.Context, in Input) (*Outcome, error) {
 		return o, nil
 	}
 	o.Location = loc
-	log.Debug("engine located " + loc.Located)
+	log.Debug("engine located "+loc.LocatedBrief(), "detail", loc.Located)
 	in.PyMinor = workerMinor(in, loc, log)
 	for _, n := range names {
 		pkg := loc.Packages[n]

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -40,32 +39,16 @@ func (t boundedT) Log(args ...any) {
 	}
 }
 
-// notYetShort are the messages still over the bound, by their text
-// after the prefix, with where each is written: the stories hold every
-// other line to it. Shortening one takes it off this list.
-var notYetShort = []struct {
-	text  *regexp.Regexp
-	where string
-}{
-	{regexp.MustCompile(`^debug: engine located `), "patches (locate): the resolver's and the probe's account, --verbose only"},
-}
-
-// longLines are the text lines of infera-exec in log over the bound,
-// but those of notYetShort. The lines that quote the worker's command
+// longLines are the text lines of infera-exec in log over the bound.
+// The lines that quote the worker's command
 // (exec, the init's start) are measured without it: its length is the
 // operator's.
 func longLines(log string) []string {
 	var out []string
-lines:
 	for _, l := range strings.Split(log, "\n") {
 		l = strings.TrimLeft(l, " \t")
 		if !strings.HasPrefix(l, logging.Prefix) {
 			continue
-		}
-		for _, k := range notYetShort {
-			if k.text.MatchString(l[len(logging.Prefix):]) {
-				continue lines
-			}
 		}
 		n := utf8.RuneCountInString(l)
 		for _, q := range []string{logging.Prefix + "exec ", logging.Prefix + "init: starting "} {
