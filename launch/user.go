@@ -51,6 +51,13 @@ func (e *NotRootError) Error() string {
 		e.From, e.Spec, e.EUID, e.Spec, e.From)
 }
 
+// Brief is the refusal's text line (logging.Briefer): what, and the fix
+// in a few words; Error has the whole of it.
+func (e *NotRootError) Brief() string {
+	return fmt.Sprintf("%s %s: infera-exec runs as uid %d, not root, so it cannot change user; run the container as root, or drop %s",
+		e.From, e.Spec, e.EUID, e.From)
+}
+
 // ExitCode is EX_NOPERM.
 func (e *NotRootError) ExitCode() int { return CodeNoPerm }
 

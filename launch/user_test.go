@@ -121,6 +121,12 @@ func TestDropIsRefusedWhenNotRoot(t *testing.T) {
 	require.True(t, errors.As(err, &nr), "got %v", err)
 	assert.Equal(t, 77, nr.ExitCode())
 	assert.Contains(t, err.Error(), "INFERA_EXEC_USER 1000:1000: infera-exec runs as uid 1000, not root")
+	// The text line is the brief, within the bound; the whole of it is
+	// the record's detail.
+	msg, attrs := logging.ErrorRecord(err)
+	assert.Equal(t, "INFERA_EXEC_USER 1000:1000: infera-exec runs as uid 1000, not root, so it cannot change user; run the container as root, or drop INFERA_EXEC_USER", msg)
+	assert.LessOrEqual(t, len(logging.Prefix+"error: "+msg), logging.TextBound)
+	assert.Equal(t, []any{"detail", err.Error()}, attrs)
 
 	d, err := planDrop(config.Config{}, imageRoot(t), 1000)
 	assert.NoError(t, err, "no user asked: nothing to refuse")

@@ -19,6 +19,7 @@ import (
 	"github.com/infera/infera-exec/internal/sigstart"
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
 	"github.com/infera/infera-exec/internal/testsupport/sandbox"
+	"github.com/infera/infera-exec/internal/testsupport/textbound"
 	"github.com/infera/infera-exec/overlay"
 )
 
@@ -258,7 +259,7 @@ func TestScripts(t *testing.T) {
 	if d, ok := t.Deadline(); ok {
 		params.Deadline = d
 	}
-	testscript.RunT(boundedT{t}, params)
+	testscript.RunT(textbound.T{T: t}, params) // every text line within logging.TextBound
 }
 
 // mkrocm DIR MAJOR FULL: a ROCm lib directory with the real symlink chain

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/infera/infera-exec/internal/testsupport/fixture"
+	"github.com/infera/infera-exec/internal/testsupport/textbound"
 	"github.com/infera/infera-exec/patches/patchdef"
 )
 
@@ -128,7 +129,9 @@ func TestRuntime(t *testing.T) {
 		requireOrSkip("podman cannot start a container here: %v: %s", err, lastLines(out, 5))
 	}
 
-	testscript.Run(t, testscript.Params{
+	// Every text line of infera-exec in the stories within
+	// logging.TextBound, as cmd/infera-exec's stories.
+	testscript.RunT(textbound.T{T: t}, testscript.Params{
 		Dir:                 "testdata/runtime",
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {

@@ -295,7 +295,7 @@ func (h *recordHandler) WithGroup(string) slog.Handler { return h }
 // included (docs/logging.md): a message says what, which file or value,
 // and the fix in a few words; the rest goes into the record's detail
 // field, which JSON and logfmt lines and the report keep. A test of the
-// stories holds every line to it (cmd/infera-exec's boundedT).
+// stories holds every line to it (internal/testsupport/textbound).
 const TextBound = 200
 
 // Briefer is an error whose text line is shorter than its message:

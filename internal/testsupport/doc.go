@@ -2,6 +2,7 @@
 // sandbox (a container-like environment from Linux namespaces, and its
 // command, which `make demo` uses), fixture (ELF objects, fake ROCm
 // installs, RDMA probes, trees and the real-sized engine install for
-// tests, benchmarks and the demo) and testsummary (the closing summary of
-// `make test`).
+// tests, benchmarks and the demo), testsummary (the closing summary of
+// `make test`) and textbound (the stories' text lines held to
+// logging.TextBound).
 package testsupport
