@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "5c3472a07c7924794212cb76303c77c8663c111aa508d3b6387be9405909c5a7"
+const builtinDigest = "35eea9173c28ec6c9a41af25c758d7007d0f884e9426fbb6ad2ea089f186d55f"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -352,7 +352,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/mem_cache/pool_host/common.py", Count: 1, Optional: false,
 							Anchor:      "ALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n    },\n)\n",
 							Replacement: "# infera-exec(sglang-hicache-rocm-host-alloc) GLM52_ROCM_HOST_ALLOC: on ROCm a\n# hipHostRegister'ed page may sit at a device address other than its host address,\n# and these pools give GPU kernels host pointers: allocate pinned memory instead.\nfrom sglang.srt.utils import is_hip as _infera_is_hip\n\nGLM52_ROCM_HOST_ALLOC = \"applied\"\nALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_pin_memory if _infera_is_hip() else alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n        **({\"cuda\": alloc_with_pin_memory} if _infera_is_hip() else {}),\n    },\n)\n",
-							Upstream:    "", LegacyMarker: "GLM52_ROCM_HOST_ALLOC", LegacyScript: "patch_hicache_rocm_host_alloc.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "_ALLOC_MEMORY_FUNCS_OVERRIDES,", LegacyScript: "patch_hicache_rocm_host_alloc.py", LegacyFrom: "", LegacyUnique: false, Site: "ALLOC_MEMORY_FUNCS = defaultdict(", SiteLines: 0},
 					},
 				},
 				{Name: "memory-pool-host", Versions: "",
@@ -426,7 +426,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
 							Replacement: "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n        wait_event: Optional[object] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
-							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,\n    ):", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                trace_ctx=trace_ctx,\n            )\n        )\n",
 							Replacement: "                trace_ctx=trace_ctx,\n                wait_event=wait_event,\n            )\n        )\n",
