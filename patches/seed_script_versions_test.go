@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/infera/infera-exec/patches/patchdef"
+	"github.com/infera/infera-exec/internal/testsupport/fixture"
 )
 
 // TestSeedScriptVersions runs every version the seed repository ever had
@@ -51,32 +52,42 @@ func TestSeedScriptVersions(t *testing.T) {
 			require.NoError(t, os.MkdirAll(dir, 0o755))
 			script := filepath.Join(dir, filepath.Base(c.script))
 			require.NoError(t, os.WriteFile(script, []byte(git("cat-file", "blob", id)+"\n"), 0o644))
-			v := seedVersionFor(c.script, id)
-			t.Run(c.tree+"/"+filepath.Base(c.script)+"@"+id[:7], func(t *testing.T) {
-				after, refuses := c.after, c.refuses
-				if v.after != "" {
-					after, refuses = v.after, v.refuses
+			by := "the v0.2.2 script " + filepath.Base(c.script)
+			targets := 0
+			for _, tree := range append([]string{c.tree}, seedScriptTrees[c.tree+" "+c.script]...) {
+				// A version made for another release refuses this tree
+				// and leaves it as it was.
+				dir := filepath.Join(t.TempDir(), "probe")
+				require.NoError(t, fixture.CopyTree(filepath.Join(h.trees, tree), dir))
+				before := snapshot(t, dir)
+				cmd := exec.Command(python, script)
+				cmd.Env = append(os.Environ(), "PYTHONPATH="+treeRoot(dir), "PYTHONDONTWRITEBYTECODE=1")
+				cmd.Dir = "/"
+				if out, err := cmd.CombinedOutput(); err != nil {
+					require.Equal(t, before, snapshot(t, dir), "%s@%s refused %s but wrote: %s", c.script, id[:7], tree, out)
+					t.Logf("%s@%s refuses %s, writing nothing: %s", c.script, id[:7], tree, lastLine(out))
+					continue
 				}
-				by := "the v0.2.2 script " + filepath.Base(c.script)
-				if v.seed {
-					by = "the seed's script " + filepath.Base(c.script)
-				}
-				h.bothWays(t, script, c.tree, c.id, after, refuses, by)
-			})
+				targets++
+				t.Run(tree+"/"+filepath.Base(c.script)+"@"+id[:7], func(t *testing.T) {
+					h.bothWays(t, script, tree, c.id, c.after, c.refuses, by)
+				})
+			}
+			assert.NotZero(t, targets, "%s@%s changes none of its trees", c.script, id[:7])
 		}
 	}
 }
 
-// seedVersion is what a version of a seed script reads as where it
-// differs from its seedScripts row.
-type seedVersion struct {
-	after   patchdef.State
-	refuses bool
-	seed    bool // its result is recognised as the seed's, not the v0.2.2 script's
+// seedScriptTrees are more test trees, beyond its seedScripts row's, that
+// versions of a script are run on ("<tree> <script>" of the row): the
+// releases the seed's images sat on (SGLang v0.5.16 before its af8f8be,
+// v0.5.17 after it) and the other layouts of the files the script edits.
+var seedScriptTrees = map[string][]string{
+	"sglang-editable sglang_disagg/patch_mooncake_early_send_wait_event.py": {"sglang-0.5.16", "sglang-0.5.17", "sglang-0.5.18"},
+	"sglang-hicache sglang_rocm/patch_hicache_rocm_host_alloc.py":           {"sglang-hicache-split", "sglang-hicache-musa", "sglang-hicache-npu"},
 }
 
-var seedVersions = map[string]seedVersion{}
-
-func seedVersionFor(script, blob string) seedVersion {
-	return seedVersions[filepath.Base(script)+"@"+blob[:7]]
+func lastLine(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }

@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "35eea9173c28ec6c9a41af25c758d7007d0f884e9426fbb6ad2ea089f186d55f"
+const builtinDigest = "e894da5afb4ff6afaac03b3c54ee3a5e4e78a545321e5815acf77f7dd64562c0"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -442,7 +442,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
 							Replacement: "                # infera-exec(sglang-mooncake-chunk-wait-event): the pages of this chunk\n                # may still be written by the prefill forward; wait for it to finish.\n                if kv_chunk.wait_event is not None:\n                    kv_chunk.wait_event.synchronize()\n                    kv_chunk.wait_event = None\n                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
-							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "def transfer_worker(", SiteLines: 0},
 						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
 							Anchor:      "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
 							Replacement: "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
