@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "612507947dafe2bd790d5caa0303dca25dafb342bec155b153ce536ad8b320ac"
+const builtinDigest = "a8ec0b15b2d47a1fd80336d330a80737d308f2e8f6c68f24e5f9b068b5d48a59"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -413,7 +413,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/mem_cache/pool_host/common.py", Count: 1, Optional: false,
 							Anchor:      "ALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n    },\n)\n",
 							Replacement: "# infera-exec(sglang-hicache-rocm-host-alloc) GLM52_ROCM_HOST_ALLOC: on ROCm a\n# hipHostRegister'ed page may sit at a device address other than its host address,\n# and these pools give GPU kernels host pointers: allocate pinned memory instead.\nfrom sglang.srt.utils import is_hip as _infera_is_hip\n\nGLM52_ROCM_HOST_ALLOC = \"applied\"\nALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_pin_memory if _infera_is_hip() else alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n        **({\"cuda\": alloc_with_pin_memory} if _infera_is_hip() else {}),\n    },\n)\n",
-							Upstream:    "", LegacyMarker: "GLM52_ROCM_HOST_ALLOC", LegacyScript: "patch_hicache_rocm_host_alloc.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "_ALLOC_MEMORY_FUNCS_OVERRIDES,", LegacyScript: "patch_hicache_rocm_host_alloc.py", LegacyFrom: "", LegacyUnique: false, Site: "ALLOC_MEMORY_FUNCS = defaultdict(", SiteLines: 0},
 					},
 				},
 				{Name: "memory-pool-host", Versions: "",
@@ -487,7 +487,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
 							Replacement: "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n        wait_event: Optional[object] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
-							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,\n    ):", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                trace_ctx=trace_ctx,\n            )\n        )\n",
 							Replacement: "                trace_ctx=trace_ctx,\n                wait_event=wait_event,\n            )\n        )\n",
@@ -503,7 +503,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
 							Replacement: "                # infera-exec(sglang-mooncake-chunk-wait-event): the pages of this chunk\n                # may still be written by the prefill forward; wait for it to finish.\n                if kv_chunk.wait_event is not None:\n                    kv_chunk.wait_event.synchronize()\n                    kv_chunk.wait_event = None\n                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
-							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "def transfer_worker(", SiteLines: 0},
 						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
 							Anchor:      "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
 							Replacement: "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
