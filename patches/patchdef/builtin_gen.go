@@ -3,7 +3,7 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "b7afb6f023502c23c0a0e99bebd3bb03656e2c227273c9b307de88cd1f8250a0"
+const builtinDigest = "53bdc9c557b5909b1cf6695cae7b32f12bd651d583a6ba24454c1d5d5dc96e7c"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
@@ -22,7 +22,7 @@ func builtinDefs() []*Definition {
 					Upstream:    "", LegacyMarker: "        # publish GDN mamba state as slot_regions so PD disaggregation", LegacyScript: "patch_gdn_pd_state_transfer.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
 			},
 		},
-		{ID: "atom-minimax-m2-qknorm-rope", Summary: "ATOM MiniMax-M2: drop get_rope's dtype keyword, and keep the fused QK-norm all-reduce to batches of 256", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/minimax-m2-qknorm-rope.toml",
+		{ID: "atom-minimax-m2-qknorm-rope", Summary: "ATOM MiniMax-M2: drop get_rope's dtype keyword; before ROCm/ATOM#1222, also keep the fused QK-norm all-reduce to batches of 256", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/minimax-m2-qknorm-rope.toml",
 			Supersedes: []string{"patch_minimax_m2_qknorm_rope.py"},
 			Caveat:     "for an aiter older than the ATOM source (the dtype keyword); correct MiniMax output also needs the unified attention backend at launch (ATOM_USE_UNIFIED_ATTN=1, --block-size 64); from ROCm/ATOM#1222 the QK-norm kernel is another (fused with RoPE), so only the dtype edit is made there, as the seed's script does",
 			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "not upstream: ROCm/ATOM main ffdf3bb5d passes dtype= (#1170) and has no batch limit (#999 removed it; #1222 fuses RoPE into the kernel); checked with git log -S on models/minimax_m2.py", Drop: "the image's aiter get_rope takes dtype, and its fused QK-norm kernel serves large batches"},
