@@ -3,10 +3,74 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "a8ec0b15b2d47a1fd80336d330a80737d308f2e8f6c68f24e5f9b068b5d48a59"
+const builtinDigest = "3d24817a780bae078ec6156889160a6afd5d3ba387d7a6482b5d74c746f97344"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
+		{ID: "atom-gdn-pd-state-transfer", Summary: "ATOM GDN models over PD: publish the per-request mamba state as slot_regions so decode gets the prompt's state", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/gdn-pd-state-transfer.toml",
+			Supersedes: []string{"patch_gdn_pd_state_transfer.py"},
+			Caveat:     "from ROCm/ATOM#1718 (410a61e8f) the GDN state lives in GDNStateMixin and the builder no longer has this layout: the fix there is not derived yet and reads drift",
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "not fixed: ROCm/ATOM main ffdf3bb5d has no get_kv_transfer_tensors for GDN (the inherited one returns slot_regions=[]); checked with git log -S on gdn_attn.py", Drop: "ATOM's GDN builder publishes its per-request state for KV transfer"},
+			Guards: []Guard{
+				{File: "model_ops/attentions/gdn_attn.py", Contains: "mamba_k_cache", Absent: false},
+				{File: "kv_transfer/disaggregation/mooncake/mooncake_connector.py", Contains: "_has_slot_regions", Absent: false},
+			},
+			Edits: []Edit{
+				{File: "model_ops/attentions/gdn_attn.py", Count: 1, Optional: false,
+					Anchor:      "        }\n\n    def compute_block_bytes(self) -> int:\n",
+					Replacement: "        }\n\n    def get_kv_transfer_tensors(self):\n        # infera-exec(atom-gdn-pd-state-transfer): publish GDN mamba state as slot_regions, so\n        # PD disaggregation carries the GatedDeltaNet conv and SSM state to decode.\n        from atom.kv_transfer.disaggregation.types import (\n            KVTransferRegion,\n            KVTransferTensors,\n        )\n\n        base = super().get_kv_transfer_tensors()\n        if base is None:\n            return None\n        runner = self.model_runner\n        mk = getattr(runner, \"mamba_k_cache\", None)\n        mv = getattr(runner, \"mamba_v_cache\", None)\n        if mk is None or mv is None:\n            # No per-request state allocated: the inherited block regions only.\n            return base\n\n        num_slots = int(getattr(runner, \"max_per_req_cache_slots\", 0))\n        spr = max(1, self.slots_per_req())\n        num_groups = num_slots // spr\n\n        slot_regions = list(base.slot_regions)\n        for layer in range(mk.shape[0]):\n            for t in (mk[layer], mv[layer]):\n                # [num_slots, *state], contiguous per slot: one unit is a cache group\n                # (slots_per_req slots), the index local_slot_index names.\n                slot_regions.append(\n                    KVTransferRegion(\n                        base_addr=t.data_ptr(),\n                        total_bytes=t.numel() * t.element_size(),\n                        unit_bytes=t.stride(0) * t.element_size() * spr,\n                    )\n                )\n\n        return KVTransferTensors(\n            block_regions=base.block_regions,\n            slot_regions=slot_regions,\n            num_blocks=base.num_blocks,\n            num_slots=num_groups,\n        )\n\n    def compute_block_bytes(self) -> int:\n",
+					Upstream:    "", LegacyMarker: "        # publish GDN mamba state as slot_regions so PD disaggregation", LegacyScript: "patch_gdn_pd_state_transfer.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+			},
+		},
+		{ID: "atom-minimax-m2-qknorm-rope", Summary: "ATOM MiniMax-M2: drop get_rope's dtype keyword; before ROCm/ATOM#1222, also keep the fused QK-norm all-reduce to batches of 256", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/minimax-m2-qknorm-rope.toml",
+			Supersedes: []string{"patch_minimax_m2_qknorm_rope.py"},
+			Caveat:     "for an aiter older than the ATOM source (the dtype keyword); correct MiniMax output also needs the unified attention backend at launch (ATOM_USE_UNIFIED_ATTN=1, --block-size 64); from ROCm/ATOM#1222 the QK-norm kernel is another (fused with RoPE), so only the dtype edit is made there, as the seed's script does",
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "not upstream: ROCm/ATOM main ffdf3bb5d passes dtype= (#1170) and has no batch limit (#999 removed it; #1222 fuses RoPE into the kernel); checked with git log -S on models/minimax_m2.py", Drop: "the image's aiter get_rope takes dtype, and its fused QK-norm kernel serves large batches"},
+			Guards: []Guard{
+				{File: "models/minimax_m2.py", Contains: "tensor_model_parallel_fused_qknorm_allreduce", Absent: false},
+			},
+			Variants: []Variant{
+				{Name: "qknorm-allreduce", Versions: "",
+					Guards: []Guard{
+						{File: "models/minimax_m2.py", Contains: "tensor_model_parallel_fused_qknorm_allreduce(", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "models/minimax_m2.py", Count: 1, Optional: false,
+							Anchor:      "            max_position=max_position,\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n            dtype=getattr(quant_config, \"torch_dtype\", None),\n        )\n",
+							Replacement: "            max_position=max_position,\n            # infera-exec(atom-minimax-m2-qknorm-rope): the image's aiter get_rope takes no dtype.\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n        )\n",
+							Upstream:    "", LegacyMarker: "            rope_scaling=rope_scaling,\n        )\n", LegacyScript: "patch_minimax_m2_qknorm_rope.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "models/minimax_m2.py", Count: 1, Optional: false,
+							Anchor:      "            if self.tp_size > 1:\n                q, k, v = tensor_model_parallel_fused_qknorm_allreduce(\n",
+							Replacement: "            # infera-exec(atom-minimax-m2-qknorm-rope): large batches take the fp32 path.\n            if qkv.shape[0] <= 256 and self.tp_size > 1:\n                q, k, v = tensor_model_parallel_fused_qknorm_allreduce(\n",
+							Upstream:    "", LegacyMarker: "            if qkv.shape[0] <= 256 and self.tp_size > 1:", LegacyScript: "patch_minimax_m2_qknorm_rope.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					},
+				},
+				{Name: "qknorm-allreduce-rope", Versions: "",
+					Guards: []Guard{
+						{File: "models/minimax_m2.py", Contains: "tensor_model_parallel_fused_qknorm_allreduce(", Absent: true},
+					},
+					Edits: []Edit{
+						{File: "models/minimax_m2.py", Count: 1, Optional: false,
+							Anchor:      "            max_position=max_position,\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n            dtype=getattr(quant_config, \"torch_dtype\", None),\n        )\n",
+							Replacement: "            max_position=max_position,\n            # infera-exec(atom-minimax-m2-qknorm-rope): the image's aiter get_rope takes no dtype.\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n        )\n",
+							Upstream:    "", LegacyMarker: "            rope_scaling=rope_scaling,\n        )\n", LegacyScript: "patch_minimax_m2_qknorm_rope.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					},
+				},
+			},
+		},
+		{ID: "atom-mooncake-consumer-slot", Summary: "ATOM Mooncake consumer: bind consumer_staging_pool_idx for requests without slot_regions", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/mooncake-consumer-slot.toml",
+			Supersedes: []string{"patch_mooncake_consumer_slot.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "ROCm/ATOM#1552 (merged 2026-07-30, 4b49af816: the name is bound before `if self._has_slot_regions:`)", State: "present from ROCm/ATOM#812 (a7ef44aed, 2026-05-22) to 17547715f, so in v0.1.3 to v0.1.6-rc0; fixed on main; checked on ROCm/ATOM main ffdf3bb5d", Drop: "no supported ATOM image predates #1552"},
+			Guards: []Guard{
+				{File: "kv_transfer/disaggregation/mooncake/mooncake_connector.py", Contains: "consumer_staging_pool_idx", Absent: false},
+			},
+			Edits: []Edit{
+				{File: "kv_transfer/disaggregation/mooncake/mooncake_connector.py", Count: 1, Optional: false,
+					Anchor:      "        for req_id, meta in metadata.reqs_to_recv.items():\n",
+					Replacement: "        for req_id, meta in metadata.reqs_to_recv.items():\n            # infera-exec(atom-mooncake-consumer-slot): the seed's \"task5: bind consumer_staging_pool_idx\"\n            # fix: bound for requests without slot_regions too (a hybrid GDN model has a slot\n            # and no slot_regions); -1 skips the staging release.\n            consumer_staging_pool_idx = -1\n",
+					Upstream:    "            consumer_staging_pool_idx = -1\n            if self._has_slot_regions:\n", LegacyMarker: "            # task5: bind consumer_staging_pool_idx for the non-slot-regions", LegacyScript: "patch_mooncake_consumer_slot.py", LegacyFrom: "seed", LegacyUnique: false, Site: "def start_load_kv", SiteLines: 0},
+			},
+		},
 		{ID: "sglang-draft-cuda-graph-dp-vote", Summary: "EAGLE draft under DP attention: the draft CUDA graph or eager choice is the DP group's vote, not each rank's (the seed's draft_cuda_graph_dp_vote.diff, sglang#32209's vote)", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/draft-cuda-graph-dp-vote.toml",
 			Status: &UpstreamStatus{Issue: "sgl-project/sglang#32527 (the same deadlock on GLM-5.2 FP8, closed)", PR: "sgl-project/sglang#32209 (third party: the same vote at the same places, with more; open); #30839 and #31083 (merged 2026-07-14) introduced the per-rank guard", State: "not on main d55f1c28e2 (2026-08-18) nor in v0.5.18", Drop: "the draft graph runner's gate is the DP group's decision upstream (sglang#32209 or another fix; the anchors then drift: re-check before dropping), or every supported image runs with IndexShare off"},
 			Guards: []Guard{
