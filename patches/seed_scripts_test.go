@@ -54,62 +54,84 @@ func TestSeedScripts(t *testing.T) {
 	if seed == "" || err != nil {
 		t.Skip("needs INFERA_SEED_PATCHES (the seed's deploy/docker/patches) and python3")
 	}
+	h := newSeedScriptHarness(t, python)
+	for _, c := range seedScripts {
+		t.Run(c.tree+"/"+filepath.Base(c.script), func(t *testing.T) {
+			h.bothWays(t, filepath.Join(seed, c.script), c.tree, c.id, c.after, c.refuses, "the v0.2.2 script "+filepath.Base(c.script))
+		})
+	}
+}
+
+// seedScriptHarness runs a patch script on copies of the test trees and
+// reads the built-in definitions' results there.
+type seedScriptHarness struct {
+	python string
+	set    *patchdef.Set
+	trees  string
+}
+
+func newSeedScriptHarness(t *testing.T, python string) *seedScriptHarness {
 	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	trees := t.TempDir()
 	require.NoError(t, fixture.Trees("testdata/trees", trees))
+	return &seedScriptHarness{python: python, set: set, trees: trees}
+}
 
-	run := func(t *testing.T, root, script string, fails bool) string {
-		cmd := exec.Command(python, filepath.Join(seed, script))
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1")
-		cmd.Dir = "/"
-		out, err := cmd.CombinedOutput()
-		if fails {
-			require.Error(t, err, "%s: %s", script, out)
-		} else {
-			require.NoError(t, err, "%s: %s", script, out)
-		}
-		return string(out)
+func (h *seedScriptHarness) run(t *testing.T, root, script string, fails bool) string {
+	cmd := exec.Command(h.python, script)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if fails {
+		require.Error(t, err, "%s: %s", script, out)
+	} else {
+		require.NoError(t, err, "%s: %s", script, out)
 	}
-	result := func(t *testing.T, root, id string, dry bool) Result {
-		loc, err := LocateOffline(root, set.Packages())
-		require.NoError(t, err)
-		loc.fillDistVersions(set, root)
-		for _, r := range applySet(set, loc, options{DryRun: dry}) {
-			if r.ID == id {
-				return r
-			}
-		}
-		t.Fatalf("no result for %s", id)
-		return Result{}
-	}
-	for _, c := range seedScripts {
-		t.Run(c.tree+"/"+filepath.Base(c.script), func(t *testing.T) {
-			// The script alone: its result is a known state of the fix.
-			dir := filepath.Join(t.TempDir(), "script")
-			require.NoError(t, fixture.CopyTree(filepath.Join(trees, c.tree), dir))
-			root := treeRoot(dir)
-			before := snapshot(t, dir)
-			out := run(t, root, c.script, false)
-			require.NotEqual(t, before, snapshot(t, dir), "the script changed nothing: %s", out)
-			r := result(t, root, c.id, true)
-			assert.Equal(t, c.after, r.State, r.Why)
-			if c.after == patchdef.Applied {
-				assert.Contains(t, r.Why, "by the v0.2.2 script "+filepath.Base(c.script))
-			}
-			// A start on top of it converges and stays converged.
-			assert.Equal(t, patchdef.Applied, result(t, root, c.id, false).State)
-			assert.Equal(t, patchdef.Applied, result(t, root, c.id, true).State)
+	return string(out)
+}
 
-			// infera-exec alone: the script then has nothing to do.
-			dir = filepath.Join(t.TempDir(), "ours")
-			require.NoError(t, fixture.CopyTree(filepath.Join(trees, c.tree), dir))
-			root = treeRoot(dir)
-			require.Equal(t, patchdef.Applied, result(t, root, c.id, false).State)
-			ours := snapshot(t, dir)
-			out = run(t, root, c.script, c.refuses)
-			assert.Equal(t, ours, snapshot(t, dir), "the script changed a file infera-exec patched: %s", out)
-			assert.False(t, strings.Contains(out, "Traceback"), out)
-		})
+func (h *seedScriptHarness) result(t *testing.T, root, id string, dry bool) Result {
+	loc, err := LocateOffline(root, h.set.Packages())
+	require.NoError(t, err)
+	loc.fillDistVersions(h.set, root)
+	for _, r := range applySet(h.set, loc, options{DryRun: dry}) {
+		if r.ID == id {
+			return r
+		}
 	}
+	t.Fatalf("no result for %s", id)
+	return Result{}
+}
+
+// bothWays runs script (a path) on a copy of tree: the definition id then
+// reads after, "by <by>" when applied, and a start on top converges; and
+// on a copy infera-exec patched, the script changes nothing (refuses: it
+// exits non-zero doing so).
+func (h *seedScriptHarness) bothWays(t *testing.T, script, tree, id string, after patchdef.State, refuses bool, by string) {
+	// The script alone: its result is a known state of the fix.
+	dir := filepath.Join(t.TempDir(), "script")
+	require.NoError(t, fixture.CopyTree(filepath.Join(h.trees, tree), dir))
+	root := treeRoot(dir)
+	before := snapshot(t, dir)
+	out := h.run(t, root, script, false)
+	require.NotEqual(t, before, snapshot(t, dir), "the script changed nothing: %s", out)
+	r := h.result(t, root, id, true)
+	assert.Equal(t, after, r.State, r.Why)
+	if after == patchdef.Applied {
+		assert.Contains(t, r.Why, "by "+by)
+	}
+	// A start on top of it converges and stays converged.
+	assert.Equal(t, patchdef.Applied, h.result(t, root, id, false).State)
+	assert.Equal(t, patchdef.Applied, h.result(t, root, id, true).State)
+
+	// infera-exec alone: the script then has nothing to do.
+	dir = filepath.Join(t.TempDir(), "ours")
+	require.NoError(t, fixture.CopyTree(filepath.Join(h.trees, tree), dir))
+	root = treeRoot(dir)
+	require.Equal(t, patchdef.Applied, h.result(t, root, id, false).State)
+	ours := snapshot(t, dir)
+	out = h.run(t, root, script, refuses)
+	assert.Equal(t, ours, snapshot(t, dir), "the script changed a file infera-exec patched: %s", out)
+	assert.False(t, strings.Contains(out, "Traceback"), out)
 }

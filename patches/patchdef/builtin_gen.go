@@ -3,10 +3,74 @@
 package patchdef
 
 // builtinDigest identifies the TOML the values below were decoded from.
-const builtinDigest = "612507947dafe2bd790d5caa0303dca25dafb342bec155b153ce536ad8b320ac"
+const builtinDigest = "3d24817a780bae078ec6156889160a6afd5d3ba387d7a6482b5d74c746f97344"
 
 func builtinDefs() []*Definition {
 	return []*Definition{
+		{ID: "atom-gdn-pd-state-transfer", Summary: "ATOM GDN models over PD: publish the per-request mamba state as slot_regions so decode gets the prompt's state", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/gdn-pd-state-transfer.toml",
+			Supersedes: []string{"patch_gdn_pd_state_transfer.py"},
+			Caveat:     "from ROCm/ATOM#1718 (410a61e8f) the GDN state lives in GDNStateMixin and the builder no longer has this layout: the fix there is not derived yet and reads drift",
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "not fixed: ROCm/ATOM main ffdf3bb5d has no get_kv_transfer_tensors for GDN (the inherited one returns slot_regions=[]); checked with git log -S on gdn_attn.py", Drop: "ATOM's GDN builder publishes its per-request state for KV transfer"},
+			Guards: []Guard{
+				{File: "model_ops/attentions/gdn_attn.py", Contains: "mamba_k_cache", Absent: false},
+				{File: "kv_transfer/disaggregation/mooncake/mooncake_connector.py", Contains: "_has_slot_regions", Absent: false},
+			},
+			Edits: []Edit{
+				{File: "model_ops/attentions/gdn_attn.py", Count: 1, Optional: false,
+					Anchor:      "        }\n\n    def compute_block_bytes(self) -> int:\n",
+					Replacement: "        }\n\n    def get_kv_transfer_tensors(self):\n        # infera-exec(atom-gdn-pd-state-transfer): publish GDN mamba state as slot_regions, so\n        # PD disaggregation carries the GatedDeltaNet conv and SSM state to decode.\n        from atom.kv_transfer.disaggregation.types import (\n            KVTransferRegion,\n            KVTransferTensors,\n        )\n\n        base = super().get_kv_transfer_tensors()\n        if base is None:\n            return None\n        runner = self.model_runner\n        mk = getattr(runner, \"mamba_k_cache\", None)\n        mv = getattr(runner, \"mamba_v_cache\", None)\n        if mk is None or mv is None:\n            # No per-request state allocated: the inherited block regions only.\n            return base\n\n        num_slots = int(getattr(runner, \"max_per_req_cache_slots\", 0))\n        spr = max(1, self.slots_per_req())\n        num_groups = num_slots // spr\n\n        slot_regions = list(base.slot_regions)\n        for layer in range(mk.shape[0]):\n            for t in (mk[layer], mv[layer]):\n                # [num_slots, *state], contiguous per slot: one unit is a cache group\n                # (slots_per_req slots), the index local_slot_index names.\n                slot_regions.append(\n                    KVTransferRegion(\n                        base_addr=t.data_ptr(),\n                        total_bytes=t.numel() * t.element_size(),\n                        unit_bytes=t.stride(0) * t.element_size() * spr,\n                    )\n                )\n\n        return KVTransferTensors(\n            block_regions=base.block_regions,\n            slot_regions=slot_regions,\n            num_blocks=base.num_blocks,\n            num_slots=num_groups,\n        )\n\n    def compute_block_bytes(self) -> int:\n",
+					Upstream:    "", LegacyMarker: "        # publish GDN mamba state as slot_regions so PD disaggregation", LegacyScript: "patch_gdn_pd_state_transfer.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+			},
+		},
+		{ID: "atom-minimax-m2-qknorm-rope", Summary: "ATOM MiniMax-M2: drop get_rope's dtype keyword; before ROCm/ATOM#1222, also keep the fused QK-norm all-reduce to batches of 256", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/minimax-m2-qknorm-rope.toml",
+			Supersedes: []string{"patch_minimax_m2_qknorm_rope.py"},
+			Caveat:     "for an aiter older than the ATOM source (the dtype keyword); correct MiniMax output also needs the unified attention backend at launch (ATOM_USE_UNIFIED_ATTN=1, --block-size 64); from ROCm/ATOM#1222 the QK-norm kernel is another (fused with RoPE), so only the dtype edit is made there, as the seed's script does",
+			Status:     &UpstreamStatus{Issue: "none found", PR: "none found", State: "not upstream: ROCm/ATOM main ffdf3bb5d passes dtype= (#1170) and has no batch limit (#999 removed it; #1222 fuses RoPE into the kernel); checked with git log -S on models/minimax_m2.py", Drop: "the image's aiter get_rope takes dtype, and its fused QK-norm kernel serves large batches"},
+			Guards: []Guard{
+				{File: "models/minimax_m2.py", Contains: "tensor_model_parallel_fused_qknorm_allreduce", Absent: false},
+			},
+			Variants: []Variant{
+				{Name: "qknorm-allreduce", Versions: "",
+					Guards: []Guard{
+						{File: "models/minimax_m2.py", Contains: "tensor_model_parallel_fused_qknorm_allreduce(", Absent: false},
+					},
+					Edits: []Edit{
+						{File: "models/minimax_m2.py", Count: 1, Optional: false,
+							Anchor:      "            max_position=max_position,\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n            dtype=getattr(quant_config, \"torch_dtype\", None),\n        )\n",
+							Replacement: "            max_position=max_position,\n            # infera-exec(atom-minimax-m2-qknorm-rope): the image's aiter get_rope takes no dtype.\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n        )\n",
+							Upstream:    "", LegacyMarker: "            rope_scaling=rope_scaling,\n        )\n", LegacyScript: "patch_minimax_m2_qknorm_rope.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+						{File: "models/minimax_m2.py", Count: 1, Optional: false,
+							Anchor:      "            if self.tp_size > 1:\n                q, k, v = tensor_model_parallel_fused_qknorm_allreduce(\n",
+							Replacement: "            # infera-exec(atom-minimax-m2-qknorm-rope): large batches take the fp32 path.\n            if qkv.shape[0] <= 256 and self.tp_size > 1:\n                q, k, v = tensor_model_parallel_fused_qknorm_allreduce(\n",
+							Upstream:    "", LegacyMarker: "            if qkv.shape[0] <= 256 and self.tp_size > 1:", LegacyScript: "patch_minimax_m2_qknorm_rope.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					},
+				},
+				{Name: "qknorm-allreduce-rope", Versions: "",
+					Guards: []Guard{
+						{File: "models/minimax_m2.py", Contains: "tensor_model_parallel_fused_qknorm_allreduce(", Absent: true},
+					},
+					Edits: []Edit{
+						{File: "models/minimax_m2.py", Count: 1, Optional: false,
+							Anchor:      "            max_position=max_position,\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n            dtype=getattr(quant_config, \"torch_dtype\", None),\n        )\n",
+							Replacement: "            max_position=max_position,\n            # infera-exec(atom-minimax-m2-qknorm-rope): the image's aiter get_rope takes no dtype.\n            base=rope_theta,\n            rope_scaling=rope_scaling,\n        )\n",
+							Upstream:    "", LegacyMarker: "            rope_scaling=rope_scaling,\n        )\n", LegacyScript: "patch_minimax_m2_qknorm_rope.py", LegacyFrom: "seed", LegacyUnique: false, Site: "", SiteLines: 0},
+					},
+				},
+			},
+		},
+		{ID: "atom-mooncake-consumer-slot", Summary: "ATOM Mooncake consumer: bind consumer_staging_pool_idx for requests without slot_regions", Package: "atom", Distribution: "atom", Versions: "", Required: false, Source: "builtin:atom/mooncake-consumer-slot.toml",
+			Supersedes: []string{"patch_mooncake_consumer_slot.py"},
+			Status:     &UpstreamStatus{Issue: "none found", PR: "ROCm/ATOM#1552 (merged 2026-07-30, 4b49af816: the name is bound before `if self._has_slot_regions:`)", State: "present from ROCm/ATOM#812 (a7ef44aed, 2026-05-22) to 17547715f, so in v0.1.3 to v0.1.6-rc0; fixed on main; checked on ROCm/ATOM main ffdf3bb5d", Drop: "no supported ATOM image predates #1552"},
+			Guards: []Guard{
+				{File: "kv_transfer/disaggregation/mooncake/mooncake_connector.py", Contains: "consumer_staging_pool_idx", Absent: false},
+			},
+			Edits: []Edit{
+				{File: "kv_transfer/disaggregation/mooncake/mooncake_connector.py", Count: 1, Optional: false,
+					Anchor:      "        for req_id, meta in metadata.reqs_to_recv.items():\n",
+					Replacement: "        for req_id, meta in metadata.reqs_to_recv.items():\n            # infera-exec(atom-mooncake-consumer-slot): the seed's \"task5: bind consumer_staging_pool_idx\"\n            # fix: bound for requests without slot_regions too (a hybrid GDN model has a slot\n            # and no slot_regions); -1 skips the staging release.\n            consumer_staging_pool_idx = -1\n",
+					Upstream:    "            consumer_staging_pool_idx = -1\n            if self._has_slot_regions:\n", LegacyMarker: "            # task5: bind consumer_staging_pool_idx for the non-slot-regions", LegacyScript: "patch_mooncake_consumer_slot.py", LegacyFrom: "seed", LegacyUnique: false, Site: "def start_load_kv", SiteLines: 0},
+			},
+		},
 		{ID: "sglang-draft-cuda-graph-dp-vote", Summary: "EAGLE draft under DP attention: the draft CUDA graph or eager choice is the DP group's vote, not each rank's (the seed's draft_cuda_graph_dp_vote.diff, sglang#32209's vote)", Package: "sglang", Distribution: "sglang", Versions: "", Required: false, Source: "builtin:sglang/draft-cuda-graph-dp-vote.toml",
 			Status: &UpstreamStatus{Issue: "sgl-project/sglang#32527 (the same deadlock on GLM-5.2 FP8, closed)", PR: "sgl-project/sglang#32209 (third party: the same vote at the same places, with more; open); #30839 and #31083 (merged 2026-07-14) introduced the per-rank guard", State: "not on main d55f1c28e2 (2026-08-18) nor in v0.5.18", Drop: "the draft graph runner's gate is the DP group's decision upstream (sglang#32209 or another fix; the anchors then drift: re-check before dropping), or every supported image runs with IndexShare off"},
 			Guards: []Guard{
@@ -413,7 +477,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/mem_cache/pool_host/common.py", Count: 1, Optional: false,
 							Anchor:      "ALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n    },\n)\n",
 							Replacement: "# infera-exec(sglang-hicache-rocm-host-alloc) GLM52_ROCM_HOST_ALLOC: on ROCm a\n# hipHostRegister'ed page may sit at a device address other than its host address,\n# and these pools give GPU kernels host pointers: allocate pinned memory instead.\nfrom sglang.srt.utils import is_hip as _infera_is_hip\n\nGLM52_ROCM_HOST_ALLOC = \"applied\"\nALLOC_MEMORY_FUNCS = defaultdict(\n    lambda: alloc_with_pin_memory if _infera_is_hip() else alloc_with_host_register,\n    {\n        \"npu\": alloc_with_pin_memory,\n        \"musa\": alloc_with_pin_memory,\n        **({\"cuda\": alloc_with_pin_memory} if _infera_is_hip() else {}),\n    },\n)\n",
-							Upstream:    "", LegacyMarker: "GLM52_ROCM_HOST_ALLOC", LegacyScript: "patch_hicache_rocm_host_alloc.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "_ALLOC_MEMORY_FUNCS_OVERRIDES,", LegacyScript: "patch_hicache_rocm_host_alloc.py", LegacyFrom: "", LegacyUnique: false, Site: "ALLOC_MEMORY_FUNCS = defaultdict(", SiteLines: 0},
 					},
 				},
 				{Name: "memory-pool-host", Versions: "",
@@ -487,7 +551,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
 							Replacement: "        trace_ctx: Optional[Union[TraceReqContext, TraceNullContext]] = None,\n        wait_event: Optional[object] = None,\n    ):\n        assert self.disaggregation_mode == DisaggregationMode.PREFILL\n",
-							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,\n    ):", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "wait_event: Optional[Any] = None,", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                trace_ctx=trace_ctx,\n            )\n        )\n",
 							Replacement: "                trace_ctx=trace_ctx,\n                wait_event=wait_event,\n            )\n        )\n",
@@ -503,7 +567,7 @@ func builtinDefs() []*Definition {
 						{File: "srt/disaggregation/mooncake/conn.py", Count: 1, Optional: false,
 							Anchor:      "                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
 							Replacement: "                # infera-exec(sglang-mooncake-chunk-wait-event): the pages of this chunk\n                # may still be written by the prefill forward; wait for it to finish.\n                if kv_chunk.wait_event is not None:\n                    kv_chunk.wait_event.synchronize()\n                    kv_chunk.wait_event = None\n                reqs_to_be_processed = (\n                    self.transfer_infos[kv_chunk.room].values()\n                    if kv_chunk.room in self.transfer_infos\n                    else []\n                )\n",
-							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "", SiteLines: 0},
+							Upstream:    "", LegacyMarker: "kv_chunk.wait_event.synchronize()", LegacyScript: "patch_mooncake_early_send_wait_event.py", LegacyFrom: "", LegacyUnique: false, Site: "def transfer_worker(", SiteLines: 0},
 						{File: "srt/disaggregation/prefill.py", Count: 1, Optional: false,
 							Anchor:      "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",
 							Replacement: "                    assert (\n                        req.metadata_buffer_index >= 0\n                    ), f\"Req {req.rid} does not have metadata buffer allocated\"\n                    # infera-exec(sglang-mooncake-chunk-wait-event): later chunks are\n                    # already queued on forward_stream; give the transfer worker an\n                    # event to wait on before it reads this chunk's pages.\n                    if torch.cuda.is_available():\n                        chunk_done = torch.cuda.Event()\n                        chunk_done.record(self.forward_stream)\n                        req.disagg_kv_sender._early_send_wait_event = chunk_done\n                    self.send_kv_chunk(req, last_chunk=False, end_idx=req.tmp_end_idx)\n",

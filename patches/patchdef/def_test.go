@@ -188,7 +188,7 @@ func TestBuiltinDefinitionsParse(t *testing.T) {
 	require.NoError(t, err)
 	for _, d := range set.Defs {
 		assert.NotEmpty(t, d.Summary, d.ID)
-		assert.Contains(t, []string{"vllm", "sglang"}, d.Package, d.ID)
+		assert.Contains(t, []string{"vllm", "sglang", "atom"}, d.Package, d.ID)
 	}
 }
 

@@ -170,6 +170,7 @@ var enabling = []struct{ words, command string }{
 	{"Linux namespaces", "run the tests as root (or where unprivileged user namespaces are allowed)"},
 	{"INFERA_SEED_PATCHES", "INFERA_SEED_PATCHES=DIR go test ./patches/ (DIR: the seed repository's deploy/docker/patches)"},
 	{"coverage tables: needs INFERA_SGLANG_GIT", "INFERA_SGLANG_GIT=DIR INFERA_VLLM_GIT=DIR go test -run TestCoverageTables ./patches/ [-update-coverage] (git directories of SGLang and vLLM)"},
+	{"INFERA_ATOM_GIT", "INFERA_SEED_GIT=DIR INFERA_ATOM_GIT=DIR go test -run TestSeedATOMScriptsOnRevisions ./patches/ (git directories of the seed repository and of ROCm/ATOM)"},
 	{"INFERA_SGLANG_GIT", "INFERA_SEED_GIT=DIR INFERA_SGLANG_GIT=DIR go test -run 'TestSeedNextnScriptOnReleases|TestSeedDSADiffsOnRevisions' ./patches/ (git directories of the seed repository and of SGLang; the second also needs patch)"},
 	{"INFERA_SEED_GIT", "INFERA_SEED_GIT=DIR INFERA_VLLM_GIT=DIR go test -run TestSeedScriptsOnRevisions ./patches/ (git directories of the seed repository and of vLLM)"},
 	{"libibverbs1", "apt-get install libibverbs1 ibverbs-providers ibverbs-utils"},
