@@ -31,9 +31,9 @@ var dsaIndexerRevisions = []struct {
 	{"13852d3f31", patchdef.Pending, "hip-branch"}, // 2026-06-02, #24870
 	{"v0.5.13", patchdef.Pending, "hip-branch"},
 	{"v0.5.14", patchdef.Pending, "hip-branch"},
-	{"d101e65526", patchdef.Pending, "hip-branch"}, // feature/dspark-deepseek-v4-mvp
-	{"6e9825b38c", patchdef.Pending, "hip-branch"}, // feature/dspark-common-prepare
-	{"3248474f4a", patchdef.Pending, "hip-branch"}, // feature/dspark-pr25905-baseline
+	{"d101e65526", patchdef.Pending, "hip-branch"},    // feature/dspark-deepseek-v4-mvp
+	{"6e9825b38c", patchdef.Pending, "hip-branch"},    // feature/dspark-common-prepare
+	{"3248474f4a", patchdef.Pending, "hip-branch"},    // feature/dspark-pr25905-baseline
 	{"fefc1743a9", patchdef.Pending, "aiter-backend"}, // 2026-07-06, the paged-MQA backend object (#25220)
 	{"e339c83f82", patchdef.Pending, "aiter-backend"}, // 2026-07-07, #30275
 	{"v0.5.15", patchdef.Pending, "aiter-backend"},
