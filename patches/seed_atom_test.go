@@ -94,38 +94,15 @@ func TestSeedATOMScriptsOnRevisions(t *testing.T) {
 	if seedGit == "" || atomGit == "" || perr != nil || gerr != nil {
 		t.Skip("needs INFERA_SEED_GIT (a git directory of AMD-AGI/Infera), INFERA_ATOM_GIT (one of ROCm/ATOM), git and python3")
 	}
-	show := func(dir, rev, path string) (string, bool) {
-		out, err := exec.Command("git", "--git-dir", dir, "show", rev+":"+path).Output()
-		return string(out), err == nil
-	}
 	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	tree := func(t *testing.T, rev string) string {
-		site := filepath.Join(t.TempDir(), "site-packages")
-		require.NoError(t, mkfile(filepath.Join(site, "atom/__init__.py"), ""))
-		found := 0
-		for _, f := range atomFiles {
-			if c, ok := show(atomGit, rev, "atom/"+f); ok {
-				require.NoError(t, mkfile(filepath.Join(site, "atom", f), c))
-				found++
-			}
-		}
-		require.NotZero(t, found, "none of %v at ATOM %s", atomFiles, rev)
-		return site
-	}
-	compiles := func(t *testing.T, site string, files []string) {
-		prog := "import sys\nfor f in sys.argv[1:]:\n    compile(open(f).read(), f, 'exec')\n"
-		args := []string{"-c", prog}
-		for _, f := range files {
-			args = append(args, filepath.Join(site, f))
-		}
-		out, err := exec.Command(python, args...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
+		return revisionSite(t, atomGit, rev, "atom/", "atom", atomFiles)
 	}
 
 	for _, s := range atomSeedScripts {
 		t.Run(s.id, func(t *testing.T) {
-			src, ok := show(seedGit, "cea8053", "deploy/docker/patches/atom/"+s.script)
+			src, ok := gitShow(seedGit, "cea8053", "deploy/docker/patches/atom/"+s.script)
 			require.True(t, ok, "the seed's %s at cea8053", s.script)
 			scriptPath := filepath.Join(t.TempDir(), s.script)
 			require.NoError(t, os.WriteFile(scriptPath, []byte(src), 0o644))
@@ -203,7 +180,7 @@ func TestSeedATOMScriptsOnRevisions(t *testing.T) {
 					for _, f := range byScript {
 						assert.Contains(t, byStart, f, "%s changes %s, a start does not", s.script, f)
 					}
-					compiles(t, site, byStart)
+					compiles(t, python, site, byStart)
 					out = run(t, site)
 					assert.Empty(t, changed(site, ours, snapshot(t, site)), "%s changed what a start wrote: %s", s.script, out)
 					r = result(t, one, site, true)

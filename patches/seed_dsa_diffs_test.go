@@ -105,13 +105,9 @@ func TestSeedDSADiffsOnRevisions(t *testing.T) {
 	if seedGit == "" || sglangGit == "" || perr != nil || gerr != nil || xerr != nil {
 		t.Skip("needs INFERA_SEED_GIT (a git directory of AMD-AGI/Infera), INFERA_SGLANG_GIT (one of SGLang), git, patch and python3")
 	}
-	show := func(dir, rev, p string) (string, bool) {
-		out, err := exec.Command("git", "--git-dir", dir, "show", rev+":"+p).Output()
-		return string(out), err == nil
-	}
 	diffs := t.TempDir()
 	for _, d := range seedDSADiffs {
-		text, ok := show(seedGit, d.rev, seedDSADir+strings.Split(d.name, "@")[0])
+		text, ok := gitShow(seedGit, d.rev, seedDSADir+strings.Split(d.name, "@")[0])
 		require.True(t, ok, "the seed's %s at %s", d.name, d.rev)
 		require.NoError(t, os.WriteFile(filepath.Join(diffs, d.name), []byte(text), 0o644))
 	}
@@ -147,7 +143,7 @@ func TestSeedDSADiffsOnRevisions(t *testing.T) {
 		if !isDir(orig) {
 			require.NoError(t, mkfile(filepath.Join(orig, "python/sglang/__init__.py"), ""))
 			for _, f := range files {
-				if c, ok := show(sglangGit, rev, "python/sglang/"+f); ok {
+				if c, ok := gitShow(sglangGit, rev, "python/sglang/"+f); ok {
 					require.NoError(t, mkfile(filepath.Join(orig, "python/sglang", f), c))
 				}
 			}
@@ -171,15 +167,6 @@ func TestSeedDSADiffsOnRevisions(t *testing.T) {
 		}
 		t.Fatalf("no result for %s", id)
 		return Result{}
-	}
-	compiles := func(t *testing.T, dir string, rel []string) {
-		prog := "import sys\nfor f in sys.argv[1:]:\n    compile(open(f).read(), f, 'exec')\n"
-		args := []string{"-c", prog}
-		for _, f := range rel {
-			args = append(args, filepath.Join(dir, "python", f))
-		}
-		out, err := exec.Command(python, args...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
 	}
 	failedHunks := regexp.MustCompile(`Hunk #(\d+) FAILED`)
 
@@ -270,7 +257,7 @@ func TestSeedDSADiffsOnRevisions(t *testing.T) {
 					for _, f := range byStart {
 						rel = append(rel, strings.TrimPrefix(f, "python"+string(filepath.Separator)))
 					}
-					compiles(t, dir, rel)
+					compiles(t, python, filepath.Join(dir, "python"), rel)
 					out, err = patchCmd(dir, d.name, "-R", "--dry-run")
 					var failed []string
 					for _, m := range failedHunks.FindAllStringSubmatch(out, -1) {

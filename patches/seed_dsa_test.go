@@ -74,11 +74,7 @@ func TestSeedDSARowsScriptOnRevisions(t *testing.T) {
 		id     = "sglang-dsa-indexer-hip-dp-rows"
 		script = "patch_dsa_indexer_hip_dp_padded_rows.py"
 	)
-	show := func(dir, rev, path string) (string, bool) {
-		out, err := exec.Command("git", "--git-dir", dir, "show", rev+":"+path).Output()
-		return string(out), err == nil
-	}
-	src, ok := show(seedGit, "af8f8be", "deploy/docker/patches/sglang_dsa/"+script)
+	src, ok := gitShow(seedGit, "af8f8be", "deploy/docker/patches/sglang_dsa/"+script)
 	require.True(t, ok, "the seed's %s at af8f8be", script)
 	scriptPath := filepath.Join(t.TempDir(), script)
 	require.NoError(t, os.WriteFile(scriptPath, []byte(src), 0o644))
@@ -88,14 +84,7 @@ func TestSeedDSARowsScriptOnRevisions(t *testing.T) {
 	require.NotNil(t, one.Defs[0], id)
 
 	tree := func(t *testing.T, rev string) string {
-		site := filepath.Join(t.TempDir(), "site-packages")
-		require.NoError(t, mkfile(filepath.Join(site, "sglang/__init__.py"), ""))
-		for _, f := range []string{"srt/layers/attention/dsa/dsa_indexer.py", "srt/layers/attention/nsa/nsa_indexer.py"} {
-			if c, ok := show(sglangGit, rev, "python/sglang/"+f); ok {
-				require.NoError(t, mkfile(filepath.Join(site, "sglang", f), c))
-			}
-		}
-		return site
+		return revisionSite(t, sglangGit, rev, "python/sglang/", "sglang", []string{"srt/layers/attention/dsa/dsa_indexer.py", "srt/layers/attention/nsa/nsa_indexer.py"})
 	}
 	// The script exits 1 where it finds an anchor gone (it then writes
 	// nothing); a traceback is a failure.
@@ -106,15 +95,6 @@ func TestSeedDSARowsScriptOnRevisions(t *testing.T) {
 		out, _ := cmd.CombinedOutput()
 		require.NotContains(t, string(out), "Traceback")
 		return string(out)
-	}
-	compiles := func(t *testing.T, site string, files []string) {
-		prog := "import sys\nfor f in sys.argv[1:]:\n    compile(open(f).read(), f, 'exec')\n"
-		args := []string{"-c", prog}
-		for _, f := range files {
-			args = append(args, filepath.Join(site, f))
-		}
-		out, err := exec.Command(python, args...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
 	}
 	result := func(t *testing.T, set *patchdef.Set, site string, dry bool) Result {
 		for _, r := range applySet(set, locateTree(t, set, site), options{DryRun: dry}) {
@@ -171,7 +151,7 @@ func TestSeedDSARowsScriptOnRevisions(t *testing.T) {
 			for _, f := range byScript {
 				assert.Contains(t, byStart, f, "%s changes %s, a start does not", script, f)
 			}
-			compiles(t, site, byStart)
+			compiles(t, python, site, byStart)
 			out = run(t, site)
 			assert.Empty(t, changed(site, ours, snapshot(t, site)), "%s changed what a start wrote: %s", script, out)
 			r = result(t, one, site, true)

@@ -109,15 +109,6 @@ func TestSeedScriptsOnRevisions(t *testing.T) {
 		}
 		return got
 	}
-	compiles := func(t *testing.T, files []string) {
-		if len(files) == 0 {
-			return
-		}
-		// compile() writes no bytecode beside the file.
-		prog := "import sys\nfor f in sys.argv[1:]:\n    compile(open(f).read(), f, 'exec')\n"
-		out, err := exec.Command(python, append([]string{"-c", prog}, files...)...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
 
 	changedBy := map[string]int{} // script: revisions it changes
 	for _, rev := range moriioRevisions {
@@ -164,7 +155,7 @@ func TestSeedScriptsOnRevisions(t *testing.T) {
 					for _, f := range byStart {
 						abs = append(abs, filepath.Join(site, f))
 					}
-					compiles(t, abs)
+					compiles(t, python, "/", abs)
 					out = runScript(t, site, script)
 					assert.Empty(t, changed(site, ours, snapshot(t, site)), "%s changed what a start wrote: %s", script, out)
 				})
@@ -212,25 +203,14 @@ func TestSeedNextnScriptOnReleases(t *testing.T) {
 		t.Skip("needs INFERA_SEED_GIT (a git directory of AMD-AGI/Infera), INFERA_SGLANG_GIT (one of SGLang), git and python3")
 	}
 	const id = "sglang-glm52-nextn-quark-exclude"
-	show := func(dir, rev, path string) (string, bool) {
-		out, err := exec.Command("git", "--git-dir", dir, "show", rev+":"+path).Output()
-		return string(out), err == nil
-	}
-	script, ok := show(seedGit, "af8f8be^", "deploy/docker/patches/sglang/patch_glm52_nextn_quark_exclude.py")
+	script, ok := gitShow(seedGit, "af8f8be^", "deploy/docker/patches/sglang/patch_glm52_nextn_quark_exclude.py")
 	require.True(t, ok, "the seed's nextn script at af8f8be^")
 	scriptPath := filepath.Join(t.TempDir(), "patch_glm52_nextn_quark_exclude.py")
 	require.NoError(t, os.WriteFile(scriptPath, []byte(script), 0o644))
 	set, err := loadSet(filepath.Join(t.TempDir(), "no-payload"))
 	require.NoError(t, err)
 	tree := func(t *testing.T, rev string) string {
-		site := filepath.Join(t.TempDir(), "site-packages")
-		require.NoError(t, mkfile(filepath.Join(site, "sglang/__init__.py"), ""))
-		for _, f := range []string{"srt/models/deepseek_nextn.py", "srt/models/glm4_moe.py"} {
-			if c, ok := show(sglangGit, rev, "python/sglang/"+f); ok {
-				require.NoError(t, mkfile(filepath.Join(site, "sglang", f), c))
-			}
-		}
-		return site
+		return revisionSite(t, sglangGit, rev, "python/sglang/", "sglang", []string{"srt/models/deepseek_nextn.py", "srt/models/glm4_moe.py"})
 	}
 	run := func(t *testing.T, site string) string {
 		cmd := exec.Command(python, scriptPath)
