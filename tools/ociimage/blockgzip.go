@@ -77,13 +77,13 @@ type gzBlock struct {
 	ready    chan struct{}
 }
 
-var gzBuffers = sync.Pool{New: func() any { return make([]byte, 0, gzipBlockSize) }}
+var gzBuffers = newBufPool(gzipBlockSize)
 
 func newBlockGzip(w io.Writer, level, workers int) *blockGzip {
 	workers = max(workers, 1)
 	z := &blockGzip{
 		level: level, out: w,
-		buf:     gzBuffers.Get().([]byte)[:0],
+		buf:     gzBuffers.get(),
 		work:    make(chan *gzBlock, 2*workers),
 		ordered: make(chan *gzBlock, 2*workers),
 		done:    make(chan struct{}),
@@ -146,7 +146,7 @@ func (z *blockGzip) output() {
 		z.diffID.Write(b.in)
 		z.crc = crc32.Update(z.crc, crc32.IEEETable, b.in)
 		z.in += int64(len(b.in))
-		gzBuffers.Put(b.in[:0])
+		gzBuffers.put(b.in)
 	}
 	var trailer [8]byte
 	binary.LittleEndian.PutUint32(trailer[:4], z.crc)
@@ -182,7 +182,7 @@ func (z *blockGzip) submit(last bool) {
 	b := &gzBlock{in: z.buf, dict: z.dict, last: last, ready: make(chan struct{})}
 	z.dict = append([]byte(nil), z.buf[max(len(z.buf)-gzipDictSize, 0):]...)
 	if !last {
-		z.buf = gzBuffers.Get().([]byte)[:0]
+		z.buf = gzBuffers.get()
 	}
 	z.ordered <- b
 	z.work <- b

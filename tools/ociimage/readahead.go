@@ -25,7 +25,7 @@ const (
 
 func readWorkers() int { return min(max(runtime.GOMAXPROCS(0), 2), 8) }
 
-var readBuffers = sync.Pool{New: func() any { return make([]byte, readChunk) }}
+var readBuffers = newBufPool(readChunk)
 
 // readAhead reads the payload's files for the layer's sequential tar
 // writer, several at once: each file is opened, read in chunks and
@@ -99,9 +99,9 @@ func (s *fileStream) read(stop <-chan struct{}) error {
 	h := sha256.New()
 	changed := fmt.Errorf("payload file %s changed while the image was built: it no longer matches the index", s.path)
 	for left := s.e.Size; left > 0; {
-		buf := readBuffers.Get().([]byte)[:min(left, readChunk)]
+		buf := readBuffers.get()[:min(left, readChunk)]
 		if _, err := io.ReadFull(f, buf); err != nil {
-			readBuffers.Put(buf[:cap(buf)])
+			readBuffers.put(buf)
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				return changed
 			}
@@ -112,7 +112,7 @@ func (s *fileStream) read(stop <-chan struct{}) error {
 		select {
 		case s.chunks <- buf:
 		case <-stop:
-			readBuffers.Put(buf[:cap(buf)])
+			readBuffers.put(buf)
 			return errStopped
 		}
 	}
@@ -135,7 +135,7 @@ func (r *readAhead) Stop() {
 	close(r.stop)
 	for s := range r.queue {
 		for b := range s.chunks {
-			readBuffers.Put(b[:cap(b)])
+			readBuffers.put(b)
 		}
 	}
 	r.wg.Wait()
@@ -150,7 +150,7 @@ func (s *fileStream) copyTo(w io.Writer) error {
 		if werr == nil {
 			_, werr = w.Write(b)
 		}
-		readBuffers.Put(b[:cap(b)])
+		readBuffers.put(b)
 	}
 	if werr != nil {
 		return fmt.Errorf("layer entry %s: %w", s.e.Path, werr)
