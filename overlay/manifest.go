@@ -282,10 +282,7 @@ func (p *Payload) selectManifest(f abi.Family, s *Selection) error {
 		s.LibraryPath = append(s.LibraryPath, nlib...)
 		s.Path = append(s.Path, nbin...)
 	case !f.ROCm.Found:
-		s.NoNativeWhy = "the container has no ROCm (no libamdhip64 in " + strings.Join(f.ROCm.Searched, ", ") + ")"
-		if f.Override != "" {
-			s.NoNativeWhy = "INFERA_ABI_FAMILY=" + f.Override + " names no ROCm major"
-		}
+		s.NoNativeWhy = noROCmWhy(f)
 	default:
 		s.NoNativeWhy = fmt.Sprintf("no native tree in %s matches %s", ManifestName, f.Name())
 		s.Warnings = append(s.Warnings, fmt.Sprintf("no native tree in %s matches %s (native trees: %s); without one the worker gets no native extensions", p.ManifestFile, f.Name(), listOrNone(p.nativeNames())))

@@ -144,9 +144,12 @@ func Open(root string) (*Payload, error) {
 
 // Selection is what the payload gives this container.
 type Selection struct {
-	Family      string      `json:"family"`
-	PyTree      string      `json:"python_tree"`           // directory
-	Native      *NativeTree `json:"native_tree,omitempty"` // nil: none for this family
+	Family string      `json:"family"`
+	PyTree string      `json:"python_tree"`           // directory
+	Native *NativeTree `json:"native_tree,omitempty"` // nil: none for this family
+	// NoNativeWhy is why Native is nil: a few words, then what was looked
+	// in, in parentheses; a text line gives only what stands before " ("
+	// (capability.Unavailable's brief).
 	NoNativeWhy string      `json:"no_native_tree_why,omitempty"`
 	Bin         string      `json:"bin,omitempty"`
 	PythonPath  []string    `json:"pythonpath"`      // to prepend, in order
@@ -197,10 +200,7 @@ func (p *Payload) Select(f abi.Family) (*Selection, error) {
 
 	switch {
 	case !f.ROCm.Found:
-		s.NoNativeWhy = "the container has no ROCm (no libamdhip64 in " + strings.Join(f.ROCm.Searched, ", ") + ")"
-		if f.Override != "" {
-			s.NoNativeWhy = "INFERA_ABI_FAMILY=" + f.Override + " names no ROCm major"
-		}
+		s.NoNativeWhy = noROCmWhy(f)
 	default:
 		for i := range p.NativeTrees {
 			if p.NativeTrees[i].Name == f.Name() {
@@ -322,4 +322,12 @@ func treeLess(a, b string) bool {
 		}
 	}
 	return a < b
+}
+
+// noROCmWhy is Selection.NoNativeWhy for a family without a ROCm major.
+func noROCmWhy(f abi.Family) string {
+	if f.Override != "" {
+		return "INFERA_ABI_FAMILY=" + f.Override + " names no ROCm major"
+	}
+	return "the container has no ROCm (no libamdhip64 in " + strings.Join(f.ROCm.Searched, ", ") + ")"
 }
