@@ -46,7 +46,7 @@ type Location struct {
 	Packages map[string]Package `json:"packages"`
 	// Located says how the answer was found: read without starting
 	// Python (and from what), or by the interpreter (and why the reading
-	// was not certain).
+	// was not certain), always as "how: why" (LocatedBrief gives the how).
 	Located string `json:"located,omitempty"`
 	Cached  bool   `json:"cached"`
 	Took    string `json:"took"`
